@@ -1,0 +1,480 @@
+package uverbs
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rdmago/rdma/uverbs/abi"
+)
+
+// Context is an open device (struct ibv_context): the uverbs command file,
+// the kernel's user context on it and the asynchronous event file. Its
+// methods are safe for concurrent use. Close releases everything and is
+// idempotent; any use after Close returns ErrClosed.
+type Context struct {
+	dev            Device
+	f              cmdFile
+	asyncFD        int
+	numCompVectors int
+	coreSupport    uint64
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Open opens the named device. An unknown name gives an error that lists the
+// devices that exist; a host without devices gives ErrNoDevice.
+func Open(name string) (*Context, error) {
+	d, err := findDevice(name)
+	if err != nil {
+		return nil, err
+	}
+	return d.Open()
+}
+
+// Open opens the device: it opens the uverbs character device and creates
+// the kernel's user context through the ioctl interface.
+func (d Device) Open() (*Context, error) {
+	f, err := openDevFile(d.DevPath)
+	if err != nil {
+		switch {
+		case errors.Is(err, unix.EACCES), errors.Is(err, unix.EPERM):
+			return nil, fmt.Errorf("uverbs: open %s for device %s: permission denied (need read-write access to %s; run as root or grant access with a udev rule): %w", d.DevPath, d.Name, devRoot, err)
+		case errors.Is(err, unix.ENOENT):
+			return nil, fmt.Errorf("uverbs: open %s for device %s: no such file (is %s populated, e.g. devtmpfs mounted?): %w", d.DevPath, d.Name, devRoot, err)
+		}
+		return nil, fmt.Errorf("uverbs: open %s for device %s: %w", d.DevPath, d.Name, err)
+	}
+	c, err := newContext(d, f)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// newContext creates the user context on an open command file. It is split
+// from Open so tests can run it against a fake kernel.
+func newContext(d Device, f cmdFile) (*Context, error) {
+	c := &Context{dev: d, f: f, asyncFD: -1}
+	if err := c.getContext(); err != nil {
+		return nil, err
+	}
+	if c.asyncFD < 0 {
+		if err := c.allocAsyncFD(); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// getContext creates the kernel's ucontext. The ioctl method is the modern
+// path; the legacy write command remains only for kernels without the ioctl
+// framework (ENOTTY) or without this method (EPROTONOSUPPORT).
+func (c *Context) getContext() error {
+	out := new(struct {
+		numCompVectors uint32
+		_              uint32
+		coreSupport    uint64
+	})
+	cmd := newCommand(abi.UVERBS_OBJECT_DEVICE, abi.UVERBS_METHOD_GET_CONTEXT)
+	cmd.driverID = c.dev.DriverID
+	cmd.ptrOut(abi.UVERBS_ATTR_GET_CONTEXT_NUM_COMP_VECTORS, unsafe.Pointer(&out.numCompVectors), 4)
+	cmd.ptrOut(abi.UVERBS_ATTR_GET_CONTEXT_CORE_SUPPORT, unsafe.Pointer(&out.coreSupport), 8)
+	err := cmd.execute(c.f, "get context")
+	switch {
+	case err == nil:
+		c.numCompVectors = int(out.numCompVectors)
+		c.coreSupport = out.coreSupport
+		return nil
+	case errors.Is(err, unix.ENOTTY), errors.Is(err, unix.EPROTONOSUPPORT):
+		return c.getContextWrite()
+	}
+	return err
+}
+
+func (c *Context) getContextWrite() error {
+	resp := new(abi.IbUverbsGetContextResp)
+	// The request embeds resp's address as a plain integer, which the
+	// garbage collector does not see: pin resp (which also moves it to the
+	// heap) until the kernel has written it.
+	var pin runtime.Pinner
+	pin.Pin(resp)
+	defer pin.Unpin()
+	req := new(struct {
+		hdr abi.IbUverbsCmdHdr
+		cmd abi.IbUverbsGetContext
+	})
+	req.hdr.Command = abi.IB_USER_VERBS_CMD_GET_CONTEXT
+	req.hdr.In_words = uint16(unsafe.Sizeof(*req) / 4)
+	req.hdr.Out_words = uint16(unsafe.Sizeof(*resp) / 4)
+	req.cmd.Response = uint64(uintptr(unsafe.Pointer(resp)))
+	err := c.f.write(unsafe.Slice((*byte)(unsafe.Pointer(req)), unsafe.Sizeof(*req)))
+	if err != nil {
+		return wrapErr("get context", err)
+	}
+	c.asyncFD = int(resp.Async_fd)
+	c.numCompVectors = int(resp.Num_comp_vectors)
+	return nil
+}
+
+// allocAsyncFD creates the file that carries asynchronous events (port
+// changes, QP and CQ errors) for this context.
+func (c *Context) allocAsyncFD() error {
+	cmd := newCommand(abi.UVERBS_OBJECT_ASYNC_EVENT, abi.UVERBS_METHOD_ASYNC_EVENT_ALLOC)
+	cmd.driverID = c.dev.DriverID
+	i := cmd.fdNew(abi.UVERBS_ATTR_ASYNC_EVENT_ALLOC_FD_HANDLE)
+	if err := cmd.execute(c.f, "alloc async event fd"); err != nil {
+		return err
+	}
+	c.asyncFD = cmd.outFD(i)
+	return nil
+}
+
+// Device returns the device the context was opened on.
+func (c *Context) Device() Device { return c.dev }
+
+// NumCompVectors returns the number of completion vectors (interrupts) the
+// device offers for completion channels.
+func (c *Context) NumCompVectors() int { return c.numCompVectors }
+
+// ReadSysfs reads a file of the device's sysfs directory, such as
+// "board_id", trimmed of surrounding space. It reports false when the file
+// does not exist or cannot be read.
+func (c *Context) ReadSysfs(name string) (string, bool) {
+	if strings.Contains(name, "..") {
+		return "", false
+	}
+	v, err := readSysfs(filepath.Join(c.dev.SysfsPath, name))
+	return v, err == nil
+}
+
+// Close destroys the user context and closes its files. It is idempotent.
+func (c *Context) Close() error {
+	c.closeOnce.Do(func() {
+		if c.asyncFD >= 0 {
+			c.closeErr = unix.Close(c.asyncFD)
+			c.asyncFD = -1
+		}
+		// Closing the command file makes the kernel destroy the ucontext and
+		// every object still attached to it.
+		if err := c.f.Close(); err != nil && c.closeErr == nil {
+			c.closeErr = err
+		}
+	})
+	return c.closeErr
+}
+
+// QueryDevice returns the device's attributes, extended ones included
+// (ibv_query_device_ex). The firmware version is formatted as the device's
+// rdma-core provider formats it.
+func (c *Context) QueryDevice() (DeviceAttr, error) {
+	var a DeviceAttr
+	req := new(abi.IbUverbsExQueryDevice)
+	resp := new(abi.IbUverbsExQueryDeviceResp)
+	err := c.invokeWrite(abi.IB_USER_VERBS_CMD_FLAG_EXTENDED|abi.IB_USER_VERBS_EX_CMD_QUERY_DEVICE,
+		unsafe.Pointer(req), int(unsafe.Sizeof(*req)), unsafe.Pointer(resp), int(unsafe.Sizeof(*resp)), "query device")
+	if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOSYS) {
+		// A driver without the extended command: ask for the base attributes.
+		*resp = abi.IbUverbsExQueryDeviceResp{}
+		base := new(abi.IbUverbsQueryDevice)
+		err = c.invokeWrite(abi.IB_USER_VERBS_CMD_QUERY_DEVICE,
+			unsafe.Pointer(base), int(unsafe.Sizeof(*base)), unsafe.Pointer(&resp.Base), int(unsafe.Sizeof(resp.Base)), "query device")
+		resp.Response_length = uint32(unsafe.Sizeof(resp.Base))
+	}
+	if err != nil {
+		return a, err
+	}
+	decodeDeviceAttr(&a, resp)
+	a.FWVer = formatFWVer(c.dev.Driver, a.FWVerRaw)
+	a.PhysPortCntEx = uint32(a.PhysPortCnt)
+	return a, nil
+}
+
+// decodeDeviceAttr copies the kernel's response, taking extended fields only
+// when the kernel's response_length says it wrote them.
+func decodeDeviceAttr(a *DeviceAttr, r *abi.IbUverbsExQueryDeviceResp) {
+	b := &r.Base
+	a.FWVerRaw = b.Fw_ver
+	binary.NativeEndian.PutUint64(a.NodeGUID[:], b.Node_guid)
+	binary.NativeEndian.PutUint64(a.SysImageGUID[:], b.Sys_image_guid)
+	a.MaxMRSize = b.Max_mr_size
+	a.PageSizeCap = b.Page_size_cap
+	a.VendorID = b.Vendor_id
+	a.VendorPartID = b.Vendor_part_id
+	a.HWVer = b.Hw_ver
+	a.MaxQP = int(int32(b.Max_qp))
+	a.MaxQPWR = int(int32(b.Max_qp_wr))
+	a.DeviceCapFlags = b.Device_cap_flags
+	a.MaxSGE = int(int32(b.Max_sge))
+	a.MaxSGERd = int(int32(b.Max_sge_rd))
+	a.MaxCQ = int(int32(b.Max_cq))
+	a.MaxCQE = int(int32(b.Max_cqe))
+	a.MaxMR = int(int32(b.Max_mr))
+	a.MaxPD = int(int32(b.Max_pd))
+	a.MaxQPRdAtom = int(int32(b.Max_qp_rd_atom))
+	a.MaxEERdAtom = int(int32(b.Max_ee_rd_atom))
+	a.MaxResRdAtom = int(int32(b.Max_res_rd_atom))
+	a.MaxQPInitRdAtom = int(int32(b.Max_qp_init_rd_atom))
+	a.MaxEEInitRdAtom = int(int32(b.Max_ee_init_rd_atom))
+	a.AtomicCap = AtomicCap(b.Atomic_cap)
+	a.MaxEE = int(int32(b.Max_ee))
+	a.MaxRDD = int(int32(b.Max_rdd))
+	a.MaxMW = int(int32(b.Max_mw))
+	a.MaxRawIPv6QP = int(int32(b.Max_raw_ipv6_qp))
+	a.MaxRawEthyQP = int(int32(b.Max_raw_ethy_qp))
+	a.MaxMcastGrp = int(int32(b.Max_mcast_grp))
+	a.MaxMcastQPAttach = int(int32(b.Max_mcast_qp_attach))
+	a.MaxTotalMcastQPAttach = int(int32(b.Max_total_mcast_qp_attach))
+	a.MaxAH = int(int32(b.Max_ah))
+	a.MaxFMR = int(int32(b.Max_fmr))
+	a.MaxMapPerFMR = int(int32(b.Max_map_per_fmr))
+	a.MaxSRQ = int(int32(b.Max_srq))
+	a.MaxSRQWR = int(int32(b.Max_srq_wr))
+	a.MaxSRQSGE = int(int32(b.Max_srq_sge))
+	a.MaxPKeys = b.Max_pkeys
+	a.LocalCAAckDelay = b.Local_ca_ack_delay
+	a.PhysPortCnt = b.Phys_port_cnt
+
+	n := uintptr(r.Response_length)
+	has := func(end uintptr) bool { return n >= end }
+	a.CompMask = r.Comp_mask
+	if has(unsafe.Offsetof(r.Odp_caps) + unsafe.Sizeof(r.Odp_caps)) {
+		a.ODPCaps = ODPCaps{
+			GeneralCaps: r.Odp_caps.General_caps,
+			RCODPCaps:   r.Odp_caps.Per_transport_caps.Rc_odp_caps,
+			UCODPCaps:   r.Odp_caps.Per_transport_caps.Uc_odp_caps,
+			UDODPCaps:   r.Odp_caps.Per_transport_caps.Ud_odp_caps,
+		}
+	}
+	if has(unsafe.Offsetof(r.Timestamp_mask) + 8) {
+		a.CompletionTimestampMask = r.Timestamp_mask
+	}
+	if has(unsafe.Offsetof(r.Hca_core_clock) + 8) {
+		a.HCACoreClock = r.Hca_core_clock
+	}
+	if has(unsafe.Offsetof(r.Device_cap_flags_ex) + 8) {
+		a.DeviceCapFlagsEx = r.Device_cap_flags_ex
+	}
+	if has(unsafe.Offsetof(r.Rss_caps) + unsafe.Sizeof(r.Rss_caps)) {
+		a.RSSCaps.SupportedQPTs = r.Rss_caps.Supported_qpts
+		a.RSSCaps.MaxRWQIndirectionTables = r.Rss_caps.Max_rwq_indirection_tables
+		a.RSSCaps.MaxRWQIndirectionTableSize = r.Rss_caps.Max_rwq_indirection_table_size
+	}
+	if has(unsafe.Offsetof(r.Max_wq_type_rq) + 4) {
+		a.MaxWQTypeRQ = r.Max_wq_type_rq
+	}
+	if has(unsafe.Offsetof(r.Raw_packet_caps) + 4) {
+		a.RawPacketCaps = r.Raw_packet_caps
+	}
+	if has(unsafe.Offsetof(r.Tm_caps) + unsafe.Sizeof(r.Tm_caps)) {
+		a.TMCaps = TMCaps{
+			MaxRndvHdrSize: r.Tm_caps.Rndv_hdr_size,
+			MaxNumTags:     r.Tm_caps.Num_tags,
+			Flags:          r.Tm_caps.Flags,
+			MaxOps:         r.Tm_caps.Ops,
+			MaxSGE:         r.Tm_caps.Sge,
+		}
+	}
+	if has(unsafe.Offsetof(r.Cq_moderation_caps) + unsafe.Sizeof(r.Cq_moderation_caps)) {
+		a.CQModCaps = CQModerationCaps{
+			MaxCQCount:  r.Cq_moderation_caps.Cq_moderation_count,
+			MaxCQPeriod: r.Cq_moderation_caps.Cq_moderation_period,
+		}
+	}
+	if has(unsafe.Offsetof(r.Max_dm_size) + 8) {
+		a.MaxDMSize = r.Max_dm_size
+	}
+	if has(unsafe.Offsetof(r.Xrc_odp_caps) + 4) {
+		a.XRCODPCaps = r.Xrc_odp_caps
+	}
+}
+
+// invokeWrite runs a legacy write command through the ioctl interface
+// (UVERBS_METHOD_INVOKE_WRITE), the way rdma-core does on kernels that offer
+// it: the request and response travel as attributes, so no user pointer is
+// embedded in the request. req and resp must point to heap memory.
+func (c *Context) invokeWrite(cmdID uint32, req unsafe.Pointer, reqLen int, resp unsafe.Pointer, respLen int, op string) error {
+	cmd := newCommand(abi.UVERBS_OBJECT_DEVICE, abi.UVERBS_METHOD_INVOKE_WRITE)
+	cmd.driverID = c.dev.DriverID
+	cmd.constIn(abi.UVERBS_ATTR_WRITE_CMD, uint64(cmdID))
+	if reqLen > 0 {
+		cmd.ptrIn(abi.UVERBS_ATTR_CORE_IN, req, reqLen)
+	}
+	if respLen > 0 {
+		cmd.ptrOut(abi.UVERBS_ATTR_CORE_OUT, resp, respLen)
+	}
+	return cmd.execute(c.f, op)
+}
+
+// QueryPort returns the attributes of port (numbered from 1).
+func (c *Context) QueryPort(port uint8) (PortAttr, error) {
+	var a PortAttr
+	if port == 0 {
+		return a, &Error{Op: "query port", Err: unix.EINVAL}
+	}
+	resp := new(abi.IbUverbsQueryPortRespEx)
+	cmd := newCommand(abi.UVERBS_OBJECT_DEVICE, abi.UVERBS_METHOD_QUERY_PORT)
+	cmd.driverID = c.dev.DriverID
+	cmd.constIn(abi.UVERBS_ATTR_QUERY_PORT_PORT_NUM, uint64(port))
+	cmd.ptrOut(abi.UVERBS_ATTR_QUERY_PORT_RESP, unsafe.Pointer(resp), int(unsafe.Sizeof(*resp)))
+	if err := cmd.execute(c.f, fmt.Sprintf("query port %d", port)); err != nil {
+		return a, err
+	}
+	r := &resp.Legacy_resp
+	a = PortAttr{
+		State:         PortState(r.State),
+		MaxMTU:        MTU(r.Max_mtu),
+		ActiveMTU:     MTU(r.Active_mtu),
+		GIDTblLen:     int(r.Gid_tbl_len),
+		PortCapFlags:  r.Port_cap_flags,
+		MaxMsgSz:      r.Max_msg_sz,
+		BadPKeyCntr:   r.Bad_pkey_cntr,
+		QKeyViolCntr:  r.Qkey_viol_cntr,
+		PKeyTblLen:    r.Pkey_tbl_len,
+		LID:           r.Lid,
+		SMLID:         r.Sm_lid,
+		LMC:           r.Lmc,
+		MaxVLNum:      r.Max_vl_num,
+		SMSL:          r.Sm_sl,
+		SubnetTimeout: r.Subnet_timeout,
+		InitTypeReply: r.Init_type_reply,
+		ActiveWidth:   r.Active_width,
+		ActiveSpeed:   r.Active_speed,
+		PhysState:     r.Phys_state,
+		LinkLayer:     LinkLayer(r.Link_layer),
+		Flags:         r.Flags,
+		PortCapFlags2: resp.Port_cap_flags2,
+	}
+	return a, nil
+}
+
+// QueryGIDTable returns every valid entry of every port's GID table, with
+// its type and netdev (ibv_query_gid_table). Kernels without the ioctl
+// method are answered from sysfs.
+func (c *Context) QueryGIDTable() ([]GIDEntry, error) {
+	dattr, err := c.QueryDevice()
+	if err != nil {
+		return nil, err
+	}
+	max := 0
+	for p := 1; p <= int(dattr.PhysPortCnt); p++ {
+		pa, err := c.QueryPort(uint8(p))
+		if err != nil {
+			return nil, err
+		}
+		max += pa.GIDTblLen
+	}
+	if max == 0 {
+		return nil, nil
+	}
+	const entrySize = int(unsafe.Sizeof(abi.IbUverbsGidEntry{}))
+	raw := make([]abi.IbUverbsGidEntry, max)
+	num := new(uint64)
+	cmd := newCommand(abi.UVERBS_OBJECT_DEVICE, abi.UVERBS_METHOD_QUERY_GID_TABLE)
+	cmd.driverID = c.dev.DriverID
+	cmd.constIn(abi.UVERBS_ATTR_QUERY_GID_TABLE_ENTRY_SIZE, uint64(entrySize))
+	cmd.ptrOut(abi.UVERBS_ATTR_QUERY_GID_TABLE_RESP_ENTRIES, unsafe.Pointer(&raw[0]), entrySize*max)
+	cmd.ptrOut(abi.UVERBS_ATTR_QUERY_GID_TABLE_RESP_NUM_ENTRIES, unsafe.Pointer(num), 8)
+	err = cmd.execute(c.f, "query GID table")
+	if errors.Is(err, unix.EPROTONOSUPPORT) || errors.Is(err, unix.EOPNOTSUPP) {
+		return c.sysfsGIDTable(int(dattr.PhysPortCnt))
+	}
+	if err != nil {
+		return nil, err
+	}
+	if *num > uint64(max) {
+		return nil, &Error{Op: "query GID table", Err: unix.EOVERFLOW}
+	}
+	out := make([]GIDEntry, 0, *num)
+	for _, e := range raw[:*num] {
+		var g GIDEntry
+		binary.NativeEndian.PutUint64(g.GID[0:], e.Gid[0])
+		binary.NativeEndian.PutUint64(g.GID[8:], e.Gid[1])
+		g.Index, g.Port, g.Type, g.NetdevIndex = e.Gid_index, e.Port_num, GIDType(e.Gid_type), e.Netdev_ifindex
+		out = append(out, g)
+	}
+	return out, nil
+}
+
+// sysfsGIDTable reads the GID tables from sysfs, as libibverbs does on
+// kernels without UVERBS_METHOD_QUERY_GID_TABLE.
+func (c *Context) sysfsGIDTable(ports int) ([]GIDEntry, error) {
+	var out []GIDEntry
+	for p := 1; p <= ports; p++ {
+		dir := filepath.Join(c.dev.SysfsPath, "ports", fmt.Sprint(p))
+		ents, err := os.ReadDir(filepath.Join(dir, "gids"))
+		if err != nil {
+			return nil, fmt.Errorf("uverbs: reading GID table: %w", err)
+		}
+		for i := 0; i < len(ents); i++ {
+			s, err := readSysfs(filepath.Join(dir, "gids", fmt.Sprint(i)))
+			if err != nil {
+				continue
+			}
+			gid, ok := parseGIDString(s)
+			if !ok || gid.IsZero() {
+				continue
+			}
+			e := GIDEntry{GID: gid, Index: uint32(i), Port: uint32(p), Type: GIDTypeIB}
+			if t, err := readSysfs(filepath.Join(dir, "gid_attrs/types", fmt.Sprint(i))); err == nil {
+				switch t {
+				case "RoCE v2":
+					e.Type = GIDTypeRoCEv2
+				case "IB/RoCE v1":
+					if c.linkLayerEthernet(p) {
+						e.Type = GIDTypeRoCEv1
+					}
+				}
+			}
+			if nd, err := readSysfs(filepath.Join(dir, "gid_attrs/ndevs", fmt.Sprint(i))); err == nil {
+				if ifi, err := netInterfaceIndex(nd); err == nil {
+					e.NetdevIndex = ifi
+				}
+			}
+			out = append(out, e)
+		}
+	}
+	return out, nil
+}
+
+func (c *Context) linkLayerEthernet(port int) bool {
+	v, err := readSysfs(filepath.Join(c.dev.SysfsPath, "ports", fmt.Sprint(port), "link_layer"))
+	return err == nil && v == "Ethernet"
+}
+
+func netInterfaceIndex(name string) (uint32, error) {
+	v, err := readSysfs(filepath.Join(sysfsRoot, "class/net", name, "ifindex"))
+	if err != nil {
+		return 0, err
+	}
+	var n uint32
+	_, err = fmt.Sscan(v, &n)
+	return n, err
+}
+
+// parseGIDString parses sysfs's "fe80:0000:...:0001".
+func parseGIDString(s string) (GID, bool) {
+	var g GID
+	parts := strings.Split(s, ":")
+	if len(parts) != 8 {
+		return g, false
+	}
+	for i, p := range parts {
+		var v uint16
+		if _, err := fmt.Sscanf(p, "%x", &v); err != nil {
+			return g, false
+		}
+		binary.BigEndian.PutUint16(g[2*i:], v)
+	}
+	return g, true
+}

@@ -1,0 +1,195 @@
+package uverbs
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// Device is an RDMA device found on this host (struct ibv_device). It is a
+// plain description: Open gives a Context on it.
+type Device struct {
+	Name       string    // kernel name, e.g. "rxe0" or "mlx5_0"
+	Index      uint32    // kernel device index (RDMA netlink); 0 if unknown
+	NodeGUID   GUID      // node GUID
+	NodeType   NodeType  // node type
+	Transport  Transport // derived from NodeType, as libibverbs does
+	Driver     string    // provider name, e.g. "rxe", "mlx5"; "" if unknown
+	DriverID   uint32    // RDMA_DRIVER_* id the kernel reports for the device
+	DevPath    string    // the uverbs character device, e.g. /dev/infiniband/uverbs0
+	ABIVersion int       // uverbs ABI version of the character device
+	SysfsPath  string    // /sys/class/infiniband/<Name>
+}
+
+// Where the kernel's interfaces live; tests point them at fixtures.
+var (
+	sysfsRoot = "/sys"
+	devRoot   = "/dev/infiniband"
+	dialNL    = func() (nlConn, error) { return dialRDMANetlink() }
+)
+
+// ErrNoDevice is returned by Open when the host has no RDMA device at all.
+var ErrNoDevice = errors.New("uverbs: no RDMA devices found (no /dev/infiniband/uverbs* device; is an RDMA driver such as rdma_rxe or mlx5_ib loaded?)")
+
+// Devices lists the RDMA devices that have a uverbs interface, sorted by
+// name. It asks RDMA netlink first, which also reports each device's driver,
+// and reads sysfs when netlink is unavailable. A host without RDMA gives an
+// empty list and no error.
+func Devices() ([]Device, error) {
+	devs, err := netlinkDevices()
+	if err != nil {
+		devs, err = sysfsDevices()
+		if err != nil {
+			return nil, err
+		}
+	}
+	sort.Slice(devs, func(i, j int) bool { return devs[i].Name < devs[j].Name })
+	return devs, nil
+}
+
+func netlinkDevices() ([]Device, error) {
+	c, err := dialNL()
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	nls, err := nlDevices(c)
+	if err != nil {
+		return nil, err
+	}
+	var devs []Device
+	for _, n := range nls {
+		if n.chardev == "" {
+			continue // no verbs interface (e.g. a device without user access)
+		}
+		d := Device{
+			Name:       n.name,
+			Index:      n.index,
+			NodeType:   NodeType(n.nodeType),
+			DriverID:   n.driverID,
+			DevPath:    filepath.Join(devRoot, n.chardev),
+			ABIVersion: int(n.abiVer),
+			SysfsPath:  filepath.Join(sysfsRoot, "class/infiniband", n.name),
+		}
+		// Netlink sends the GUID in host order of the big-endian value.
+		binary.BigEndian.PutUint64(d.NodeGUID[:], n.nodeGUID)
+		d.Driver = driverName(d.DriverID)
+		d.Transport = transportOf(d.NodeType)
+		devs = append(devs, d)
+	}
+	return devs, nil
+}
+
+// sysfsDevices is the fallback when RDMA netlink is unavailable: the uverbs
+// class lists each character device and the ibdev behind it.
+func sysfsDevices() ([]Device, error) {
+	dir := filepath.Join(sysfsRoot, "class/infiniband_verbs")
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("uverbs: listing devices: %w", err)
+	}
+	var devs []Device
+	for _, e := range ents {
+		if !strings.HasPrefix(e.Name(), "uverbs") {
+			continue
+		}
+		name, err := readSysfs(filepath.Join(dir, e.Name(), "ibdev"))
+		if err != nil {
+			continue
+		}
+		d := Device{
+			Name:      name,
+			DevPath:   filepath.Join(devRoot, e.Name()),
+			SysfsPath: filepath.Join(sysfsRoot, "class/infiniband", name),
+		}
+		if v, err := readSysfs(filepath.Join(dir, e.Name(), "abi_version")); err == nil {
+			d.ABIVersion, _ = strconv.Atoi(v)
+		}
+		if v, err := readSysfs(filepath.Join(d.SysfsPath, "node_type")); err == nil {
+			// "1: CA"
+			n, _, _ := strings.Cut(v, ":")
+			t, _ := strconv.Atoi(n)
+			d.NodeType = NodeType(t)
+		}
+		if v, err := readSysfs(filepath.Join(d.SysfsPath, "node_guid")); err == nil {
+			d.NodeGUID, _ = parseGUID(v)
+		}
+		d.Transport = transportOf(d.NodeType)
+		d.Driver = driverFromSysfs(d.SysfsPath)
+		d.DriverID = driverIDOf(d.Driver)
+		devs = append(devs, d)
+	}
+	return devs, nil
+}
+
+// transportOf maps a node type to its transport as libibverbs does.
+func transportOf(t NodeType) Transport {
+	switch t {
+	case NodeCA, NodeSwitch, NodeRouter:
+		return TransportIB
+	case NodeRNIC:
+		return TransportIWARP
+	case NodeUSNIC:
+		return TransportUSNIC
+	case NodeUSNICUDP:
+		return TransportUSNICUDP
+	case NodeUnspecified:
+		return TransportUnspecified
+	}
+	return TransportUnknown
+}
+
+func readSysfs(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+// parseGUID parses "0011:2233:4455:6677".
+func parseGUID(s string) (GUID, error) {
+	var g GUID
+	parts := strings.Split(s, ":")
+	if len(parts) != 4 {
+		return g, fmt.Errorf("uverbs: malformed GUID %q", s)
+	}
+	for i, p := range parts {
+		v, err := strconv.ParseUint(p, 16, 16)
+		if err != nil {
+			return g, fmt.Errorf("uverbs: malformed GUID %q", s)
+		}
+		binary.BigEndian.PutUint16(g[2*i:], uint16(v))
+	}
+	return g, nil
+}
+
+// findDevice resolves a name to a device, with an error that lists what
+// exists when it does not.
+func findDevice(name string) (Device, error) {
+	devs, err := Devices()
+	if err != nil {
+		return Device{}, err
+	}
+	if len(devs) == 0 {
+		return Device{}, ErrNoDevice
+	}
+	names := make([]string, len(devs))
+	for i, d := range devs {
+		if d.Name == name {
+			return d, nil
+		}
+		names[i] = d.Name
+	}
+	return Device{}, fmt.Errorf("uverbs: no RDMA device %q (devices: %s): %w", name, strings.Join(names, ", "), unix.ENODEV)
+}

@@ -1,0 +1,29 @@
+package uverbs
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrClosed is returned by every method of an object after its Close.
+var ErrClosed = errors.New("uverbs: use of closed object")
+
+// Error is a failed kernel call. It wraps the errno, so callers test it with
+// errors.Is(err, unix.EOPNOTSUPP) and the like.
+type Error struct {
+	Op  string // the verb, e.g. "query port"
+	Err error  // usually a unix.Errno
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("uverbs: %s: %v", e.Op, e.Err) }
+func (e *Error) Unwrap() error { return e.Err }
+
+func wrapErr(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, ErrClosed) {
+		return err
+	}
+	return &Error{Op: op, Err: err}
+}

@@ -1,0 +1,83 @@
+package uverbs
+
+import (
+	"sync"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// cmdFile is the command channel to the kernel: the uverbs character device.
+// Everything the control path sends goes through these two calls, so unit
+// tests replace the device with a fake that decodes and answers them.
+type cmdFile interface {
+	ioctl(req uint, arg unsafe.Pointer) error
+	write(b []byte) error
+	fd() int
+	Close() error
+}
+
+// devFile is an open /dev/infiniband/uverbsN. Close is idempotent and safe
+// against concurrent use: the descriptor number is never closed twice, so a
+// late call cannot hit a descriptor the process has since reused.
+type devFile struct {
+	mu     sync.RWMutex
+	raw    int
+	closed bool
+}
+
+func openDevFile(path string) (*devFile, error) {
+	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	return &devFile{raw: fd}, nil
+}
+
+func (f *devFile) ioctl(req uint, arg unsafe.Pointer) error {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if f.closed {
+		return ErrClosed
+	}
+	_, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(f.raw), uintptr(req), uintptr(arg))
+	if e != 0 {
+		return e
+	}
+	return nil
+}
+
+func (f *devFile) write(b []byte) error {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if f.closed {
+		return ErrClosed
+	}
+	n, err := unix.Write(f.raw, b)
+	if err != nil {
+		return err
+	}
+	if n != len(b) {
+		return unix.EIO
+	}
+	return nil
+}
+
+func (f *devFile) fd() int {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if f.closed {
+		return -1
+	}
+	return f.raw
+}
+
+func (f *devFile) Close() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return nil
+	}
+	f.closed = true
+	return unix.Close(f.raw)
+}

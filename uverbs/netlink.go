@@ -1,0 +1,256 @@
+package uverbs
+
+import (
+	"encoding/binary"
+	"fmt"
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rdmago/rdma/uverbs/abi"
+)
+
+// RDMA netlink (NETLINK_RDMA, the nldev client) is how the kernel names its
+// RDMA devices and, for each, the uverbs character device and the driver id
+// that the ioctl header carries. Its messages are a netlink header followed
+// directly by attributes; there is no generic-netlink header.
+
+// nlAttrs is a decoded attribute set: type to payload.
+type nlAttrs map[uint16][]byte
+
+func (a nlAttrs) u32(t uint16) (uint32, bool) {
+	b, ok := a[t]
+	if !ok || len(b) < 4 {
+		return 0, false
+	}
+	return binary.NativeEndian.Uint32(b), true
+}
+
+// uint returns an unsigned attribute sent as 1, 2, 4 or 8 bytes; the kernel
+// has widened some of them over the years.
+func (a nlAttrs) uint(t uint16) (uint64, bool) {
+	b, ok := a[t]
+	if !ok {
+		return 0, false
+	}
+	ne := binary.NativeEndian
+	switch len(b) {
+	case 1:
+		return uint64(b[0]), true
+	case 2:
+		return uint64(ne.Uint16(b)), true
+	case 4:
+		return uint64(ne.Uint32(b)), true
+	case 8:
+		return ne.Uint64(b), true
+	}
+	return 0, false
+}
+
+func (a nlAttrs) str(t uint16) (string, bool) {
+	b, ok := a[t]
+	if !ok {
+		return "", false
+	}
+	for i, c := range b {
+		if c == 0 {
+			b = b[:i]
+			break
+		}
+	}
+	return string(b), true
+}
+
+// nlEncoder appends netlink attributes to a message.
+type nlEncoder struct{ b []byte }
+
+func (e *nlEncoder) attr(t uint16, payload []byte) {
+	n := unix.SizeofRtAttr + len(payload)
+	var h [4]byte
+	binary.NativeEndian.PutUint16(h[0:], uint16(n))
+	binary.NativeEndian.PutUint16(h[2:], t)
+	e.b = append(e.b, h[:]...)
+	e.b = append(e.b, payload...)
+	for len(e.b)%4 != 0 {
+		e.b = append(e.b, 0)
+	}
+}
+
+func (e *nlEncoder) u32(t uint16, v uint32) {
+	var b [4]byte
+	binary.NativeEndian.PutUint32(b[:], v)
+	e.attr(t, b[:])
+}
+
+func (e *nlEncoder) str(t uint16, s string) { e.attr(t, append([]byte(s), 0)) }
+
+// parseNLAttrs decodes a flat attribute list, ignoring nesting.
+func parseNLAttrs(b []byte) (nlAttrs, error) {
+	attrs := nlAttrs{}
+	for len(b) >= 4 {
+		n := int(binary.NativeEndian.Uint16(b[0:]))
+		t := binary.NativeEndian.Uint16(b[2:]) &^ (unix.NLA_F_NESTED | unix.NLA_F_NET_BYTEORDER)
+		if n < 4 || n > len(b) {
+			return nil, fmt.Errorf("uverbs: malformed netlink attribute (len %d of %d)", n, len(b))
+		}
+		attrs[t] = b[4:n]
+		adv := (n + 3) &^ 3
+		if adv > len(b) {
+			adv = len(b)
+		}
+		b = b[adv:]
+	}
+	return attrs, nil
+}
+
+// nlConn is the transport: real sockets in production, a fake in tests.
+type nlConn interface {
+	// request sends one message and returns the attribute sets of every reply
+	// message up to the end of a dump or the single answer.
+	request(msgType uint16, flags uint16, attrs []byte) ([]nlAttrs, error)
+	Close() error
+}
+
+var nlSeq atomic.Uint32
+
+type nlSocket struct{ fd int }
+
+func dialRDMANetlink() (*nlSocket, error) {
+	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_RDMA)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	return &nlSocket{fd: fd}, nil
+}
+
+func (s *nlSocket) Close() error { return unix.Close(s.fd) }
+
+func (s *nlSocket) request(msgType, flags uint16, payload []byte) ([]nlAttrs, error) {
+	seq := nlSeq.Add(1)
+	msg := make([]byte, unix.NLMSG_HDRLEN, unix.NLMSG_HDRLEN+len(payload))
+	ne := binary.NativeEndian
+	ne.PutUint32(msg[0:], uint32(unix.NLMSG_HDRLEN+len(payload)))
+	ne.PutUint16(msg[4:], msgType)
+	ne.PutUint16(msg[6:], flags|unix.NLM_F_REQUEST|unix.NLM_F_ACK)
+	ne.PutUint32(msg[8:], seq)
+	msg = append(msg, payload...)
+	if err := unix.Sendto(s.fd, msg, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		return nil, err
+	}
+	var out []nlAttrs
+	buf := make([]byte, 1<<16)
+	for {
+		n, _, err := unix.Recvfrom(s.fd, buf, 0)
+		if err != nil {
+			if err == unix.EINTR {
+				continue
+			}
+			return nil, err
+		}
+		msgs, err := syscallParseNetlink(buf[:n])
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range msgs {
+			if m.seq != seq {
+				continue
+			}
+			switch m.typ {
+			case unix.NLMSG_DONE:
+				return out, nil
+			case unix.NLMSG_ERROR:
+				if len(m.data) < 4 {
+					return nil, unix.EIO
+				}
+				if errno := -int32(ne.Uint32(m.data)); errno != 0 {
+					return nil, unix.Errno(errno)
+				}
+				// An ACK ends a non-dump request.
+				if flags&unix.NLM_F_DUMP == 0 {
+					return out, nil
+				}
+			default:
+				a, err := parseNLAttrs(m.data)
+				if err != nil {
+					return nil, err
+				}
+				out = append(out, a)
+			}
+		}
+	}
+}
+
+type nlMsg struct {
+	typ  uint16
+	seq  uint32
+	data []byte
+}
+
+func syscallParseNetlink(b []byte) ([]nlMsg, error) {
+	var msgs []nlMsg
+	ne := binary.NativeEndian
+	for len(b) >= unix.NLMSG_HDRLEN {
+		n := int(ne.Uint32(b[0:]))
+		if n < unix.NLMSG_HDRLEN || n > len(b) {
+			return nil, fmt.Errorf("uverbs: malformed netlink message (len %d of %d)", n, len(b))
+		}
+		msgs = append(msgs, nlMsg{typ: ne.Uint16(b[4:]), seq: ne.Uint32(b[8:]), data: b[unix.NLMSG_HDRLEN:n]})
+		adv := (n + unix.NLMSG_ALIGNTO - 1) &^ (unix.NLMSG_ALIGNTO - 1)
+		if adv > len(b) {
+			adv = len(b)
+		}
+		b = b[adv:]
+	}
+	return msgs, nil
+}
+
+func nldevType(op int) uint16 { return uint16(abi.RDMA_NL_NLDEV<<10 + op) }
+
+// nlDevice is what netlink says of one device.
+type nlDevice struct {
+	index    uint32
+	name     string
+	nodeGUID uint64
+	nodeType uint8
+	chardev  string // "uverbs0"; "" if the device has no uverbs interface
+	abiVer   uint64
+	driverID uint32
+}
+
+// nlDevices lists the RDMA devices with their uverbs character devices.
+func nlDevices(c nlConn) ([]nlDevice, error) {
+	replies, err := c.request(nldevType(abi.RDMA_NLDEV_CMD_GET), unix.NLM_F_DUMP, nil)
+	if err != nil {
+		return nil, err
+	}
+	devs := make([]nlDevice, 0, len(replies))
+	for _, a := range replies {
+		var d nlDevice
+		var ok bool
+		if d.index, ok = a.u32(abi.RDMA_NLDEV_ATTR_DEV_INDEX); !ok {
+			continue
+		}
+		d.name, _ = a.str(abi.RDMA_NLDEV_ATTR_DEV_NAME)
+		d.nodeGUID, _ = a.uint(abi.RDMA_NLDEV_ATTR_NODE_GUID)
+		if t, ok := a.uint(abi.RDMA_NLDEV_ATTR_DEV_NODE_TYPE); ok {
+			d.nodeType = uint8(t)
+		}
+		var e nlEncoder
+		e.u32(abi.RDMA_NLDEV_ATTR_DEV_INDEX, d.index)
+		e.str(abi.RDMA_NLDEV_ATTR_CHARDEV_TYPE, "uverbs")
+		cr, err := c.request(nldevType(abi.RDMA_NLDEV_CMD_GET_CHARDEV), 0, e.b)
+		if err == nil && len(cr) > 0 {
+			d.chardev, _ = cr[0].str(abi.RDMA_NLDEV_ATTR_CHARDEV_NAME)
+			d.abiVer, _ = cr[0].uint(abi.RDMA_NLDEV_ATTR_CHARDEV_ABI)
+			if id, ok := cr[0].uint(abi.RDMA_NLDEV_ATTR_UVERBS_DRIVER_ID); ok {
+				d.driverID = uint32(id)
+			}
+		}
+		devs = append(devs, d)
+	}
+	return devs, nil
+}
