@@ -278,17 +278,17 @@ func decodeDeviceAttr(a *DeviceAttr, r *abi.IbUverbsExQueryDeviceResp) {
 	}
 	if has(unsafe.Offsetof(r.Tm_caps) + unsafe.Sizeof(r.Tm_caps)) {
 		a.TMCaps = TMCaps{
-			MaxRndvHdrSize: r.Tm_caps.Rndv_hdr_size,
-			MaxNumTags:     r.Tm_caps.Num_tags,
+			MaxRndvHdrSize: r.Tm_caps.Max_rndv_hdr_size,
+			MaxNumTags:     r.Tm_caps.Max_num_tags,
 			Flags:          r.Tm_caps.Flags,
-			MaxOps:         r.Tm_caps.Ops,
-			MaxSGE:         r.Tm_caps.Sge,
+			MaxOps:         r.Tm_caps.Max_ops,
+			MaxSGE:         r.Tm_caps.Max_sge,
 		}
 	}
 	if has(unsafe.Offsetof(r.Cq_moderation_caps) + unsafe.Sizeof(r.Cq_moderation_caps)) {
 		a.CQModCaps = CQModerationCaps{
-			MaxCQCount:  r.Cq_moderation_caps.Cq_moderation_count,
-			MaxCQPeriod: r.Cq_moderation_caps.Cq_moderation_period,
+			MaxCQCount:  r.Cq_moderation_caps.Max_cq_moderation_count,
+			MaxCQPeriod: r.Cq_moderation_caps.Max_cq_moderation_period,
 		}
 	}
 	if has(unsafe.Offsetof(r.Max_dm_size) + 8) {
@@ -354,6 +354,8 @@ func (c *Context) QueryPort(port uint8) (PortAttr, error) {
 		LinkLayer:     LinkLayer(r.Link_layer),
 		Flags:         r.Flags,
 		PortCapFlags2: resp.Port_cap_flags2,
+		// Kernels before 6.12 leave it zero (their response is shorter).
+		ActiveSpeedEx: resp.Active_speed_ex,
 	}
 	return a, nil
 }
