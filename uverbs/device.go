@@ -38,6 +38,12 @@ var (
 // ErrNoDevice is returned by Open when the host has no RDMA device at all.
 var ErrNoDevice = errors.New("uverbs: no RDMA devices found (no /dev/infiniband/uverbs* device; is an RDMA driver such as rdma_rxe or mlx5_ib loaded?)")
 
+// errNoRDMA is returned when the kernel has no RDMA subsystem loaded: neither
+// RDMA netlink nor the uverbs sysfs class exists. It matches both
+// ErrNoDevice and unix.ENOSYS.
+var errNoRDMA = fmt.Errorf("%w (the kernel has no RDMA subsystem: no RDMA netlink, no %s): %w",
+	ErrNoDevice, "/sys/class/infiniband_verbs", unix.ENOSYS)
+
 // Devices lists the RDMA devices that have a uverbs interface, sorted by
 // name. It asks RDMA netlink first, which also reports each device's driver,
 // and reads sysfs when netlink is unavailable. A host without RDMA gives an
@@ -88,12 +94,14 @@ func netlinkDevices() ([]Device, error) {
 }
 
 // sysfsDevices is the fallback when RDMA netlink is unavailable: the uverbs
-// class lists each character device and the ibdev behind it.
+// class lists each character device and the ibdev behind it. Without either,
+// the host has no RDMA subsystem at all; that is an error (ENOSYS, as
+// libibverbs reports it), where a subsystem without devices is an empty list.
 func sysfsDevices() ([]Device, error) {
 	dir := filepath.Join(sysfsRoot, "class/infiniband_verbs")
 	ents, err := os.ReadDir(dir)
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
+		return nil, errNoRDMA
 	}
 	if err != nil {
 		return nil, fmt.Errorf("uverbs: listing devices: %w", err)

@@ -184,3 +184,18 @@ func TestGIDFormatting(t *testing.T) {
 		t.Error("compressed form accepted as a sysfs GID")
 	}
 }
+
+// A kernel without RDMA at all has neither netlink nor the sysfs class.
+func TestDevicesNoRDMASubsystem(t *testing.T) {
+	oldRoot, oldDial := sysfsRoot, dialNL
+	sysfsRoot = t.TempDir()
+	dialNL = func() (nlConn, error) { return nil, unix.EPROTONOSUPPORT }
+	t.Cleanup(func() { sysfsRoot, dialNL = oldRoot, oldDial })
+	_, err := Devices()
+	if !errors.Is(err, unix.ENOSYS) || !errors.Is(err, ErrNoDevice) {
+		t.Fatalf("Devices() = %v, want ENOSYS and ErrNoDevice", err)
+	}
+	if _, err := Open("rxe0"); !errors.Is(err, ErrNoDevice) {
+		t.Fatalf("Open = %v, want ErrNoDevice", err)
+	}
+}
