@@ -142,8 +142,11 @@ func (s *nlSocket) request(msgType, flags uint16, payload []byte) ([]nlAttrs, er
 		return nil, err
 	}
 	var out []nlAttrs
-	buf := make([]byte, 1<<16)
 	for {
+		// A fresh buffer for every datagram: the attributes returned point
+		// into it, and the next receive (often just the ACK) must not
+		// overwrite them.
+		buf := make([]byte, 1<<16)
 		n, _, err := unix.Recvfrom(s.fd, buf, 0)
 		if err != nil {
 			if err == unix.EINTR {
@@ -151,7 +154,7 @@ func (s *nlSocket) request(msgType, flags uint16, payload []byte) ([]nlAttrs, er
 			}
 			return nil, err
 		}
-		msgs, err := syscallParseNetlink(buf[:n])
+		msgs, err := parseNLMessages(buf[:n])
 		if err != nil {
 			return nil, err
 		}
@@ -190,7 +193,7 @@ type nlMsg struct {
 	data []byte
 }
 
-func syscallParseNetlink(b []byte) ([]nlMsg, error) {
+func parseNLMessages(b []byte) ([]nlMsg, error) {
 	var msgs []nlMsg
 	ne := binary.NativeEndian
 	for len(b) >= unix.NLMSG_HDRLEN {

@@ -17,7 +17,7 @@ import (
 
 const ibvDevinfo = "/usr/bin/ibv_devinfo"
 
-func TestDevinfoMatchesIbvDevinfo(t *testing.T) {
+func TestDeviceDevinfoMatchesIbvDevinfo(t *testing.T) {
 	vm := os.Getenv("RDMAGO_VM") == "1"
 	if _, err := os.Stat("/dev/infiniband"); err != nil {
 		if vm {
