@@ -101,13 +101,6 @@ func (c *command) constIn(id uint16, v uint64) {
 	a.kind, a.len, a.data = kindInline, 8, v
 }
 
-// u32In adds a 4-byte inline value, for attributes whose schema has an exact
-// size of 4.
-func (c *command) u32In(id uint16, v uint32) {
-	a := c.next(id)
-	a.kind, a.len, a.data = kindInline, 4, uint64(v)
-}
-
 // ptrIn adds an input buffer. Buffers of up to 8 bytes travel inline, as the
 // kernel expects; larger ones by pointer.
 func (c *command) ptrIn(id uint16, p unsafe.Pointer, n int) {
@@ -145,13 +138,6 @@ func (c *command) enumIn(id uint16, elem uint8, p unsafe.Pointer, n int) {
 func (c *command) idrIn(id uint16, handle uint32) {
 	a := c.next(id)
 	a.kind, a.data = kindIDR, uint64(handle)
-}
-
-// idrNew asks for a new object; read its handle with outIDR after execute.
-func (c *command) idrNew(id uint16) int {
-	a := c.next(id)
-	a.kind = kindIDR
-	return c.n - 1
 }
 
 // fdIn passes an existing file descriptor.
@@ -223,11 +209,4 @@ func (c *command) attrData(i int) uint64 {
 	return binary.NativeEndian.Uint64(c.buf[ioctlHdrSize+i*ioctlAttrSize+8:])
 }
 
-// attrFlags returns the flags of attribute i as the kernel left them; the
-// kernel sets UVERBS_ATTR_F_VALID_OUTPUT on outputs it wrote.
-func (c *command) attrFlags(i int) uint16 {
-	return binary.NativeEndian.Uint16(c.buf[ioctlHdrSize+i*ioctlAttrSize+4:])
-}
-
-func (c *command) outIDR(i int) uint32 { return uint32(c.attrData(i)) }
-func (c *command) outFD(i int) int     { return int(int32(c.attrData(i))) }
+func (c *command) outFD(i int) int { return int(int32(c.attrData(i))) }

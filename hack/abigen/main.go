@@ -165,7 +165,7 @@ func extract(dir string, headers []string) error {
 	names := map[string]string{}
 	for _, t := range m.Types {
 		if prev, dup := names[t.Name]; dup {
-			return fmt.Errorf("Go name %s used by both %s and %s", t.Name, prev, t.C)
+			return fmt.Errorf("type name %s is used by both %s and %s", t.Name, prev, t.C)
 		}
 		names[t.Name] = t.C
 	}
