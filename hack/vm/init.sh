@@ -1,0 +1,118 @@
+#!/bin/busybox sh
+# /init of the rdmago test VM (PID 1), run by the static busybox of the
+# initramfs that hack/vm builds. It loads the modules, builds a root from the
+# host's (read-only 9p + tmpfs overlay), sets up dummy0 and rxe0, runs the
+# command the host wrote to the I/O share, and powers off.
+#
+# Protocol with the host (hack/vm/guest.go), over the 9p share "rdmagoio":
+#   config.sh   host -> guest  shell variables VM_RDMA, VM_SHELL, VM_RW
+#   cmd.sh      host -> guest  the command: exports, cd, exec (run by the host's /bin/sh)
+#   started     guest -> host  /proc/uptime when the command starts
+#   stdout, stderr             the command's output, streamed by the host
+#   exit        guest -> host  the command's exit status (renamed into place)
+# Setup failures are reported as one "vm-init: error: ..." line on the
+# console, which the host picks up as the cause.
+
+# One line at once: under KVM the host takes a silent guest for a broken KVM.
+echo "vm-init: started"
+/bin/busybox --install -s /bin
+export PATH=/bin
+
+die() {
+	echo "vm-init: error: $*"
+	poweroff -f
+	exit 1
+}
+
+mount -t proc proc /proc || die "cannot mount /proc"
+mount -t sysfs sysfs /sys || die "cannot mount /sys"
+mount -t devtmpfs devtmpfs /dev || die "cannot mount /dev"
+
+# With "rdmago.trace" on the kernel command line (vm run --console), print
+# the uptime at each stage, to see where boot time goes.
+trace() { :; }
+grep -qw rdmago.trace /proc/cmdline && trace() { read -r up _ </proc/uptime && echo "vm-init: [$up] $*"; }
+trace "init started"
+
+while read -r mod params; do
+	# shellcheck disable=SC2086 # params are separate words
+	insmod "/modules/$mod" $params || die "insmod $mod failed"
+done </modules/order
+trace "modules loaded"
+
+P9=trans=virtio,version=9p2000.L,msize=512000
+mount -t 9p -o $P9 rdmagoio /io || die "cannot mount the I/O share (9p rdmagoio)"
+VM_RDMA=1
+VM_SHELL=0
+VM_RW=
+. /io/config.sh || die "cannot read /io/config.sh"
+trace "I/O share mounted"
+
+# The host's root, read-only; cache=loose because nothing changes it under us
+# for the VM's short life, and it makes repeated lookups cheap.
+mount -t 9p -o $P9,cache=loose,ro hostroot /lower || die "cannot mount the host root (9p hostroot)"
+mount -t tmpfs -o mode=0755 tmpfs /rw || die "cannot mount tmpfs for the overlay"
+mkdir -p /rw/upper /rw/work
+R=/newroot
+mount -t overlay -o lowerdir=/lower,upperdir=/rw/upper,workdir=/rw/work overlay $R ||
+	die "cannot mount the overlay root"
+mount -t proc proc $R/proc || die "cannot mount proc in the root"
+mount -t sysfs sysfs $R/sys || die "cannot mount sysfs in the root"
+mount -t devtmpfs devtmpfs $R/dev || die "cannot mount devtmpfs in the root"
+mkdir -p $R/dev/pts $R/dev/shm
+mount -t devpts -o mode=0620,ptmxmode=0666 devpts $R/dev/pts || die "cannot mount devpts"
+mount -t tmpfs -o mode=1777 tmpfs $R/dev/shm || die "cannot mount /dev/shm"
+mount -t tmpfs -o mode=0755 tmpfs $R/run || die "cannot mount /run"
+trace "root ready"
+
+# Extra writable shares (vm run --rw DIR), at the same path as on the host.
+while read -r tag path; do
+	[ -n "$tag" ] || continue
+	mkdir -p "$R$path" && mount -t 9p -o $P9 "$tag" "$R$path" || die "cannot mount $path (9p $tag)"
+done <<EOF
+$VM_RW
+EOF
+
+# Networking: dummy.ko made dummy0; it carries 10.0.2.15 and rxe0. busybox's
+# ip is enough for this; the host's rdma tool does the rest.
+ip link set lo up || die "cannot bring lo up"
+ip addr add 10.0.2.15/24 dev dummy0 || die "cannot configure dummy0"
+ip link set dummy0 up || die "cannot bring dummy0 up"
+trace "dummy0 up"
+
+if [ "$VM_RDMA" = 1 ]; then
+	RDMA=
+	for p in /usr/bin/rdma /usr/sbin/rdma /bin/rdma /sbin/rdma; do
+		[ -x "$R$p" ] && RDMA=$p && break
+	done
+	[ -n "$RDMA" ] || die "the host has no rdma tool (install iproute2: vm deps)"
+	# An absolute path: busybox chroot would run its own applet for a bare name.
+	chroot $R $RDMA link add rxe0 type rxe netdev dummy0 || die "rdma link add rxe0 type rxe netdev dummy0 failed"
+	trace "rxe0 added"
+	# The command may only start once the RoCE v2 GID of 10.0.2.15 exists
+	# (index 0 is the IPv6 link-local one); 500 x 20 ms.
+	want=0000:0000:0000:0000:0000:ffff:0a00:020f
+	i=0
+	until [ "$(cat /sys/class/infiniband/rxe0/ports/1/gids/1 2>/dev/null)" = "$want" ]; do
+		i=$((i + 1))
+		[ $i -le 500 ] || die "rxe0 has no GID ::ffff:10.0.2.15 at index 1 after 10s"
+		usleep 20000
+	done
+	trace "rxe0 GID ready"
+fi
+
+mkdir -p $R/run/rdmago
+cp /io/cmd.sh $R/run/rdmago/cmd.sh || die "cannot copy the command script"
+cat /proc/uptime >/io/started
+
+# env -i: the command gets exactly the environment cmd.sh exports, nothing
+# of init's. /bin/sh here is the host's shell.
+if [ "$VM_SHELL" = 1 ]; then
+	setsid -c env -i /bin/busybox chroot $R /bin/sh /run/rdmago/cmd.sh </dev/ttyS0 >/dev/ttyS0 2>&1
+	rc=$?
+else
+	env -i /bin/busybox chroot $R /bin/sh /run/rdmago/cmd.sh </dev/null >/io/stdout 2>/io/stderr
+	rc=$?
+fi
+echo $rc >/io/exit.tmp && mv /io/exit.tmp /io/exit
+poweroff -f

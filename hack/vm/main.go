@@ -1,0 +1,101 @@
+// Command vm runs commands inside throwaway QEMU virtual machines that boot
+// Debian's own kernels with soft-RoCE (rdma_rxe), so that rdmago's device
+// tests can run on hosts whose kernel has no RDMA support.
+//
+// Subcommands:
+//
+//	vm deps                      install the host packages the VMs need
+//	vm kernel [--kernel SUITE]   fetch and prepare a Debian kernel, print its version
+//	vm run [flags] -- CMD ARGS   boot a VM, run CMD in it, exit with CMD's status
+//	vm shell [flags]             boot a VM with an interactive shell on the console
+//
+// `vm run` is shaped to be used as `go test -exec "bin/vm run --"`: the guest
+// sees the host's root file system read-only (with a throwaway writable overlay),
+// runs the command in the host's working directory and passes its output and
+// exit status back.
+//
+// Everything downloaded or built is cached under $RDMAGO_CACHE (default
+// <repo root>/.cache); see cache.go.
+package main
+
+import (
+	"fmt"
+	"os"
+	"strings"
+)
+
+// Exit codes of vm itself. The command's own status is passed through
+// unchanged; these mirror coreutils' timeout(1) so scripts can tell them apart.
+const (
+	exitTimeout = 124 // --timeout expired
+	exitVMError = 125 // the VM could not be prepared, booted or set up
+)
+
+const usage = `usage: vm <subcommand> [flags]
+
+subcommands:
+  deps      install the host packages the VMs need (apt-get, only if missing)
+  kernel    resolve, download and prepare a Debian kernel; print its version
+  run       boot a VM and run a command in it:  vm run [flags] -- CMD ARGS...
+  shell     boot a VM with an interactive shell on the serial console
+
+Run "vm <subcommand> -h" for the flags of each.
+
+environment:
+  RDMAGO_CACHE            cache folder (default: <repo root>/.cache)
+  RDMAGO_VM_KERNEL        default for --kernel (default: bookworm)
+  RDMAGO_VM_ACCEL         default for --accel: auto, kvm or tcg (default: auto)
+  RDMAGO_VM_CONSOLE=1     copy the guest's serial console to stderr while it runs
+  RDMAGO_VM_VERBOSE=1     print boot and run timings
+  RDMAGO_DEBIAN_MIRROR    Debian mirror (default: http://deb.debian.org/debian)
+  RDMAGO_DEBIAN_SECURITY  Debian security mirror (default: http://deb.debian.org/debian-security)
+`
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprint(os.Stderr, usage)
+		os.Exit(2)
+	}
+	args := os.Args[2:]
+	var code int
+	switch os.Args[1] {
+	case "deps":
+		code = cmdDeps(args)
+	case "kernel":
+		code = cmdKernel(args)
+	case "run":
+		code = cmdRun(args)
+	case "shell":
+		code = cmdShell(args)
+	case "-h", "-help", "--help", "help":
+		fmt.Print(usage)
+	default:
+		fmt.Fprintf(os.Stderr, "vm: unknown subcommand %q\n\n%s", os.Args[1], usage)
+		code = 2
+	}
+	os.Exit(code)
+}
+
+// logf prints one diagnostic line on stderr, prefixed so that it stands out
+// in test logs from the command's own output.
+func logf(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	fmt.Fprintln(os.Stderr, "vm: "+strings.TrimRight(msg, "\n"))
+}
+
+// envBool reports whether the environment variable is set to a true-ish value.
+func envBool(name string) bool {
+	switch strings.ToLower(os.Getenv(name)) {
+	case "1", "true", "yes", "on":
+		return true
+	}
+	return false
+}
+
+// envOr returns the variable's value, or def when it is unset or empty.
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
