@@ -13,8 +13,9 @@ GOTEST    := CGO_ENABLED=0 $(GO) test -count=1
 STATICCHECK_VERSION ?= v0.8.2
 
 export CGO_ENABLED := 0
+SHELL := /bin/bash
 
-.PHONY: all build vm deps test test-unit test-vm test-device test-kernels demo bench generate check-generate lint vet clean
+.PHONY: all build vm deps test test-unit test-vm test-device test-nodevice test-kernels demo bench generate check-generate lint vet clean
 
 all: build
 
@@ -29,13 +30,14 @@ deps: vm
 
 ## test: host unit tests, the ABI check, every package in the VM on the
 ## default kernel, and the device tests on the other kernels.
-test: vet test-unit check-generate test-vm test-device
+test: vet test-unit check-generate test-vm test-device test-nodevice
 
 test-unit:
 	$(GOTEST) ./...
 
 test-vm: deps
-	$(GOTEST) -exec "$(VM) run --kernel $(KERNEL) --" ./...
+	$(GOTEST) -v -exec "$(VM) run --kernel $(KERNEL) --" ./... 2>&1 | tee $(CURDIR)/bin/test-vm.log | grep -Ev '^(=== RUN|=== PAUSE|=== CONT|    --- PASS|--- PASS)'; test $${PIPESTATUS[0]} -eq 0
+	@echo "== skipped in the VM (each must name a feature the kernel or provider lacks, or another VM mode):"; grep -A1 -- '--- SKIP' $(CURDIR)/bin/test-vm.log || echo "   none"
 
 # The device tests on every kernel but the default one.
 test-device: deps
@@ -44,6 +46,10 @@ test-device: deps
 		echo "== device tests on $$k: $$pkgs"; \
 		$(GOTEST) -exec "$(VM) run --kernel $$k --" -run '$(DEVICE_RUN)' -v $$pkgs; \
 	done
+
+# The no-device errors, in a VM booted without rxe0.
+test-nodevice: deps
+	RDMAGO_EXPECT_NO_DEVICE=1 $(GOTEST) -v -exec "$(VM) run --no-rdma --kernel $(KERNEL) --" -run '^TestNoDevice' ./uverbs ./cmd/rdmago
 
 ## test-kernels: everything on every kernel.
 test-kernels: deps test-unit

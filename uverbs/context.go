@@ -48,9 +48,9 @@ func (d Device) Open() (*Context, error) {
 	if err != nil {
 		switch {
 		case errors.Is(err, unix.EACCES), errors.Is(err, unix.EPERM):
-			return nil, fmt.Errorf("uverbs: open %s for device %s: permission denied (need read-write access to %s; run as root or grant access with a udev rule): %w", d.DevPath, d.Name, devRoot, err)
+			return nil, fmt.Errorf("uverbs: open %s for device %s (needs read-write access to %s: run as root or grant access with a udev rule): %w", d.DevPath, d.Name, devRoot, err)
 		case errors.Is(err, unix.ENOENT):
-			return nil, fmt.Errorf("uverbs: open %s for device %s: no such file (is %s populated, e.g. devtmpfs mounted?): %w", d.DevPath, d.Name, devRoot, err)
+			return nil, fmt.Errorf("uverbs: open %s for device %s (is %s populated? devtmpfs must be mounted on /dev): %w", d.DevPath, d.Name, devRoot, err)
 		}
 		return nil, fmt.Errorf("uverbs: open %s for device %s: %w", d.DevPath, d.Name, err)
 	}

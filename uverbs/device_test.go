@@ -70,7 +70,7 @@ func withFakeNL(t *testing.T, f *fakeNL) {
 	t.Cleanup(func() { dialNL = old })
 }
 
-func TestDevicesNetlink(t *testing.T) {
+func TestListNetlink(t *testing.T) {
 	f := &fakeNL{t: t, char: map[uint32]nlAttrs{}}
 	f.devs = []nlAttrs{
 		nlAttrsOf(t, func(e *nlEncoder) {
@@ -129,7 +129,7 @@ func TestOpenNoDevices(t *testing.T) {
 }
 
 // Without RDMA netlink the list comes from sysfs.
-func TestDevicesSysfsFallback(t *testing.T) {
+func TestListSysfsFallback(t *testing.T) {
 	root := t.TempDir()
 	write := func(p, v string) {
 		p = filepath.Join(root, p)
@@ -186,7 +186,7 @@ func TestGIDFormatting(t *testing.T) {
 }
 
 // A kernel without RDMA at all has neither netlink nor the sysfs class.
-func TestDevicesNoRDMASubsystem(t *testing.T) {
+func TestListNoRDMASubsystem(t *testing.T) {
 	oldRoot, oldDial := sysfsRoot, dialNL
 	sysfsRoot = t.TempDir()
 	dialNL = func() (nlConn, error) { return nil, unix.EPROTONOSUPPORT }

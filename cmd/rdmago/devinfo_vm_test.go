@@ -13,6 +13,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/rdmago/rdma/internal/testenv"
 )
 
 const ibvDevinfo = "/usr/bin/ibv_devinfo"
@@ -98,4 +100,22 @@ func runIbvDevinfo(t *testing.T, args ...string) devinfoResult {
 		kept.WriteString(line)
 	}
 	return devinfoResult{stdout.String(), kept.String(), status}
+}
+
+// TestNoDeviceDevinfo runs in a VM booted without RDMA devices (make
+// test-nodevice): rdmago devinfo must fail exactly as ibv_devinfo does.
+func TestNoDeviceDevinfo(t *testing.T) {
+	testenv.RequireNoDevice(t)
+	for _, args := range [][]string{nil, {"-v"}, {"-l"}, {"-d", "rxe0"}} {
+		want := runIbvDevinfo(t, args...)
+		var stdout, stderr bytes.Buffer
+		status := runDevinfo(args, &stdout, &stderr)
+		if d := diffLines(want.stdout, stdout.String()); d != "" {
+			t.Errorf("devinfo %q: stdout differs from ibv_devinfo's:\n%s", args, d)
+		}
+		if status != want.status || stderr.String() != want.stderr {
+			t.Errorf("devinfo %q: status %d stderr %q; ibv_devinfo: %d %q", args, status, stderr.String(), want.status, want.stderr)
+		}
+		t.Logf("devinfo %q: status %d, %q", args, status, stderr.String())
+	}
 }

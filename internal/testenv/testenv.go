@@ -41,3 +41,16 @@ func RequireDevice(t testing.TB) string {
 	t.Skipf("no RDMA device %s on this host; run under the VM runner (make test)", name)
 	return ""
 }
+
+// RequireNoDevice is for tests of the no-device errors. They run only where
+// the VM runner booted without RDMA devices (RDMAGO_EXPECT_NO_DEVICE=1) and
+// skip everywhere else.
+func RequireNoDevice(t testing.TB) {
+	t.Helper()
+	if os.Getenv("RDMAGO_EXPECT_NO_DEVICE") != "1" {
+		t.Skip("runs only in a VM without RDMA devices (make test-nodevice)")
+	}
+	if _, err := os.Stat("/sys/class/infiniband/" + DeviceName()); err == nil {
+		t.Fatalf("RDMAGO_EXPECT_NO_DEVICE=1 but %s exists", DeviceName())
+	}
+}
