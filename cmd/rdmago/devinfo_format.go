@@ -56,12 +56,14 @@ func writeDevInfo(w io.Writer, d *devInfo, verbose bool) error {
 	a := &d.Attr
 
 	p("hca_id:\t%s\n", d.Dev.Name)
-	p("\ttransport:\t\t\t%s (%d)\n", transportStr(d.Dev.Transport), int32(d.Dev.Transport))
+	// The enum names below come from the uverbs types' String methods, which
+	// use libibverbs' and devinfo's own spellings.
+	p("\ttransport:\t\t\t%s (%d)\n", d.Dev.Transport.String(), int32(d.Dev.Transport))
 	if fw := cString(a.FWVer, 64); fw != "" {
 		p("\tfw_ver:\t\t\t\t%s\n", fw)
 	}
-	p("\tnode_guid:\t\t\t%s\n", guidStr(a.NodeGUID))
-	p("\tsys_image_guid:\t\t\t%s\n", guidStr(a.SysImageGUID))
+	p("\tnode_guid:\t\t\t%s\n", a.NodeGUID.String())
+	p("\tsys_image_guid:\t\t\t%s\n", a.SysImageGUID.String())
 	p("\tvendor_id:\t\t\t0x%04x\n", a.VendorID)
 	p("\tvendor_part_id:\t\t\t%d\n", int32(a.VendorPartID))
 	p("\thw_ver:\t\t\t\t0x%X\n", a.HWVer)
@@ -103,7 +105,7 @@ func writeDeviceVerbose(p printer, a *uverbs.DeviceAttr, numCompVectors int) {
 	p("\tmax_res_rd_atom:\t\t%d\n", int32(a.MaxResRdAtom))
 	p("\tmax_qp_init_rd_atom:\t\t%d\n", int32(a.MaxQPInitRdAtom))
 	p("\tmax_ee_init_rd_atom:\t\t%d\n", int32(a.MaxEEInitRdAtom))
-	p("\tatomic_cap:\t\t\t%s (%d)\n", atomicCapStr(a.AtomicCap), int32(a.AtomicCap))
+	p("\tatomic_cap:\t\t\t%s (%d)\n", a.AtomicCap.String(), int32(a.AtomicCap))
 	p("\tmax_ee:\t\t\t\t%d\n", int32(a.MaxEE))
 	p("\tmax_rdd:\t\t\t%d\n", int32(a.MaxRDD))
 	p("\tmax_mw:\t\t\t\t%d\n", int32(a.MaxMW))
@@ -224,12 +226,12 @@ func writePort(p printer, transport uverbs.Transport, pi *portInfo, verbose bool
 	pa := &pi.Attr
 	p("\t\tport:\t%d\n", pi.Num)
 	p("\t\t\tstate:\t\t\t%s (%d)\n", portStateStr(pa.State), pa.State)
-	p("\t\t\tmax_mtu:\t\t%s (%d)\n", mtuStr(pa.MaxMTU), pa.MaxMTU)
-	p("\t\t\tactive_mtu:\t\t%s (%d)\n", mtuStr(pa.ActiveMTU), pa.ActiveMTU)
+	p("\t\t\tmax_mtu:\t\t%s (%d)\n", pa.MaxMTU.String(), pa.MaxMTU)
+	p("\t\t\tactive_mtu:\t\t%s (%d)\n", pa.ActiveMTU.String(), pa.ActiveMTU)
 	p("\t\t\tsm_lid:\t\t\t%d\n", pa.SMLID)
 	p("\t\t\tport_lid:\t\t%d\n", pa.LID)
 	p("\t\t\tport_lmc:\t\t0x%02x\n", pa.LMC)
-	p("\t\t\tlink_layer:\t\t%s\n", linkLayerStr(pa.LinkLayer))
+	p("\t\t\tlink_layer:\t\t%s\n", pa.LinkLayer.String())
 
 	if verbose {
 		p("\t\t\tmax_msg_sz:\t\t0x%x\n", pa.MaxMsgSz)
@@ -286,7 +288,7 @@ func gidLines(entries []uverbs.GIDEntry, port uint32, tblLen int, ll uverbs.Link
 		if v2 {
 			s = inet6String(e.GID)
 		} else {
-			s = rawGIDStr(e.GID)
+			s = e.GID.String()
 		}
 		suffix := ""
 		if ll == uverbs.LinkLayerEthernet {
@@ -421,22 +423,6 @@ var rawPacketCapNames = []namedBit{
 
 const tmCapRC = 1 << 0 // IBV_TM_CAP_RC
 
-func transportStr(t uverbs.Transport) string {
-	switch t {
-	case uverbs.TransportIB:
-		return "InfiniBand"
-	case uverbs.TransportIWARP:
-		return "iWARP"
-	case uverbs.TransportUSNIC:
-		return "usNIC"
-	case uverbs.TransportUSNICUDP:
-		return "usNIC UDP"
-	case uverbs.TransportUnspecified:
-		return "unspecified"
-	}
-	return "invalid transport"
-}
-
 func portStateStr(s uverbs.PortState) string {
 	switch s {
 	case uverbs.PortDown:
@@ -469,34 +455,6 @@ func physStateStr(s uint8) string {
 		return "PHY TEST"
 	}
 	return "invalid physical state"
-}
-
-func atomicCapStr(c uverbs.AtomicCap) string {
-	switch c {
-	case uverbs.AtomicNone:
-		return "ATOMIC_NONE"
-	case uverbs.AtomicHCA:
-		return "ATOMIC_HCA"
-	case uverbs.AtomicGlob:
-		return "ATOMIC_GLOB"
-	}
-	return "invalid atomic capability"
-}
-
-func mtuStr(m uverbs.MTU) string {
-	switch m {
-	case uverbs.MTU256:
-		return "256"
-	case uverbs.MTU512:
-		return "512"
-	case uverbs.MTU1024:
-		return "1024"
-	case uverbs.MTU2048:
-		return "2048"
-	case uverbs.MTU4096:
-		return "4096"
-	}
-	return "invalid MTU"
 }
 
 // widthStr names an IB link width code (the "X" follows in the output).
@@ -552,42 +510,6 @@ func vlStr(v uint8) string {
 		return "15"
 	}
 	return "invalid value"
-}
-
-func linkLayerStr(l uverbs.LinkLayer) string {
-	switch l {
-	case uverbs.LinkLayerUnspecified:
-		return "Unspecified"
-	case uverbs.LinkLayerInfiniBand:
-		return "InfiniBand"
-	case uverbs.LinkLayerEthernet:
-		return "Ethernet"
-	}
-	return "Unknown"
-}
-
-// guidStr formats a GUID as four groups of four hex digits.
-func guidStr(g uverbs.GUID) string {
-	var b strings.Builder
-	for i := 0; i < 8; i += 2 {
-		if i > 0 {
-			b.WriteByte(':')
-		}
-		fmt.Fprintf(&b, "%02x%02x", g[i], g[i+1])
-	}
-	return b.String()
-}
-
-// rawGIDStr formats a GID as eight groups of four hex digits.
-func rawGIDStr(g uverbs.GID) string {
-	var b strings.Builder
-	for i := 0; i < 16; i += 2 {
-		if i > 0 {
-			b.WriteByte(':')
-		}
-		fmt.Fprintf(&b, "%02x%02x", g[i], g[i+1])
-	}
-	return b.String()
 }
 
 // cString returns s as C would see it in a char[size] buffer printed with
