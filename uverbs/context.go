@@ -9,10 +9,12 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rdmago/rdma/provider"
 	"github.com/rdmago/rdma/uverbs/abi"
 )
 
@@ -26,6 +28,15 @@ type Context struct {
 	asyncFD        int
 	numCompVectors int
 	coreSupport    uint64
+	// prov is the provider's state for this context; nil when no provider
+	// knows the device's driver (then only queries work).
+	prov provider.Context
+
+	// nextID numbers the user handles given to the kernel for CQs, QPs and
+	// SRQs, which events carry back.
+	nextID atomic.Uint64
+	objMu  sync.Mutex
+	cqs    map[uint64]*CQ
 
 	closeOnce sync.Once
 	closeErr  error
@@ -65,22 +76,94 @@ func (d Device) Open() (*Context, error) {
 // newContext creates the user context on an open command file. It is split
 // from Open so tests can run it against a fake kernel.
 func newContext(d Device, f cmdFile) (*Context, error) {
-	c := &Context{dev: d, f: f, asyncFD: -1}
-	if err := c.getContext(); err != nil {
+	c := &Context{dev: d, f: f, asyncFD: -1, cqs: map[uint64]*CQ{}}
+	var b provider.Builder[provider.Context]
+	if drv := drivers[d.DriverID]; drv != nil {
+		var err error
+		if b, err = drv.NewContext(kernelPort{c}); err != nil {
+			return nil, wrapErr("get context", err)
+		}
+	}
+	var in, out []byte
+	if b != nil {
+		in, out = b.Udata()
+	}
+	if err := c.getContext(in, out); err != nil {
+		if b != nil {
+			b.Abort()
+		}
 		return nil, err
 	}
 	if c.asyncFD < 0 {
 		if err := c.allocAsyncFD(); err != nil {
+			if b != nil {
+				b.Abort()
+			}
 			return nil, err
 		}
+	}
+	if b != nil {
+		p, err := b.Finish(provider.Created{})
+		if err != nil {
+			c.Close()
+			return nil, wrapErr("get context", err)
+		}
+		c.prov = p
 	}
 	return c, nil
 }
 
+// providerContext returns the provider state, or an error saying that no
+// provider drives this device's data path.
+func (c *Context) providerContext(op string) (provider.Context, error) {
+	if c.prov == nil {
+		return nil, &Error{Op: op, Err: fmt.Errorf("no rdmago provider for driver %q (id %d) of device %s: %w",
+			c.dev.Driver, c.dev.DriverID, c.dev.Name, unix.EOPNOTSUPP)}
+	}
+	return c.prov, nil
+}
+
+func (c *Context) registerCQ(cq *CQ) {
+	c.objMu.Lock()
+	c.cqs[cq.id] = cq
+	c.objMu.Unlock()
+}
+
+func (c *Context) unregisterCQ(cq *CQ) {
+	c.objMu.Lock()
+	delete(c.cqs, cq.id)
+	c.objMu.Unlock()
+}
+
+func (c *Context) cqByID(id uint64) *CQ {
+	c.objMu.Lock()
+	defer c.objMu.Unlock()
+	return c.cqs[id]
+}
+
+// kernelPort is what providers see of the context (provider.Kernel).
+type kernelPort struct{ c *Context }
+
+func (k kernelPort) Mmap(offset int64, length int, prot int) ([]byte, error) {
+	fd := k.c.f.fd()
+	if fd < 0 {
+		return nil, ErrClosed
+	}
+	b, err := unix.Mmap(fd, offset, length, prot, unix.MAP_SHARED)
+	if err != nil {
+		return nil, &Error{Op: "mmap", Err: err}
+	}
+	return b, nil
+}
+
+func (k kernelPort) Munmap(b []byte) error { return unix.Munmap(b) }
+
+func (k kernelPort) Write(b []byte) error { return k.c.f.write(b) }
+
 // getContext creates the kernel's ucontext. The ioctl method is the modern
 // path; the legacy write command remains only for kernels without the ioctl
 // framework (ENOTTY) or without this method (EPROTONOSUPPORT).
-func (c *Context) getContext() error {
+func (c *Context) getContext(uhwIn, uhwOut []byte) error {
 	out := new(struct {
 		numCompVectors uint32
 		_              uint32
@@ -90,6 +173,7 @@ func (c *Context) getContext() error {
 	cmd.driverID = c.dev.DriverID
 	cmd.ptrOut(abi.UVERBS_ATTR_GET_CONTEXT_NUM_COMP_VECTORS, unsafe.Pointer(&out.numCompVectors), 4)
 	cmd.ptrOut(abi.UVERBS_ATTR_GET_CONTEXT_CORE_SUPPORT, unsafe.Pointer(&out.coreSupport), 8)
+	cmd.udata(uhwIn, uhwOut)
 	err := cmd.execute(c.f, "get context")
 	switch {
 	case err == nil:
@@ -97,6 +181,11 @@ func (c *Context) getContext() error {
 		c.coreSupport = out.coreSupport
 		return nil
 	case errors.Is(err, unix.ENOTTY), errors.Is(err, unix.EPROTONOSUPPORT):
+		if len(uhwIn) > 0 || len(uhwOut) > 0 {
+			// The legacy command carries driver data differently; no
+			// kernel this library supports needs it.
+			return err
+		}
 		return c.getContextWrite()
 	}
 	return err
@@ -161,8 +250,13 @@ func (c *Context) ReadSysfs(name string) (string, bool) {
 // Close destroys the user context and closes its files. It is idempotent.
 func (c *Context) Close() error {
 	c.closeOnce.Do(func() {
+		if c.prov != nil {
+			c.closeErr = c.prov.Close()
+		}
 		if c.asyncFD >= 0 {
-			c.closeErr = unix.Close(c.asyncFD)
+			if err := unix.Close(c.asyncFD); err != nil && c.closeErr == nil {
+				c.closeErr = err
+			}
 			c.asyncFD = -1
 		}
 		// Closing the command file makes the kernel destroy the ucontext and
@@ -195,7 +289,11 @@ func (c *Context) QueryDevice() (DeviceAttr, error) {
 		return a, err
 	}
 	decodeDeviceAttr(&a, resp)
-	a.FWVer = formatFWVer(c.dev.Driver, a.FWVerRaw)
+	if drv := drivers[c.dev.DriverID]; drv != nil {
+		a.FWVer = drv.FormatFWVer(a.FWVerRaw)
+	} else {
+		a.FWVer = formatFWVer(c.dev.Driver, a.FWVerRaw)
+	}
 	a.PhysPortCntEx = uint32(a.PhysPortCnt)
 	return a, nil
 }
@@ -304,6 +402,12 @@ func decodeDeviceAttr(a *DeviceAttr, r *abi.IbUverbsExQueryDeviceResp) {
 // it: the request and response travel as attributes, so no user pointer is
 // embedded in the request. req and resp must point to heap memory.
 func (c *Context) invokeWrite(cmdID uint32, req unsafe.Pointer, reqLen int, resp unsafe.Pointer, respLen int, op string) error {
+	return c.invokeWriteUdata(cmdID, req, reqLen, resp, respLen, nil, nil, op)
+}
+
+// invokeWriteUdata is invokeWrite with driver data, which travels in
+// UVERBS_ATTR_UHW_IN and UVERBS_ATTR_UHW_OUT.
+func (c *Context) invokeWriteUdata(cmdID uint32, req unsafe.Pointer, reqLen int, resp unsafe.Pointer, respLen int, uhwIn, uhwOut []byte, op string) error {
 	cmd := newCommand(abi.UVERBS_OBJECT_DEVICE, abi.UVERBS_METHOD_INVOKE_WRITE)
 	cmd.driverID = c.dev.DriverID
 	cmd.constIn(abi.UVERBS_ATTR_WRITE_CMD, uint64(cmdID))
@@ -313,6 +417,7 @@ func (c *Context) invokeWrite(cmdID uint32, req unsafe.Pointer, reqLen int, resp
 	if respLen > 0 {
 		cmd.ptrOut(abi.UVERBS_ATTR_CORE_OUT, resp, respLen)
 	}
+	cmd.udata(uhwIn, uhwOut)
 	return cmd.execute(c.f, op)
 }
 

@@ -93,12 +93,20 @@ func (c *command) optional() {
 	}
 }
 
-// constIn adds an inline value (UVERBS_ATTR_CONST_IN and small PTR_IN).
+// constIn adds an 8-byte inline value: UVERBS_ATTR_CONST_IN, u64 and flag
+// attributes.
 // The kernel reads the low bytes it expects, so the full 8 bytes are sent as
 // rdma-core does.
 func (c *command) constIn(id uint16, v uint64) {
 	a := c.next(id)
 	a.kind, a.len, a.data = kindInline, 8, v
+}
+
+// u32In adds a 4-byte inline value, for attributes the kernel types as u32
+// (UVERBS_ATTR_TYPE(u32)): their size must match exactly.
+func (c *command) u32In(id uint16, v uint32) {
+	a := c.next(id)
+	a.kind, a.len, a.data = kindInline, 4, uint64(v)
 }
 
 // ptrIn adds an input buffer. Buffers of up to 8 bytes travel inline, as the
@@ -138,6 +146,24 @@ func (c *command) enumIn(id uint16, elem uint8, p unsafe.Pointer, n int) {
 func (c *command) idrIn(id uint16, handle uint32) {
 	a := c.next(id)
 	a.kind, a.data = kindIDR, uint64(handle)
+}
+
+// idrNew asks for a new object; read its handle with outIDR after execute.
+func (c *command) idrNew(id uint16) int {
+	a := c.next(id)
+	a.kind = kindIDR
+	return c.n - 1
+}
+
+// udata adds the driver's private request and response buffers
+// (UVERBS_ATTR_UHW_IN and UVERBS_ATTR_UHW_OUT), when the provider has any.
+func (c *command) udata(in, out []byte) {
+	if len(in) > 0 {
+		c.ptrIn(abi.UVERBS_ATTR_UHW_IN, unsafe.Pointer(&in[0]), len(in))
+	}
+	if len(out) > 0 {
+		c.ptrOut(abi.UVERBS_ATTR_UHW_OUT, unsafe.Pointer(&out[0]), len(out))
+	}
 }
 
 // fdIn passes an existing file descriptor.
@@ -209,4 +235,5 @@ func (c *command) attrData(i int) uint64 {
 	return binary.NativeEndian.Uint64(c.buf[ioctlHdrSize+i*ioctlAttrSize+8:])
 }
 
-func (c *command) outFD(i int) int { return int(int32(c.attrData(i))) }
+func (c *command) outFD(i int) int     { return int(int32(c.attrData(i))) }
+func (c *command) outIDR(i int) uint32 { return uint32(c.attrData(i)) }

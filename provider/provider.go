@@ -1,0 +1,178 @@
+// Package provider defines what the verbs core (package uverbs) asks of a
+// device-specific provider, and what it offers it in return.
+//
+// The core owns every kernel object: it sends the create and destroy
+// commands, keeps handles and closes them. A provider owns the data path:
+// the private data ("udata") each create command carries for its driver, the
+// queues those commands set up, and posting, polling and doorbells on them.
+//
+// The interface fits both kinds of device rdmago supports:
+//
+//   - rxe (soft-RoCE): the kernel allocates the queues; the create responses
+//     carry mmap offsets (struct mminfo) that the provider maps through
+//     Kernel.Mmap, and the send doorbell is a write(2) of a zero-length
+//     IB_USER_VERBS_CMD_POST_SEND (Kernel.Write).
+//   - mlx5 (ConnectX): the provider allocates queue buffers and doorbell
+//     records itself, passes their addresses in the create requests, and
+//     rings doorbells by storing to UAR pages it maps from the command file.
+//
+// Each creation goes through a Builder: the core asks it for the udata to
+// send, runs the command, then calls Finish with the kernel's answer (or
+// Abort if the command failed), and Finish returns the provider's object.
+package provider
+
+import "github.com/rdmago/rdma/wr"
+
+// Kernel is what a provider may use of an open device directly.
+type Kernel interface {
+	// Mmap maps length bytes of the uverbs command file at offset, shared.
+	Mmap(offset int64, length int, prot int) ([]byte, error)
+	// Munmap undoes Mmap.
+	Munmap(b []byte) error
+	// Write sends one legacy write command, header included, with write(2).
+	// It is the doorbell of providers whose doorbell is a system call.
+	Write(b []byte) error
+}
+
+// Driver is one provider, registered for a kernel driver id.
+type Driver interface {
+	// Name is the provider's name, as rdma-core names it ("rxe", "mlx5").
+	Name() string
+	// FormatFWVer renders the kernel's raw firmware version as the
+	// rdma-core provider does.
+	FormatFWVer(raw uint64) string
+	// NewContext returns a builder for the provider's per-context state.
+	NewContext(k Kernel) (Builder[Context], error)
+}
+
+// Created is what the kernel answered to a create command.
+type Created struct {
+	Handle uint32 // the object's handle in the context
+	// For CQs: the number of entries the kernel allocated.
+	CQE uint32
+	// For QPs: the QP number and the capabilities the kernel granted.
+	QPNum uint32
+	Caps  QPCaps
+	// For SRQs: the SRQ number (XRC) and the granted sizes.
+	SRQNum uint32
+}
+
+// Builder carries one object through its creation.
+type Builder[T any] interface {
+	// Udata returns the driver data to send with the create command and the
+	// buffer the kernel writes the driver response into. Either may be nil.
+	Udata() (in, out []byte)
+	// Finish makes the provider's object once the kernel has created it and
+	// written the response into the out buffer.
+	Finish(c Created) (T, error)
+	// Abort releases what the builder allocated when creation failed.
+	Abort()
+}
+
+// Context is the provider's per-device-context state.
+type Context interface {
+	NewCQ(cqe int) (Builder[CQ], error)
+	NewQP(attr QPInitAttr) (Builder[QP], error)
+	NewSRQ(attr SRQInitAttr) (Builder[SRQ], error)
+	NewAH(attr AHAttr) (Builder[AH], error)
+	Close() error
+}
+
+// CQ is a completion queue's data path.
+type CQ interface {
+	// Poll moves up to len(wc) completions into wc and returns how many.
+	// It never blocks and never allocates.
+	Poll(wc []wr.Completion) int
+	// ReqNotify arms the CQ: the next completion (the next solicited one,
+	// with solicitedOnly) raises an event on its completion channel.
+	ReqNotify(solicitedOnly bool) error
+	// Close releases the provider's mappings and buffers. The core calls it
+	// after the kernel object is destroyed.
+	Close() error
+}
+
+// QPType is a queue pair's transport (enum ibv_qp_type).
+type QPType uint32
+
+// Queue pair types.
+const (
+	QPTypeRC QPType = 2
+	QPTypeUC QPType = 3
+	QPTypeUD QPType = 4
+)
+
+// QPCaps are a queue pair's queue sizes (struct ibv_qp_cap).
+type QPCaps struct {
+	MaxSendWR     uint32
+	MaxRecvWR     uint32
+	MaxSendSGE    uint32
+	MaxRecvSGE    uint32
+	MaxInlineData uint32
+}
+
+// QPInitAttr is what the provider needs to know to lay out a queue pair.
+type QPInitAttr struct {
+	Type   QPType
+	Caps   QPCaps
+	HasSRQ bool // receives come from a shared receive queue: no RQ
+	// SignalAll: every send work request completes with a completion,
+	// whatever its Signaled flag (sq_sig_all).
+	SignalAll bool
+}
+
+// QP is a queue pair's data path.
+type QP interface {
+	// PostSend posts wrs in order and rings the doorbell once. It returns
+	// the number posted; when that is less than len(wrs), err says why
+	// wrs[n] was refused (as ibv_post_send's bad_wr does), and nothing of
+	// wrs[n] or later reached the queue.
+	PostSend(wrs []wr.SendWR) (int, error)
+	// PostRecv posts receive requests, with the same contract.
+	PostRecv(wrs []wr.RecvWR) (int, error)
+	// Close releases the provider's mappings and buffers.
+	Close() error
+}
+
+// SRQInitAttr sizes a shared receive queue.
+type SRQInitAttr struct {
+	MaxWR  uint32
+	MaxSGE uint32
+	Limit  uint32
+}
+
+// SRQ is a shared receive queue's data path.
+type SRQ interface {
+	PostRecv(wrs []wr.RecvWR) (int, error)
+	Close() error
+}
+
+// AHAttr is the address of a UD destination (struct ibv_ah_attr), RoCE v2 or IB.
+type AHAttr struct {
+	DLID        uint16
+	SL          uint8
+	SrcPathBits uint8
+	StaticRate  uint8
+	IsGlobal    bool
+	PortNum     uint8
+	// The GRH, for RoCE and routed IB.
+	DGID         [16]byte
+	FlowLabel    uint32
+	SGIDIndex    uint8
+	HopLimit     uint8
+	TrafficClass uint8
+}
+
+// AH is an address handle as a provider's UD sends need it.
+type AH interface {
+	// ProviderAH is what the provider's PostSend reads from wr.SendWR.AH.
+	ProviderAH() any
+}
+
+// SRQModifier is implemented by SRQs whose driver needs private data on
+// ibv_modify_srq (rxe: where to write the resized ring's mmap info).
+type SRQModifier interface {
+	// ModifyUdata returns the driver data to send with the modify command.
+	ModifyUdata() []byte
+	// Resized is called after the kernel resized the SRQ (max_wr changed).
+	Resized() error
+}

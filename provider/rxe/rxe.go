@@ -1,0 +1,163 @@
+// Package rxe is the data path of soft-RoCE, the kernel's rdma_rxe driver.
+//
+// rxe allocates every queue in the kernel and lets user space map it: the
+// create responses carry an mmap offset and size for each ring (struct
+// mminfo). Send and receive work requests are written straight into the
+// mapped rings; completions are read from the mapped CQ ring. Receives need
+// no doorbell, because the kernel looks at the ring when a packet arrives;
+// sends are started by a zero-length IB_USER_VERBS_CMD_POST_SEND written to
+// the command file, which makes the kernel run the QP's requester.
+package rxe
+
+import (
+	"encoding/binary"
+	"fmt"
+	"sync"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rdmago/rdma/provider"
+	"github.com/rdmago/rdma/uverbs/abi"
+	"github.com/rdmago/rdma/wr"
+)
+
+// Driver is the rxe provider.
+type Driver struct{}
+
+// Name returns "rxe".
+func (Driver) Name() string { return "rxe" }
+
+// FormatFWVer prints the firmware version as rdma-core's rxe provider does.
+func (Driver) FormatFWVer(raw uint64) string {
+	return fmt.Sprintf("%d.%d.%d", (raw>>32)&0xffff, (raw>>16)&0xffff, raw&0xffff)
+}
+
+// NewContext returns the builder of an rxe context. rxe's context carries no
+// driver data.
+func (Driver) NewContext(k provider.Kernel) (provider.Builder[provider.Context], error) {
+	return ctxBuilder{k}, nil
+}
+
+type ctxBuilder struct{ k provider.Kernel }
+
+func (ctxBuilder) Udata() (in, out []byte) { return nil, nil }
+func (b ctxBuilder) Finish(provider.Created) (provider.Context, error) {
+	return &Context{k: b.k}, nil
+}
+func (ctxBuilder) Abort() {}
+
+// Context is the rxe state of one device context.
+type Context struct{ k provider.Kernel }
+
+// Close releases nothing: every ring belongs to its object.
+func (c *Context) Close() error { return nil }
+
+func bytesOf[T any](v *T) []byte {
+	return unsafe.Slice((*byte)(unsafe.Pointer(v)), unsafe.Sizeof(*v))
+}
+
+// CQ
+
+type cqBuilder struct {
+	k    provider.Kernel
+	resp *abi.RxeCreateCqResp
+}
+
+// NewCQ prepares a completion queue.
+func (c *Context) NewCQ(cqe int) (provider.Builder[provider.CQ], error) {
+	return &cqBuilder{k: c.k, resp: new(abi.RxeCreateCqResp)}, nil
+}
+
+func (b *cqBuilder) Udata() (in, out []byte) { return nil, bytesOf(b.resp) }
+func (b *cqBuilder) Abort()                  {}
+
+func (b *cqBuilder) Finish(c provider.Created) (provider.CQ, error) {
+	q, err := mapQueue(b.k, b.resp.Mi)
+	if err != nil {
+		return nil, fmt.Errorf("rxe: mapping the CQ ring: %w", err)
+	}
+	if q.elemSize() < abi.SizeofIbUverbsWc {
+		q.unmap(b.k)
+		return nil, fmt.Errorf("rxe: CQ element of %d bytes is smaller than a completion: %w", q.elemSize(), unix.EINVAL)
+	}
+	cq := &CQ{k: b.k, q: q}
+	cq.notify.hdr.Command = abi.IB_USER_VERBS_CMD_REQ_NOTIFY_CQ
+	cq.notify.hdr.In_words = uint16(unsafe.Sizeof(cq.notify) / 4)
+	cq.notify.cmd.Cq_handle = c.Handle
+	return cq, nil
+}
+
+// CQ is an rxe completion queue.
+type CQ struct {
+	k  provider.Kernel
+	mu sync.Mutex
+	q  *queue
+	// notify is the prebuilt IB_USER_VERBS_CMD_REQ_NOTIFY_CQ command.
+	notify struct {
+		hdr abi.IbUverbsCmdHdr
+		cmd abi.IbUverbsReqNotifyCq
+	}
+}
+
+// Poll copies up to len(wc) completions out of the ring.
+func (cq *CQ) Poll(wc []wr.Completion) int {
+	cq.mu.Lock()
+	q := cq.q
+	cons := q.consumer()
+	n := 0
+	for n < len(wc) && !q.empty(cons) {
+		decodeWC(&wc[n], (*abi.IbUverbsWc)(q.elem(cons)))
+		cons = (cons + 1) & q.mask
+		n++
+	}
+	if n > 0 {
+		q.release(cons)
+	}
+	cq.mu.Unlock()
+	return n
+}
+
+// decodeWC converts the kernel's struct ib_uverbs_wc, which rxe writes into
+// the ring, to a completion. Immediate data travels big endian.
+func decodeWC(c *wr.Completion, w *abi.IbUverbsWc) {
+	flags := wr.WCFlags(w.Wc_flags)
+	imm := binary.NativeEndian.Uint32(w.Ex[:]) // an invalidated rkey is host order
+	if flags&wr.WCWithImm != 0 {
+		imm = binary.BigEndian.Uint32(w.Ex[:])
+	}
+	*c = wr.Completion{
+		ID:           w.Wr_id,
+		Status:       wr.Status(w.Status),
+		Opcode:       wr.WCOpcode(w.Opcode),
+		VendorErr:    w.Vendor_err,
+		ByteLen:      w.Byte_len,
+		Imm:          imm,
+		QPNum:        w.Qp_num,
+		SrcQP:        w.Src_qp,
+		Flags:        flags,
+		PKeyIndex:    w.Pkey_index,
+		SLID:         w.Slid,
+		SL:           w.Sl,
+		DLIDPathBits: w.Dlid_path_bits,
+	}
+}
+
+// ReqNotify arms the CQ with IB_USER_VERBS_CMD_REQ_NOTIFY_CQ: rxe has no
+// user-space arming.
+func (cq *CQ) ReqNotify(solicitedOnly bool) error {
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	cq.notify.cmd.Solicited_only = 0
+	if solicitedOnly {
+		cq.notify.cmd.Solicited_only = 1
+	}
+	return cq.k.Write(bytesOf(&cq.notify))
+}
+
+// Close unmaps the ring.
+func (cq *CQ) Close() error {
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	return cq.q.unmap(cq.k)
+}

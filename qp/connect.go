@@ -1,0 +1,87 @@
+package qp
+
+import "github.com/rdmago/rdma/wr"
+
+// Remote is what two sides of a connection exchange out of band before
+// RTR (rdma-core's pingpong examples send it over TCP), together with the
+// local choices the path needs.
+type Remote struct {
+	QPN uint32   // the peer's QP number
+	PSN uint32   // the peer's first send PSN: our RQ PSN
+	LID uint16   // the peer's LID (0 on RoCE)
+	GID [16]byte // the peer's GID; global routing is used when its interface ID is not zero
+	// SGIDIndex is the local GID table index to send from when GID is used
+	// (on RoCE v2, the index of a RoCE v2 entry).
+	SGIDIndex uint8
+	PortNum   uint8 // the local port
+	SL        uint8 // service level, 0 in the pingpong examples by default
+}
+
+// AH returns the address vector that reaches r, as the pingpong examples
+// build it: the GRH, with hop limit 1, only when the GID's interface ID
+// (its low 8 bytes) is set, which is always so on RoCE. It is the primary
+// path of an RC or UC QP and the address handle of UD sends.
+func (r Remote) AH() AHAttr {
+	ah := AHAttr{DLID: r.LID, SL: r.SL, PortNum: r.PortNum}
+	if [8]byte(r.GID[8:]) != ([8]byte{}) {
+		ah.IsGlobal = true
+		ah.HopLimit = 1
+		ah.DGID = r.GID
+		ah.SGIDIndex = r.SGIDIndex
+	}
+	return ah
+}
+
+// InitAttrs returns the attributes and mask of RESET→INIT as rdma-core's
+// examples set them: RC and UC set the access flags, UD the Q_Key.
+func InitAttrs(t Type, port uint8, pkeyIndex uint16, access wr.Access, qkey uint32) (Attr, AttrMask) {
+	a := Attr{State: StateInit, PortNum: port, PKeyIndex: pkeyIndex}
+	mask := AttrState | AttrPKeyIndex | AttrPort
+	if t == UD {
+		a.QKey = qkey
+		return a, mask | AttrQKey
+	}
+	a.QPAccessFlags = access
+	return a, mask | AttrAccessFlags
+}
+
+// RTRAttrs returns the attributes and mask of INIT→RTR towards r with path
+// MTU mtu (an ibv_mtu code), as pp_connect_ctx in rc_pingpong.c,
+// uc_pingpong.c and ud_pingpong.c does: RC also sets one responder
+// resource (max_dest_rd_atomic) and min_rnr_timer 12 (0.64 ms); UD needs
+// the state alone.
+func RTRAttrs(t Type, r Remote, mtu uint8) (Attr, AttrMask) {
+	if t == UD {
+		return Attr{State: StateRTR}, AttrState
+	}
+	a := Attr{
+		State:     StateRTR,
+		PathMTU:   mtu,
+		DestQPNum: r.QPN,
+		RQPSN:     r.PSN,
+		AHAttr:    r.AH(),
+	}
+	mask := AttrState | AttrAV | AttrPathMTU | AttrDestQPN | AttrRQPSN
+	if t == UC {
+		return a, mask
+	}
+	a.MaxDestRdAtomic = 1
+	a.MinRNRTimer = 12
+	return a, mask | AttrMaxDestRdAtomic | AttrMinRNRTimer
+}
+
+// RTSAttrs returns the attributes and mask of RTR→RTS with first send PSN
+// sqPSN, as the pingpong examples set them: RC also sets timeout 14
+// (about 67 ms), seven transport retries, infinite RNR retries (7) and one
+// outstanding read or atomic; UC and UD set the PSN alone.
+func RTSAttrs(t Type, sqPSN uint32) (Attr, AttrMask) {
+	a := Attr{State: StateRTS, SQPSN: sqPSN}
+	if t != RC {
+		return a, AttrState | AttrSQPSN
+	}
+	a.Timeout = 14
+	a.RetryCnt = 7
+	a.RNRRetry = 7
+	a.MaxRdAtomic = 1
+	return a, AttrState | AttrTimeout | AttrRetryCnt | AttrRNRRetry | AttrSQPSN | AttrMaxQPRdAtomic
+}

@@ -1,0 +1,175 @@
+package qp
+
+import (
+	"github.com/rdmago/rdma/uverbs/abi"
+	"github.com/rdmago/rdma/wr"
+)
+
+// EncodeModify builds the request of IB_USER_VERBS_EX_CMD_MODIFY_QP for the
+// QP with handle, as rdma-core's copy_modify_qp_fields (libibverbs/cmd.c,
+// v44.0) does: the mask goes through unchanged and only the fields it names
+// are copied; the others stay zero. The legacy IB_USER_VERBS_CMD_MODIFY_QP
+// takes the Base part alone, and cannot carry AttrRateLimit (rdma-core
+// refuses it there with EOPNOTSUPP).
+func EncodeModify(handle uint32, a *Attr, mask AttrMask) abi.IbUverbsExModifyQp {
+	var cmd abi.IbUverbsExModifyQp
+	c := &cmd.Base
+	c.Qp_handle = handle
+	c.Attr_mask = uint32(mask)
+	if mask&AttrState != 0 {
+		c.Qp_state = uint8(a.State)
+	}
+	if mask&AttrCurState != 0 {
+		c.Cur_qp_state = uint8(a.CurState)
+	}
+	if mask&AttrEnSQDAsyncNotify != 0 {
+		c.En_sqd_async_notify = b2u(a.EnSQDAsyncNotify)
+	}
+	if mask&AttrAccessFlags != 0 {
+		c.Qp_access_flags = uint32(a.QPAccessFlags)
+	}
+	if mask&AttrPKeyIndex != 0 {
+		c.Pkey_index = a.PKeyIndex
+	}
+	if mask&AttrPort != 0 {
+		c.Port_num = a.PortNum
+	}
+	if mask&AttrQKey != 0 {
+		c.Qkey = a.QKey
+	}
+	if mask&AttrAV != 0 {
+		c.Dest = encodeDest(&a.AHAttr)
+	}
+	if mask&AttrPathMTU != 0 {
+		c.Path_mtu = a.PathMTU
+	}
+	if mask&AttrTimeout != 0 {
+		c.Timeout = a.Timeout
+	}
+	if mask&AttrRetryCnt != 0 {
+		c.Retry_cnt = a.RetryCnt
+	}
+	if mask&AttrRNRRetry != 0 {
+		c.Rnr_retry = a.RNRRetry
+	}
+	if mask&AttrRQPSN != 0 {
+		c.Rq_psn = a.RQPSN
+	}
+	if mask&AttrMaxQPRdAtomic != 0 {
+		c.Max_rd_atomic = a.MaxRdAtomic
+	}
+	if mask&AttrAltPath != 0 {
+		c.Alt_pkey_index = a.AltPKeyIndex
+		c.Alt_port_num = a.AltPortNum
+		c.Alt_timeout = a.AltTimeout
+		c.Alt_dest = encodeDest(&a.AltAHAttr)
+	}
+	if mask&AttrMinRNRTimer != 0 {
+		c.Min_rnr_timer = a.MinRNRTimer
+	}
+	if mask&AttrSQPSN != 0 {
+		c.Sq_psn = a.SQPSN
+	}
+	if mask&AttrMaxDestRdAtomic != 0 {
+		c.Max_dest_rd_atomic = a.MaxDestRdAtomic
+	}
+	if mask&AttrPathMigState != 0 {
+		c.Path_mig_state = uint8(a.PathMigState)
+	}
+	if mask&AttrDestQPN != 0 {
+		c.Dest_qp_num = a.DestQPNum
+	}
+	if mask&AttrRateLimit != 0 {
+		cmd.Rate_limit = a.RateLimit
+	}
+	return cmd
+}
+
+func encodeDest(ah *AHAttr) abi.IbUverbsQpDest {
+	return abi.IbUverbsQpDest{
+		Dgid:          ah.DGID,
+		Flow_label:    ah.FlowLabel,
+		Dlid:          ah.DLID,
+		Sgid_index:    ah.SGIDIndex,
+		Hop_limit:     ah.HopLimit,
+		Traffic_class: ah.TrafficClass,
+		Sl:            ah.SL,
+		Src_path_bits: ah.SrcPathBits,
+		Static_rate:   ah.StaticRate,
+		Is_global:     b2u(ah.IsGlobal),
+		Port_num:      ah.PortNum,
+	}
+}
+
+func decodeDest(d *abi.IbUverbsQpDest) AHAttr {
+	return AHAttr{
+		DLID:         d.Dlid,
+		SL:           d.Sl,
+		SrcPathBits:  d.Src_path_bits,
+		StaticRate:   d.Static_rate,
+		IsGlobal:     d.Is_global != 0,
+		PortNum:      d.Port_num,
+		DGID:         d.Dgid,
+		FlowLabel:    d.Flow_label,
+		SGIDIndex:    d.Sgid_index,
+		HopLimit:     d.Hop_limit,
+		TrafficClass: d.Traffic_class,
+	}
+}
+
+func b2u(b bool) uint8 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// EncodeQuery builds the request of IB_USER_VERBS_CMD_QUERY_QP. Its
+// Response field, the legacy write() path's response address, is left zero:
+// through UVERBS_METHOD_INVOKE_WRITE the response buffer is the
+// UVERBS_ATTR_CORE_OUT attribute. The kernel has no extended query, so
+// AttrRateLimit cannot be asked for (rdma-core refuses it with EOPNOTSUPP);
+// drivers mostly ignore the mask and report everything.
+func EncodeQuery(handle uint32, mask AttrMask) abi.IbUverbsQueryQp {
+	return abi.IbUverbsQueryQp{Qp_handle: handle, Attr_mask: uint32(mask)}
+}
+
+// DecodeQuery reads the kernel's answer to a query as rdma-core's
+// ibv_cmd_query_qp (libibverbs/cmd.c, v44.0) does. The response carries no
+// EnSQDAsyncNotify and no RateLimit; those stay zero. The capabilities come
+// back both in Attr.Cap and InitAttr.Cap.
+func DecodeQuery(resp *abi.IbUverbsQueryQpResp) (Attr, InitAttr) {
+	caps := InitAttr{SQSigAll: resp.Sq_sig_all != 0}
+	caps.Cap.MaxSendWR = resp.Max_send_wr
+	caps.Cap.MaxRecvWR = resp.Max_recv_wr
+	caps.Cap.MaxSendSGE = resp.Max_send_sge
+	caps.Cap.MaxRecvSGE = resp.Max_recv_sge
+	caps.Cap.MaxInlineData = resp.Max_inline_data
+	a := Attr{
+		State:           State(resp.Qp_state),
+		CurState:        State(resp.Cur_qp_state),
+		PathMTU:         resp.Path_mtu,
+		PathMigState:    MigState(resp.Path_mig_state),
+		QKey:            resp.Qkey,
+		RQPSN:           resp.Rq_psn,
+		SQPSN:           resp.Sq_psn,
+		DestQPNum:       resp.Dest_qp_num,
+		QPAccessFlags:   wr.Access(resp.Qp_access_flags),
+		Cap:             caps.Cap,
+		AHAttr:          decodeDest(&resp.Dest),
+		AltAHAttr:       decodeDest(&resp.Alt_dest),
+		PKeyIndex:       resp.Pkey_index,
+		AltPKeyIndex:    resp.Alt_pkey_index,
+		SQDraining:      resp.Sq_draining != 0,
+		MaxRdAtomic:     resp.Max_rd_atomic,
+		MaxDestRdAtomic: resp.Max_dest_rd_atomic,
+		MinRNRTimer:     resp.Min_rnr_timer,
+		PortNum:         resp.Port_num,
+		Timeout:         resp.Timeout,
+		RetryCnt:        resp.Retry_cnt,
+		RNRRetry:        resp.Rnr_retry,
+		AltPortNum:      resp.Alt_port_num,
+		AltTimeout:      resp.Alt_timeout,
+	}
+	return a, caps
+}

@@ -1,0 +1,259 @@
+package uverbs
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rdmago/rdma/provider"
+	"github.com/rdmago/rdma/uverbs/abi"
+	"github.com/rdmago/rdma/wr"
+)
+
+// CompChannel is a completion channel (struct ibv_comp_channel): a file on
+// which armed CQs report that a completion arrived. Waiting on it parks the
+// goroutine in the Go runtime's network poller; no OS thread blocks.
+type CompChannel struct {
+	ctx  *Context
+	file *os.File // non-blocking, registered with the runtime poller
+	// pending holds the CQ handles of events read but not yet returned.
+	mu      sync.Mutex
+	pending []uint64
+	buf     [16 * 8]byte
+}
+
+// NewCompChannel creates a completion channel (ibv_create_comp_channel).
+func (c *Context) NewCompChannel() (*CompChannel, error) {
+	req := new(abi.IbUverbsCreateCompChannel)
+	resp := new(abi.IbUverbsCreateCompChannelResp)
+	err := c.invokeWrite(abi.IB_USER_VERBS_CMD_CREATE_COMP_CHANNEL, unsafe.Pointer(req), int(unsafe.Sizeof(*req)),
+		unsafe.Pointer(resp), int(unsafe.Sizeof(*resp)), "create completion channel")
+	if err != nil {
+		return nil, err
+	}
+	f, err := pollableFile(int(resp.Fd), "comp_channel")
+	if err != nil {
+		return nil, err
+	}
+	return &CompChannel{ctx: c, file: f}, nil
+}
+
+// pollableFile makes fd non-blocking and hands it to the runtime poller.
+func pollableFile(fd int, name string) (*os.File, error) {
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), name), nil
+}
+
+// GetEvent waits for the next completion event (ibv_get_cq_event) and
+// returns the CQ it is for. Every event must eventually be acknowledged
+// with CQ.AckEvents. The wait ends early, with ctx's error, when ctx is
+// done.
+func (ch *CompChannel) GetEvent(ctx context.Context) (*CQ, error) {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	for len(ch.pending) == 0 {
+		if err := ch.read(ctx); err != nil {
+			return nil, err
+		}
+	}
+	h := ch.pending[0]
+	ch.pending = ch.pending[1:]
+	cq := ch.ctx.cqByID(h)
+	if cq == nil {
+		return nil, fmt.Errorf("uverbs: completion event for unknown CQ %d", h)
+	}
+	cq.eventsGot.Add(1)
+	return cq, nil
+}
+
+// read reads at least one event description (struct ib_uverbs_comp_event_desc).
+func (ch *CompChannel) read(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		ch.file.SetReadDeadline(dl)
+	} else {
+		ch.file.SetReadDeadline(time.Time{})
+	}
+	stop := context.AfterFunc(ctx, func() { ch.file.SetReadDeadline(time.Unix(1, 0)) })
+	n, err := ch.file.Read(ch.buf[:])
+	stop()
+	if err != nil {
+		if cerr := ctx.Err(); cerr != nil {
+			return cerr
+		}
+		if errors.Is(err, os.ErrClosed) {
+			return ErrClosed
+		}
+		return &Error{Op: "get CQ event", Err: err}
+	}
+	for i := 0; i+8 <= n; i += 8 {
+		ch.pending = append(ch.pending, binary.NativeEndian.Uint64(ch.buf[i:]))
+	}
+	return nil
+}
+
+// Fd returns the channel's file descriptor, for callers that poll it
+// themselves.
+func (ch *CompChannel) Fd() int { return int(ch.file.Fd()) }
+
+// Close destroys the channel. CQs using it must be closed first (EBUSY).
+func (ch *CompChannel) Close() error {
+	err := ch.file.Close()
+	if errors.Is(err, os.ErrClosed) {
+		return nil
+	}
+	return err
+}
+
+// CQ is a completion queue (struct ibv_cq).
+type CQ struct {
+	object
+	id      uint64
+	prov    provider.CQ
+	channel *CompChannel
+	cqe     int
+	// rw lets Poll run without blocking other pollers while Close waits
+	// for them before the provider unmaps the queue.
+	rw         sync.RWMutex
+	dead       atomic.Bool
+	eventsGot  atomic.Uint32
+	eventsAckd atomic.Uint32
+}
+
+// CQAttr configures a completion queue.
+type CQAttr struct {
+	// CQE is the minimum number of entries; the device may give more.
+	CQE int
+	// Channel, if set, receives an event when the CQ is armed with
+	// ReqNotify and a completion arrives.
+	Channel *CompChannel
+	// CompVector selects the completion vector (interrupt) for events,
+	// below Context.NumCompVectors.
+	CompVector int
+}
+
+// CreateCQ creates a completion queue (ibv_create_cq).
+func (c *Context) CreateCQ(attr CQAttr) (*CQ, error) {
+	if attr.CQE < 1 {
+		return nil, &Error{Op: "create CQ", Err: fmt.Errorf("CQE %d: %w", attr.CQE, unix.EINVAL)}
+	}
+	if attr.Channel != nil && attr.Channel.ctx != c {
+		return nil, &Error{Op: "create CQ", Err: fmt.Errorf("completion channel of another context: %w", unix.EINVAL)}
+	}
+	pc, err := c.providerContext("create CQ")
+	if err != nil {
+		return nil, err
+	}
+	b, err := pc.NewCQ(attr.CQE)
+	if err != nil {
+		return nil, wrapErr("create CQ", err)
+	}
+	in, out := b.Udata()
+	cq := &CQ{id: c.nextID.Add(1), channel: attr.Channel}
+	var respCQE uint32
+	cmd := newCommand(abi.UVERBS_OBJECT_CQ, abi.UVERBS_METHOD_CQ_CREATE)
+	cmd.driverID = c.dev.DriverID
+	h := cmd.idrNew(abi.UVERBS_ATTR_CREATE_CQ_HANDLE)
+	cmd.u32In(abi.UVERBS_ATTR_CREATE_CQ_CQE, uint32(attr.CQE))
+	cmd.constIn(abi.UVERBS_ATTR_CREATE_CQ_USER_HANDLE, cq.id)
+	cmd.u32In(abi.UVERBS_ATTR_CREATE_CQ_COMP_VECTOR, uint32(attr.CompVector))
+	if attr.Channel != nil {
+		cmd.fdIn(abi.UVERBS_ATTR_CREATE_CQ_COMP_CHANNEL, attr.Channel.Fd())
+	}
+	if c.asyncFD >= 0 {
+		cmd.fdIn(abi.UVERBS_ATTR_CREATE_CQ_EVENT_FD, c.asyncFD)
+	}
+	cmd.ptrOut(abi.UVERBS_ATTR_CREATE_CQ_RESP_CQE, unsafe.Pointer(&respCQE), 4)
+	cmd.udata(in, out)
+	if err := cmd.execute(c.f, "create CQ"); err != nil {
+		b.Abort()
+		return nil, err
+	}
+	cq.object = object{ctx: c, handle: cmd.outIDR(h)}
+	cq.cqe = int(respCQE)
+	p, err := b.Finish(provider.Created{Handle: cq.handle, CQE: respCQE})
+	if err != nil {
+		cq.destroyKernel()
+		return nil, wrapErr("create CQ", err)
+	}
+	cq.prov = p
+	c.registerCQ(cq)
+	return cq, nil
+}
+
+// CQE returns the number of entries the device allocated.
+func (cq *CQ) CQE() int { return cq.cqe }
+
+// Handle returns the kernel's handle for the CQ.
+func (cq *CQ) Handle() uint32 { return cq.handle }
+
+// Poll moves up to len(wc) completions into wc (ibv_poll_cq) and returns
+// how many. It never blocks and does not allocate.
+func (cq *CQ) Poll(wc []wr.Completion) (int, error) {
+	cq.rw.RLock()
+	if cq.dead.Load() {
+		cq.rw.RUnlock()
+		return 0, ErrClosed
+	}
+	n := cq.prov.Poll(wc)
+	cq.rw.RUnlock()
+	return n, nil
+}
+
+// ReqNotify arms the CQ (ibv_req_notify_cq): the next completion, or the
+// next solicited one, raises an event on the CQ's completion channel.
+func (cq *CQ) ReqNotify(solicitedOnly bool) error {
+	cq.rw.RLock()
+	defer cq.rw.RUnlock()
+	if cq.dead.Load() {
+		return ErrClosed
+	}
+	if cq.channel == nil {
+		return &Error{Op: "req notify CQ", Err: fmt.Errorf("CQ has no completion channel: %w", unix.EINVAL)}
+	}
+	return wrapErr("req notify CQ", cq.prov.ReqNotify(solicitedOnly))
+}
+
+// AckEvents acknowledges n events returned by CompChannel.GetEvent for this
+// CQ (ibv_ack_cq_events).
+func (cq *CQ) AckEvents(n int) { cq.eventsAckd.Add(uint32(n)) }
+
+// Close destroys the CQ (ibv_destroy_cq). Queue pairs using it must be
+// closed first (the kernel answers EBUSY).
+func (cq *CQ) Close() error {
+	cq.rw.Lock()
+	defer cq.rw.Unlock()
+	if cq.dead.Load() {
+		return nil
+	}
+	if err := cq.destroyKernel(); err != nil {
+		return err
+	}
+	cq.dead.Store(true)
+	cq.ctx.unregisterCQ(cq)
+	if cq.prov != nil {
+		return cq.prov.Close()
+	}
+	return nil
+}
+
+func (cq *CQ) destroyKernel() error {
+	resp := new(abi.IbUverbsDestroyCqResp)
+	return cq.destroy(abi.UVERBS_OBJECT_CQ, abi.UVERBS_METHOD_CQ_DESTROY, abi.UVERBS_ATTR_DESTROY_CQ_HANDLE, "destroy CQ",
+		func(cmd *command) {
+			cmd.ptrOut(abi.UVERBS_ATTR_DESTROY_CQ_RESP, unsafe.Pointer(resp), int(unsafe.Sizeof(*resp)))
+		})
+}

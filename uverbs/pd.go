@@ -1,0 +1,143 @@
+package uverbs
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rdmago/rdma/uverbs/abi"
+	"github.com/rdmago/rdma/wr"
+)
+
+// object is the bookkeeping every kernel object shares: its handle, the
+// context it lives in, and a once-only destroy. Destroying twice, or using an
+// object after Close, is an error (ErrClosed), never a second kernel call.
+type object struct {
+	ctx    *Context
+	handle uint32
+	mu     sync.Mutex
+	closed bool
+}
+
+// destroy runs the kernel's destroy method for the object once.
+func (o *object) destroy(objType, method, attr uint16, op string, extra func(*command)) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.closed {
+		return nil
+	}
+	cmd := newCommand(objType, method)
+	cmd.driverID = o.ctx.dev.DriverID
+	cmd.idrIn(attr, o.handle)
+	if extra != nil {
+		extra(cmd)
+	}
+	err := cmd.execute(o.ctx.f, op)
+	if err != nil && !isGone(err) {
+		return err
+	}
+	o.closed = true
+	return nil
+}
+
+// isGone reports errors that mean the kernel object no longer exists, for
+// instance because the context was closed under it: closing is then done.
+func isGone(err error) bool {
+	return errors.Is(err, ErrClosed) || errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EBADF)
+}
+
+// PD is a protection domain (struct ibv_pd): memory regions, queue pairs and
+// address handles used together must belong to the same one.
+type PD struct {
+	object
+}
+
+// AllocPD allocates a protection domain (ibv_alloc_pd).
+func (c *Context) AllocPD() (*PD, error) {
+	req := new(abi.IbUverbsAllocPd)
+	resp := new(abi.IbUverbsAllocPdResp)
+	err := c.invokeWrite(abi.IB_USER_VERBS_CMD_ALLOC_PD, unsafe.Pointer(req), int(unsafe.Sizeof(*req)),
+		unsafe.Pointer(resp), int(unsafe.Sizeof(*resp)), "alloc PD")
+	if err != nil {
+		return nil, err
+	}
+	return &PD{object{ctx: c, handle: resp.Pd_handle}}, nil
+}
+
+// Context returns the context the PD belongs to.
+func (pd *PD) Context() *Context { return pd.ctx }
+
+// Handle returns the kernel's handle for the PD.
+func (pd *PD) Handle() uint32 { return pd.handle }
+
+// Close deallocates the PD (ibv_dealloc_pd). The kernel refuses while
+// objects still use it (EBUSY).
+func (pd *PD) Close() error {
+	return pd.destroy(abi.UVERBS_OBJECT_PD, abi.UVERBS_METHOD_PD_DESTROY, abi.UVERBS_ATTR_DESTROY_PD_HANDLE, "dealloc PD", nil)
+}
+
+// MR is a registered memory region (struct ibv_mr). It keeps the memory it
+// covers reachable until Close, so Go memory registered with RegMR cannot be
+// freed while the device may still access it.
+type MR struct {
+	object
+	pd   *PD
+	buf  []byte // holding it keeps the memory alive: Go's heap never moves
+	LKey uint32 // local key, for SGEs
+	RKey uint32 // remote key, for peers' RDMA operations
+}
+
+// RegMR registers buf with the device (ibv_reg_mr) with the given access.
+// buf may be Go memory or memory mapped by the caller (for example with
+// mr.Alloc, which gives page-aligned memory). Remote write or atomic access
+// requires LocalWrite as well, as in libibverbs.
+func (pd *PD) RegMR(buf []byte, access wr.Access) (*MR, error) {
+	if len(buf) == 0 {
+		return nil, &Error{Op: "reg MR", Err: fmt.Errorf("empty buffer: %w", unix.EINVAL)}
+	}
+	if access&(wr.RemoteWrite|wr.RemoteAtomic) != 0 && access&wr.LocalWrite == 0 {
+		return nil, &Error{Op: "reg MR", Err: fmt.Errorf("remote write or atomic access needs LocalWrite: %w", unix.EINVAL)}
+	}
+	// Storing buf in the heap-allocated MR also moves a would-be stack
+	// array to the heap, where the garbage collector never moves it.
+	m := &MR{pd: pd, buf: buf}
+	addr := uint64(uintptr(unsafe.Pointer(&buf[0])))
+	req := &abi.IbUverbsRegMr{
+		Start:        addr,
+		Length:       uint64(len(buf)),
+		Hca_va:       addr,
+		Pd_handle:    pd.handle,
+		Access_flags: uint32(access),
+	}
+	resp := new(abi.IbUverbsRegMrResp)
+	err := pd.ctx.invokeWrite(abi.IB_USER_VERBS_CMD_REG_MR, unsafe.Pointer(req), int(unsafe.Sizeof(*req)),
+		unsafe.Pointer(resp), int(unsafe.Sizeof(*resp)), "reg MR")
+	if err != nil {
+		return nil, err
+	}
+	m.object = object{ctx: pd.ctx, handle: resp.Mr_handle}
+	m.LKey, m.RKey = resp.Lkey, resp.Rkey
+	return m, nil
+}
+
+// Buf returns the registered memory.
+func (m *MR) Buf() []byte { return m.buf }
+
+// Addr returns the address of the region's first byte, as SGEs and remote
+// peers name it.
+func (m *MR) Addr() uint64 { return uint64(uintptr(unsafe.Pointer(&m.buf[0]))) }
+
+// SGE returns a scatter-gather element for buf[off:off+n].
+func (m *MR) SGE(off, n int) wr.SGE {
+	return wr.SGE{Addr: m.Addr() + uint64(off), Length: uint32(n), LKey: m.LKey}
+}
+
+// Close deregisters the region (ibv_dereg_mr). Work requests still using it
+// then fail with protection errors in their completions; the memory itself
+// stays valid for as long as the caller holds it.
+func (m *MR) Close() error {
+	return m.destroy(abi.UVERBS_OBJECT_MR, abi.UVERBS_METHOD_MR_DESTROY, abi.UVERBS_ATTR_DESTROY_MR_HANDLE, "dereg MR", nil)
+}

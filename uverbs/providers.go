@@ -1,0 +1,14 @@
+package uverbs
+
+import (
+	"github.com/rdmago/rdma/provider"
+	"github.com/rdmago/rdma/provider/rxe"
+	"github.com/rdmago/rdma/uverbs/abi"
+)
+
+// drivers are the providers this library carries, by kernel driver id. The
+// core imports every one of them, so a program works on any supported
+// device without importing a provider itself.
+var drivers = map[uint32]provider.Driver{
+	abi.RDMA_DRIVER_RXE: rxe.Driver{},
+}

@@ -1,0 +1,282 @@
+package uverbs
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rdmago/rdma/provider"
+	"github.com/rdmago/rdma/qp"
+	"github.com/rdmago/rdma/uverbs/abi"
+	"github.com/rdmago/rdma/wr"
+)
+
+// QPInitAttr describes a queue pair to create (struct ibv_qp_init_attr).
+type QPInitAttr struct {
+	Type   qp.Type
+	SendCQ *CQ
+	RecvCQ *CQ
+	// SRQ, if set, supplies the receives; the QP then has no receive queue.
+	SRQ *SRQ
+	Cap provider.QPCaps
+	// SignalAll makes every send work request complete with a completion,
+	// whatever its Signaled flag (sq_sig_all).
+	SignalAll bool
+}
+
+// QP is a queue pair (struct ibv_qp).
+type QP struct {
+	object
+	id     uint64
+	pd     *PD
+	typ    qp.Type
+	num    uint32
+	caps   provider.QPCaps
+	sendCQ *CQ
+	recvCQ *CQ
+	srq    *SRQ
+	prov   provider.QP
+
+	state atomic.Uint32 // qp.State as last set by Modify
+	rw    sync.RWMutex
+	dead  atomic.Bool
+}
+
+// CreateQP creates a queue pair in the protection domain (ibv_create_qp).
+// The capabilities the device granted, which may exceed those asked for, are
+// in QP.Caps.
+func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
+	c := pd.ctx
+	if attr.SendCQ == nil || (attr.RecvCQ == nil && attr.SRQ == nil) {
+		return nil, &Error{Op: "create QP", Err: fmt.Errorf("a send CQ and a receive CQ are required: %w", unix.EINVAL)}
+	}
+	if attr.RecvCQ == nil {
+		attr.RecvCQ = attr.SendCQ
+	}
+	for _, o := range []*object{&attr.SendCQ.object, &attr.RecvCQ.object} {
+		if o.ctx != c {
+			return nil, &Error{Op: "create QP", Err: fmt.Errorf("CQ of another context: %w", unix.EINVAL)}
+		}
+	}
+	pc, err := c.providerContext("create QP")
+	if err != nil {
+		return nil, err
+	}
+	b, err := pc.NewQP(provider.QPInitAttr{Type: attr.Type, Caps: attr.Cap, HasSRQ: attr.SRQ != nil, SignalAll: attr.SignalAll})
+	if err != nil {
+		return nil, wrapErr("create QP", err)
+	}
+	in, out := b.Udata()
+	q := &QP{id: c.nextID.Add(1), pd: pd, typ: attr.Type, sendCQ: attr.SendCQ, recvCQ: attr.RecvCQ, srq: attr.SRQ}
+
+	capIn := &abi.IbUverbsQpCap{
+		Max_send_wr:     attr.Cap.MaxSendWR,
+		Max_recv_wr:     attr.Cap.MaxRecvWR,
+		Max_send_sge:    attr.Cap.MaxSendSGE,
+		Max_recv_sge:    attr.Cap.MaxRecvSGE,
+		Max_inline_data: attr.Cap.MaxInlineData,
+	}
+	capOut := new(abi.IbUverbsQpCap)
+	qpNum := new(uint32)
+	var flags uint64
+	if attr.SignalAll {
+		flags |= abi.IB_UVERBS_QP_CREATE_SQ_SIG_ALL
+	}
+	cmd := newCommand(abi.UVERBS_OBJECT_QP, abi.UVERBS_METHOD_QP_CREATE)
+	cmd.driverID = c.dev.DriverID
+	h := cmd.idrNew(abi.UVERBS_ATTR_CREATE_QP_HANDLE)
+	cmd.idrIn(abi.UVERBS_ATTR_CREATE_QP_PD_HANDLE, pd.handle)
+	cmd.idrIn(abi.UVERBS_ATTR_CREATE_QP_SEND_CQ_HANDLE, attr.SendCQ.handle)
+	cmd.idrIn(abi.UVERBS_ATTR_CREATE_QP_RECV_CQ_HANDLE, attr.RecvCQ.handle)
+	if attr.SRQ != nil {
+		cmd.idrIn(abi.UVERBS_ATTR_CREATE_QP_SRQ_HANDLE, attr.SRQ.handle)
+	}
+	cmd.constIn(abi.UVERBS_ATTR_CREATE_QP_USER_HANDLE, q.id)
+	cmd.ptrIn(abi.UVERBS_ATTR_CREATE_QP_CAP, unsafe.Pointer(capIn), int(unsafe.Sizeof(*capIn)))
+	cmd.constIn(abi.UVERBS_ATTR_CREATE_QP_TYPE, uint64(attr.Type))
+	cmd.constIn(abi.UVERBS_ATTR_CREATE_QP_FLAGS, flags)
+	if c.asyncFD >= 0 {
+		cmd.fdIn(abi.UVERBS_ATTR_CREATE_QP_EVENT_FD, c.asyncFD)
+	}
+	cmd.ptrOut(abi.UVERBS_ATTR_CREATE_QP_RESP_CAP, unsafe.Pointer(capOut), int(unsafe.Sizeof(*capOut)))
+	cmd.ptrOut(abi.UVERBS_ATTR_CREATE_QP_RESP_QP_NUM, unsafe.Pointer(qpNum), 4)
+	cmd.udata(in, out)
+	if err := cmd.execute(c.f, "create QP"); err != nil {
+		b.Abort()
+		return nil, err
+	}
+	q.object = object{ctx: c, handle: cmd.outIDR(h)}
+	q.num = *qpNum
+	q.caps = provider.QPCaps{
+		MaxSendWR:     capOut.Max_send_wr,
+		MaxRecvWR:     capOut.Max_recv_wr,
+		MaxSendSGE:    capOut.Max_send_sge,
+		MaxRecvSGE:    capOut.Max_recv_sge,
+		MaxInlineData: capOut.Max_inline_data,
+	}
+	p, err := b.Finish(provider.Created{Handle: q.handle, QPNum: q.num, Caps: q.caps})
+	if err != nil {
+		q.destroyKernel()
+		return nil, wrapErr("create QP", err)
+	}
+	q.prov = p
+	return q, nil
+}
+
+// Num returns the QP number peers address it by.
+func (q *QP) Num() uint32 { return q.num }
+
+// Type returns the QP's transport.
+func (q *QP) Type() qp.Type { return q.typ }
+
+// Caps returns the queue sizes the device granted.
+func (q *QP) Caps() provider.QPCaps { return q.caps }
+
+// State returns the state the QP was last moved to by Modify. A QP can also
+// enter the error state on its own; Query asks the kernel.
+func (q *QP) State() qp.State { return qp.State(q.state.Load()) }
+
+// Handle returns the kernel's handle for the QP.
+func (q *QP) Handle() uint32 { return q.handle }
+
+// Modify changes the QP's attributes and state (ibv_modify_qp). The mask is
+// checked against the transition's required and allowed attributes first,
+// so a wrong one fails with a message naming the attributes, before the
+// kernel sees it.
+func (q *QP) Modify(a *qp.Attr, mask qp.AttrMask) error {
+	q.rw.RLock()
+	defer q.rw.RUnlock()
+	if q.dead.Load() {
+		return ErrClosed
+	}
+	cur := q.State()
+	if mask&qp.AttrCurState != 0 {
+		cur = a.CurState
+	}
+	next := cur
+	if mask&qp.AttrState != 0 {
+		next = a.State
+	}
+	if err := qp.Validate(q.typ, cur, next, mask); err != nil {
+		return &Error{Op: "modify QP", Err: err}
+	}
+	req := new(abi.IbUverbsExModifyQp)
+	*req = qp.EncodeModify(q.handle, a, mask)
+	var err error
+	if mask&qp.AttrRateLimit != 0 {
+		resp := new(abi.IbUverbsExModifyQpResp)
+		err = q.ctx.invokeWrite(abi.IB_USER_VERBS_CMD_FLAG_EXTENDED|abi.IB_USER_VERBS_EX_CMD_MODIFY_QP,
+			unsafe.Pointer(req), int(unsafe.Sizeof(*req)), unsafe.Pointer(resp), int(unsafe.Sizeof(*resp)), "modify QP")
+	} else {
+		err = q.ctx.invokeWrite(abi.IB_USER_VERBS_CMD_MODIFY_QP,
+			unsafe.Pointer(&req.Base), int(unsafe.Sizeof(req.Base)), nil, 0, "modify QP")
+	}
+	if err != nil {
+		return err
+	}
+	if mask&qp.AttrState != 0 {
+		q.state.Store(uint32(a.State))
+	}
+	return nil
+}
+
+// Query returns the attributes named by mask and the creation attributes
+// (ibv_query_qp).
+func (q *QP) Query(mask qp.AttrMask) (qp.Attr, qp.InitAttr, error) {
+	q.rw.RLock()
+	defer q.rw.RUnlock()
+	if q.dead.Load() {
+		return qp.Attr{}, qp.InitAttr{}, ErrClosed
+	}
+	req := new(abi.IbUverbsQueryQp)
+	*req = qp.EncodeQuery(q.handle, mask)
+	resp := new(abi.IbUverbsQueryQpResp)
+	if err := q.ctx.invokeWrite(abi.IB_USER_VERBS_CMD_QUERY_QP, unsafe.Pointer(req), int(unsafe.Sizeof(*req)),
+		unsafe.Pointer(resp), int(unsafe.Sizeof(*resp)), "query QP"); err != nil {
+		return qp.Attr{}, qp.InitAttr{}, err
+	}
+	a, ia := qp.DecodeQuery(resp)
+	return a, ia, nil
+}
+
+// PostError is a post that stopped at a work request: Index is the first
+// one that did not reach the queue (ibv_post_send's bad_wr); the ones
+// before it were posted.
+type PostError struct {
+	Op    string
+	Index int
+	Err   error
+}
+
+func (e *PostError) Error() string {
+	return fmt.Sprintf("uverbs: %s: work request %d: %v", e.Op, e.Index, e.Err)
+}
+func (e *PostError) Unwrap() error { return e.Err }
+
+// PostSend posts send work requests (ibv_post_send). It returns how many
+// were posted: all of them, or, with an error, those before the refused one.
+// A QP that is not ready to send (RESET, INIT, RTR) gets EINVAL and nothing
+// reaches its queue; a full queue gets ENOMEM.
+func (q *QP) PostSend(wrs []wr.SendWR) (int, error) {
+	q.rw.RLock()
+	defer q.rw.RUnlock()
+	if q.dead.Load() {
+		return 0, ErrClosed
+	}
+	switch q.State() {
+	case qp.StateReset, qp.StateInit, qp.StateRTR:
+		return 0, &PostError{Op: "post send", Err: fmt.Errorf("QP %d is in state %v: %w", q.num, q.State(), unix.EINVAL)}
+	}
+	n, err := q.prov.PostSend(wrs)
+	if err != nil {
+		return n, &PostError{Op: "post send", Index: n, Err: err}
+	}
+	return n, nil
+}
+
+// PostRecv posts receive work requests (ibv_post_recv). A QP in RESET, or
+// one that receives through an SRQ, gets EINVAL; a full queue ENOMEM.
+func (q *QP) PostRecv(wrs []wr.RecvWR) (int, error) {
+	q.rw.RLock()
+	defer q.rw.RUnlock()
+	if q.dead.Load() {
+		return 0, ErrClosed
+	}
+	if q.State() == qp.StateReset {
+		return 0, &PostError{Op: "post recv", Err: fmt.Errorf("QP %d is in state RESET: %w", q.num, unix.EINVAL)}
+	}
+	n, err := q.prov.PostRecv(wrs)
+	if err != nil {
+		return n, &PostError{Op: "post recv", Index: n, Err: err}
+	}
+	return n, nil
+}
+
+// Close destroys the QP (ibv_destroy_qp). Outstanding work requests
+// complete with WRFlushErr on its CQs.
+func (q *QP) Close() error {
+	q.rw.Lock()
+	defer q.rw.Unlock()
+	if q.dead.Load() {
+		return nil
+	}
+	if err := q.destroyKernel(); err != nil {
+		return err
+	}
+	q.dead.Store(true)
+	if q.prov != nil {
+		return q.prov.Close()
+	}
+	return nil
+}
+
+func (q *QP) destroyKernel() error {
+	resp := new(abi.IbUverbsDestroyQpResp)
+	return q.destroy(abi.UVERBS_OBJECT_QP, abi.UVERBS_METHOD_QP_DESTROY, abi.UVERBS_ATTR_DESTROY_QP_HANDLE, "destroy QP",
+		func(cmd *command) {
+			cmd.ptrOut(abi.UVERBS_ATTR_DESTROY_QP_RESP, unsafe.Pointer(resp), int(unsafe.Sizeof(*resp)))
+		})
+}

@@ -1,0 +1,238 @@
+package uverbs
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rdmago/rdma/provider"
+	"github.com/rdmago/rdma/uverbs/abi"
+	"github.com/rdmago/rdma/wr"
+)
+
+// SRQAttr sizes a shared receive queue (struct ibv_srq_attr).
+type SRQAttr struct {
+	MaxWR  uint32
+	MaxSGE uint32
+	// Limit arms the limit event: when fewer than Limit receives remain,
+	// the SRQ raises an SRQLimitReached event and disarms. 0 leaves it off.
+	Limit uint32
+}
+
+// SRQ is a shared receive queue (struct ibv_srq): one pool of receive
+// requests serving several queue pairs.
+type SRQ struct {
+	object
+	id   uint64
+	pd   *PD
+	prov provider.SRQ
+	attr SRQAttr
+	rw   sync.RWMutex
+	dead atomic.Bool
+}
+
+// CreateSRQ creates a shared receive queue (ibv_create_srq).
+func (pd *PD) CreateSRQ(attr SRQAttr) (*SRQ, error) {
+	c := pd.ctx
+	if attr.MaxWR == 0 || attr.MaxSGE == 0 {
+		return nil, &Error{Op: "create SRQ", Err: fmt.Errorf("max_wr and max_sge must be positive: %w", unix.EINVAL)}
+	}
+	pc, err := c.providerContext("create SRQ")
+	if err != nil {
+		return nil, err
+	}
+	b, err := pc.NewSRQ(provider.SRQInitAttr{MaxWR: attr.MaxWR, MaxSGE: attr.MaxSGE, Limit: attr.Limit})
+	if err != nil {
+		return nil, wrapErr("create SRQ", err)
+	}
+	in, out := b.Udata()
+	s := &SRQ{id: c.nextID.Add(1), pd: pd}
+	resp := new(struct{ maxWR, maxSGE uint32 })
+	cmd := newCommand(abi.UVERBS_OBJECT_SRQ, abi.UVERBS_METHOD_SRQ_CREATE)
+	cmd.driverID = c.dev.DriverID
+	h := cmd.idrNew(abi.UVERBS_ATTR_CREATE_SRQ_HANDLE)
+	cmd.idrIn(abi.UVERBS_ATTR_CREATE_SRQ_PD_HANDLE, pd.handle)
+	cmd.constIn(abi.UVERBS_ATTR_CREATE_SRQ_USER_HANDLE, s.id)
+	cmd.u32In(abi.UVERBS_ATTR_CREATE_SRQ_MAX_WR, uint32(attr.MaxWR))
+	cmd.u32In(abi.UVERBS_ATTR_CREATE_SRQ_MAX_SGE, uint32(attr.MaxSGE))
+	cmd.u32In(abi.UVERBS_ATTR_CREATE_SRQ_LIMIT, uint32(attr.Limit))
+	cmd.constIn(abi.UVERBS_ATTR_CREATE_SRQ_TYPE, abi.IB_UVERBS_SRQT_BASIC)
+	if c.asyncFD >= 0 {
+		cmd.fdIn(abi.UVERBS_ATTR_CREATE_SRQ_EVENT_FD, c.asyncFD)
+	}
+	cmd.ptrOut(abi.UVERBS_ATTR_CREATE_SRQ_RESP_MAX_WR, unsafe.Pointer(&resp.maxWR), 4)
+	cmd.ptrOut(abi.UVERBS_ATTR_CREATE_SRQ_RESP_MAX_SGE, unsafe.Pointer(&resp.maxSGE), 4)
+	cmd.udata(in, out)
+	if err := cmd.execute(c.f, "create SRQ"); err != nil {
+		b.Abort()
+		return nil, err
+	}
+	s.object = object{ctx: c, handle: cmd.outIDR(h)}
+	s.attr = SRQAttr{MaxWR: resp.maxWR, MaxSGE: resp.maxSGE, Limit: attr.Limit}
+	p, err := b.Finish(provider.Created{Handle: s.handle, Caps: provider.QPCaps{MaxRecvWR: resp.maxWR, MaxRecvSGE: resp.maxSGE}})
+	if err != nil {
+		s.destroyKernel()
+		return nil, wrapErr("create SRQ", err)
+	}
+	s.prov = p
+	return s, nil
+}
+
+// Attr returns the sizes the device granted and the limit last set.
+func (s *SRQ) Attr() SRQAttr { return s.attr }
+
+// PostRecv posts receive requests to the SRQ (ibv_post_srq_recv).
+func (s *SRQ) PostRecv(wrs []wr.RecvWR) (int, error) {
+	s.rw.RLock()
+	defer s.rw.RUnlock()
+	if s.dead.Load() {
+		return 0, ErrClosed
+	}
+	n, err := s.prov.PostRecv(wrs)
+	if err != nil {
+		return n, &PostError{Op: "post SRQ recv", Index: n, Err: err}
+	}
+	return n, nil
+}
+
+// SRQ attribute mask bits (enum ibv_srq_attr_mask).
+const (
+	SRQMaxWR = 1 << 0 // resize
+	SRQLimit = 1 << 1 // arm the limit event
+)
+
+// Modify resizes the SRQ or arms its limit event (ibv_modify_srq).
+func (s *SRQ) Modify(attr SRQAttr, mask int) error {
+	s.rw.Lock()
+	defer s.rw.Unlock()
+	if s.dead.Load() {
+		return ErrClosed
+	}
+	req := &abi.IbUverbsModifySrq{Srq_handle: s.handle, Attr_mask: uint32(mask), Max_wr: attr.MaxWR, Srq_limit: attr.Limit}
+	var in []byte
+	m, hasModifier := s.prov.(provider.SRQModifier)
+	if hasModifier {
+		in = m.ModifyUdata()
+	}
+	if err := s.ctx.invokeWriteUdata(abi.IB_USER_VERBS_CMD_MODIFY_SRQ, unsafe.Pointer(req), int(unsafe.Sizeof(*req)),
+		nil, 0, in, nil, "modify SRQ"); err != nil {
+		return err
+	}
+	if mask&SRQLimit != 0 {
+		s.attr.Limit = attr.Limit
+	}
+	if mask&SRQMaxWR != 0 {
+		s.attr.MaxWR = attr.MaxWR
+		if hasModifier {
+			if err := m.Resized(); err != nil {
+				return wrapErr("modify SRQ", err)
+			}
+		}
+	}
+	return nil
+}
+
+// Query returns the SRQ's current attributes (ibv_query_srq).
+func (s *SRQ) Query() (SRQAttr, error) {
+	s.rw.RLock()
+	defer s.rw.RUnlock()
+	if s.dead.Load() {
+		return SRQAttr{}, ErrClosed
+	}
+	req := &abi.IbUverbsQuerySrq{Srq_handle: s.handle}
+	resp := new(abi.IbUverbsQuerySrqResp)
+	if err := s.ctx.invokeWrite(abi.IB_USER_VERBS_CMD_QUERY_SRQ, unsafe.Pointer(req), int(unsafe.Sizeof(*req)),
+		unsafe.Pointer(resp), int(unsafe.Sizeof(*resp)), "query SRQ"); err != nil {
+		return SRQAttr{}, err
+	}
+	return SRQAttr{MaxWR: resp.Max_wr, MaxSGE: resp.Max_sge, Limit: resp.Srq_limit}, nil
+}
+
+// Close destroys the SRQ (ibv_destroy_srq). QPs using it must be closed first.
+func (s *SRQ) Close() error {
+	s.rw.Lock()
+	defer s.rw.Unlock()
+	if s.dead.Load() {
+		return nil
+	}
+	if err := s.destroyKernel(); err != nil {
+		return err
+	}
+	s.dead.Store(true)
+	if s.prov != nil {
+		return s.prov.Close()
+	}
+	return nil
+}
+
+func (s *SRQ) destroyKernel() error {
+	resp := new(abi.IbUverbsDestroySrqResp)
+	return s.destroy(abi.UVERBS_OBJECT_SRQ, abi.UVERBS_METHOD_SRQ_DESTROY, abi.UVERBS_ATTR_DESTROY_SRQ_HANDLE, "destroy SRQ",
+		func(cmd *command) {
+			cmd.ptrOut(abi.UVERBS_ATTR_DESTROY_SRQ_RESP, unsafe.Pointer(resp), int(unsafe.Sizeof(*resp)))
+		})
+}
+
+// AH is an address handle (struct ibv_ah): the destination of UD sends.
+// It implements wr.AddressHandle.
+type AH struct {
+	object
+	prov provider.AH
+	attr provider.AHAttr
+}
+
+// CreateAH creates an address handle (ibv_create_ah). For RoCE, set
+// IsGlobal with the destination GID and the local SGID index.
+func (pd *PD) CreateAH(attr provider.AHAttr) (*AH, error) {
+	c := pd.ctx
+	pc, err := c.providerContext("create AH")
+	if err != nil {
+		return nil, err
+	}
+	b, err := pc.NewAH(attr)
+	if err != nil {
+		return nil, wrapErr("create AH", err)
+	}
+	in, out := b.Udata()
+	req := &abi.IbUverbsCreateAh{Pd_handle: pd.handle}
+	a := &req.Attr
+	a.Dlid, a.Sl, a.Src_path_bits, a.Static_rate, a.Port_num = attr.DLID, attr.SL, attr.SrcPathBits, attr.StaticRate, attr.PortNum
+	if attr.IsGlobal {
+		a.Is_global = 1
+		a.Grh.Dgid = attr.DGID
+		a.Grh.Flow_label = attr.FlowLabel
+		a.Grh.Sgid_index = attr.SGIDIndex
+		a.Grh.Hop_limit = attr.HopLimit
+		a.Grh.Traffic_class = attr.TrafficClass
+	}
+	resp := new(abi.IbUverbsCreateAhResp)
+	if err := c.invokeWriteUdata(abi.IB_USER_VERBS_CMD_CREATE_AH, unsafe.Pointer(req), int(unsafe.Sizeof(*req)),
+		unsafe.Pointer(resp), int(unsafe.Sizeof(*resp)), in, out, "create AH"); err != nil {
+		b.Abort()
+		return nil, err
+	}
+	ah := &AH{object: object{ctx: c, handle: resp.Ah_handle}, attr: attr}
+	p, err := b.Finish(provider.Created{Handle: ah.handle})
+	if err != nil {
+		ah.Close()
+		return nil, wrapErr("create AH", err)
+	}
+	ah.prov = p
+	return ah, nil
+}
+
+// ProviderAH returns the provider's form of the handle, for UD sends.
+func (ah *AH) ProviderAH() any {
+	if ah.prov == nil {
+		return nil
+	}
+	return ah.prov.ProviderAH()
+}
+
+// Close destroys the address handle (ibv_destroy_ah).
+func (ah *AH) Close() error {
+	return ah.destroy(abi.UVERBS_OBJECT_AH, abi.UVERBS_METHOD_AH_DESTROY, abi.UVERBS_ATTR_DESTROY_AH_HANDLE, "destroy AH", nil)
+}
