@@ -37,6 +37,9 @@ type Context struct {
 	nextID atomic.Uint64
 	objMu  sync.Mutex
 	cqs    map[uint64]*CQ
+	qps    map[uint64]*QP
+	srqs   map[uint64]*SRQ
+	events *asyncEvents // the async event file, once GetAsyncEvent used it
 
 	closeOnce sync.Once
 	closeErr  error
@@ -76,7 +79,7 @@ func (d Device) Open() (*Context, error) {
 // newContext creates the user context on an open command file. It is split
 // from Open so tests can run it against a fake kernel.
 func newContext(d Device, f cmdFile) (*Context, error) {
-	c := &Context{dev: d, f: f, asyncFD: -1, cqs: map[uint64]*CQ{}}
+	c := &Context{dev: d, f: f, asyncFD: -1, cqs: map[uint64]*CQ{}, qps: map[uint64]*QP{}, srqs: map[uint64]*SRQ{}}
 	var b provider.Builder[provider.Context]
 	if drv := drivers[d.DriverID]; drv != nil {
 		var err error
@@ -123,23 +126,31 @@ func (c *Context) providerContext(op string) (provider.Context, error) {
 	return c.prov, nil
 }
 
-func (c *Context) registerCQ(cq *CQ) {
+// The registries map the user handles that events carry back to objects.
+
+func register[T any](c *Context, m map[uint64]*T, id uint64, o *T) {
 	c.objMu.Lock()
-	c.cqs[cq.id] = cq
+	m[id] = o
 	c.objMu.Unlock()
 }
 
-func (c *Context) unregisterCQ(cq *CQ) {
+func unregister[T any](c *Context, m map[uint64]*T, id uint64) {
 	c.objMu.Lock()
-	delete(c.cqs, cq.id)
+	delete(m, id)
 	c.objMu.Unlock()
 }
 
-func (c *Context) cqByID(id uint64) *CQ {
+func lookup[T any](c *Context, m map[uint64]*T, id uint64) *T {
 	c.objMu.Lock()
 	defer c.objMu.Unlock()
-	return c.cqs[id]
+	return m[id]
 }
+
+func (c *Context) registerCQ(cq *CQ)      { register(c, c.cqs, cq.id, cq) }
+func (c *Context) unregisterCQ(cq *CQ)    { unregister(c, c.cqs, cq.id) }
+func (c *Context) cqByID(id uint64) *CQ   { return lookup(c, c.cqs, id) }
+func (c *Context) qpByID(id uint64) *QP   { return lookup(c, c.qps, id) }
+func (c *Context) srqByID(id uint64) *SRQ { return lookup(c, c.srqs, id) }
 
 // kernelPort is what providers see of the context (provider.Kernel).
 type kernelPort struct{ c *Context }
@@ -253,12 +264,20 @@ func (c *Context) Close() error {
 		if c.prov != nil {
 			c.closeErr = c.prov.Close()
 		}
-		if c.asyncFD >= 0 {
+		c.objMu.Lock()
+		if c.events != nil {
+			// The poller owns the descriptor now; this also wakes a
+			// goroutine waiting in GetAsyncEvent.
+			if err := c.events.file.Close(); err != nil && c.closeErr == nil {
+				c.closeErr = err
+			}
+		} else if c.asyncFD >= 0 {
 			if err := unix.Close(c.asyncFD); err != nil && c.closeErr == nil {
 				c.closeErr = err
 			}
-			c.asyncFD = -1
 		}
+		c.asyncFD = -1
+		c.objMu.Unlock()
 		// Closing the command file makes the kernel destroy the ucontext and
 		// every object still attached to it.
 		if err := c.f.Close(); err != nil && c.closeErr == nil {

@@ -41,15 +41,16 @@ func (c *Context) NewCompChannel() (*CompChannel, error) {
 	}
 	f, err := pollableFile(int(resp.Fd), "comp_channel")
 	if err != nil {
-		return nil, err
+		unix.Close(int(resp.Fd))
+		return nil, &Error{Op: "create completion channel", Err: err}
 	}
 	return &CompChannel{ctx: c, file: f}, nil
 }
 
-// pollableFile makes fd non-blocking and hands it to the runtime poller.
+// pollableFile makes fd non-blocking and hands it to the runtime poller,
+// which owns it from then on (closing the file closes fd).
 func pollableFile(fd int, name string) (*os.File, error) {
 	if err := unix.SetNonblock(fd, true); err != nil {
-		unix.Close(fd)
 		return nil, err
 	}
 	return os.NewFile(uintptr(fd), name), nil

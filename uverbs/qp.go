@@ -123,6 +123,7 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 		return nil, wrapErr("create QP", err)
 	}
 	q.prov = p
+	register(c, c.qps, q.id, q)
 	return q, nil
 }
 
@@ -255,18 +256,27 @@ func (q *QP) PostRecv(wrs []wr.RecvWR) (int, error) {
 	return n, nil
 }
 
-// Close destroys the QP (ibv_destroy_qp). Outstanding work requests
-// complete with WRFlushErr on its CQs.
+// Close destroys the QP (ibv_destroy_qp). Unlike ibv_destroy_qp, it first
+// moves a QP that may hold work to the error state, so outstanding work
+// requests complete with WRFlushErr on its CQs and a program sees every
+// request it posted come back.
 func (q *QP) Close() error {
 	q.rw.Lock()
 	defer q.rw.Unlock()
 	if q.dead.Load() {
 		return nil
 	}
+	if s := q.State(); s != qp.StateReset && s != qp.StateErr {
+		req := new(abi.IbUverbsExModifyQp)
+		*req = qp.EncodeModify(q.handle, &qp.Attr{State: qp.StateErr}, qp.AttrState)
+		// Best effort: destroying works whatever the state.
+		q.ctx.invokeWrite(abi.IB_USER_VERBS_CMD_MODIFY_QP, unsafe.Pointer(&req.Base), int(unsafe.Sizeof(req.Base)), nil, 0, "modify QP")
+	}
 	if err := q.destroyKernel(); err != nil {
 		return err
 	}
 	q.dead.Store(true)
+	unregister(q.ctx, q.ctx.qps, q.id)
 	if q.prov != nil {
 		return q.prov.Close()
 	}

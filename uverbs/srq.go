@@ -78,6 +78,7 @@ func (pd *PD) CreateSRQ(attr SRQAttr) (*SRQ, error) {
 		return nil, wrapErr("create SRQ", err)
 	}
 	s.prov = p
+	register(c, c.srqs, s.id, s)
 	return s, nil
 }
 
@@ -162,6 +163,7 @@ func (s *SRQ) Close() error {
 		return err
 	}
 	s.dead.Store(true)
+	unregister(s.ctx, s.ctx.srqs, s.id)
 	if s.prov != nil {
 		return s.prov.Close()
 	}
