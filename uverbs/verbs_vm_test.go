@@ -31,7 +31,7 @@ type endpoint struct {
 // rig is a device context with a PD and two queue pairs connected to each
 // other through the device's RoCE v2 GID.
 type rig struct {
-	t        *testing.T
+	t        testing.TB
 	ctx      *uverbs.Context
 	pd       *uverbs.PD
 	gidIndex uint8
@@ -40,7 +40,7 @@ type rig struct {
 }
 
 // roceV2GID finds the IPv4 RoCE v2 GID of port 1.
-func roceV2GID(t *testing.T, ctx *uverbs.Context) (uint8, [16]byte) {
+func roceV2GID(t testing.TB, ctx *uverbs.Context) (uint8, [16]byte) {
 	t.Helper()
 	gids, err := ctx.QueryGIDTable()
 	if err != nil {
@@ -55,7 +55,7 @@ func roceV2GID(t *testing.T, ctx *uverbs.Context) (uint8, [16]byte) {
 	return 0, [16]byte{}
 }
 
-func newRig(t *testing.T, typ qp.Type, caps provider.QPCaps) *rig {
+func newRig(t testing.TB, typ qp.Type, caps provider.QPCaps) *rig {
 	t.Helper()
 	name := testenv.RequireDevice(t)
 	ctx, err := uverbs.Open(name)
@@ -124,7 +124,7 @@ func (r *rig) connect(e, peer *endpoint) {
 	}
 }
 
-func check(t *testing.T, what string, err error) {
+func check(t testing.TB, what string, err error) {
 	t.Helper()
 	if err != nil {
 		t.Errorf("%s: %v", what, err)

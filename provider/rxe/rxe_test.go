@@ -1,0 +1,333 @@
+package rxe
+
+import (
+	"encoding/binary"
+	"errors"
+	"testing"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rdmago/rdma/provider"
+	"github.com/rdmago/rdma/uverbs/abi"
+	"github.com/rdmago/rdma/wr"
+)
+
+// fakeKernel stands in for the rxe driver: it hands out ring memory laid
+// out as the kernel lays it out, and counts doorbells.
+type fakeKernel struct {
+	rings     map[int64][]byte
+	doorbells int
+	lastWrite []byte
+}
+
+func (k *fakeKernel) Mmap(offset int64, length int, prot int) ([]byte, error) {
+	r, ok := k.rings[offset]
+	if !ok || len(r) != length {
+		return nil, unix.EINVAL
+	}
+	return r, nil
+}
+func (k *fakeKernel) Munmap([]byte) error { return nil }
+func (k *fakeKernel) Write(b []byte) error {
+	k.doorbells++
+	k.lastWrite = append(k.lastWrite[:0], b...)
+	return nil
+}
+
+// ring makes ring memory with slots elements of 1<<log2 bytes and returns
+// its mminfo.
+func (k *fakeKernel) ring(slots, log2 uint32) abi.Mminfo {
+	if k.rings == nil {
+		k.rings = map[int64][]byte{}
+	}
+	size := abi.SizeofRxeQueueBuf + int(slots)<<log2
+	mem := make([]byte, size)
+	hdr := (*abi.RxeQueueBuf)(unsafe.Pointer(&mem[0]))
+	hdr.Log2_elem_size = log2
+	hdr.Index_mask = slots - 1
+	off := int64(len(k.rings)+1) << 12
+	k.rings[off] = mem
+	return abi.Mminfo{Offset: uint64(off), Size: uint32(size)}
+}
+
+func hdrOf(mem []byte) *abi.RxeQueueBuf { return (*abi.RxeQueueBuf)(unsafe.Pointer(&mem[0])) }
+
+var testCaps = provider.QPCaps{MaxSendWR: 7, MaxRecvWR: 7, MaxSendSGE: 4, MaxRecvSGE: 4, MaxInlineData: 64}
+
+// newTestQP makes an RC (or other) QP on fake rings of 8 slots.
+func newTestQP(t testing.TB, typ provider.QPType) (*QP, *fakeKernel) {
+	t.Helper()
+	k := &fakeKernel{}
+	b, err := (&Context{k: k}).NewQP(provider.QPInitAttr{Type: typ, Caps: testCaps})
+	if err != nil {
+		t.Fatal(err)
+	}
+	qb := b.(*qpBuilder)
+	qb.resp.Rq_mi = k.ring(8, 8) // 256-byte receive WQEs
+	qb.resp.Sq_mi = k.ring(8, 9) // 512-byte send WQEs
+	p, err := b.Finish(provider.Created{Handle: 77, QPNum: 17, Caps: testCaps})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p.(*QP), k
+}
+
+func TestPostSendWQE(t *testing.T) {
+	q, k := newTestQP(t, provider.QPTypeRC)
+	src := []byte("inline payload!!")
+	wrs := []wr.SendWR{
+		{ID: 1, Opcode: wr.OpRDMAWriteWithImm, Flags: wr.Signaled, Imm: 0x01020304,
+			SGList: []wr.SGE{{Addr: 0x1000, Length: 100, LKey: 5}, {Addr: 0x2000, Length: 28, LKey: 6}}, RemoteAddr: 0x9000, RKey: 0x42},
+		{ID: 2, Opcode: wr.OpAtomicCmpAndSwp, SGList: []wr.SGE{{Addr: 0x3000, Length: 8, LKey: 5}}, RemoteAddr: 0xa000, RKey: 0x43, CompareAdd: 10, Swap: 20},
+		{ID: 3, Opcode: wr.OpSend, Flags: wr.Inline, SGList: []wr.SGE{{Addr: uint64(uintptr(unsafe.Pointer(&src[0]))), Length: uint32(len(src))}}},
+	}
+	n, err := q.PostSend(wrs)
+	if n != 3 || err != nil {
+		t.Fatalf("PostSend = %d, %v", n, err)
+	}
+	if k.doorbells != 1 {
+		t.Fatalf("%d doorbells for one list, want 1", k.doorbells)
+	}
+	// The doorbell: a zero-request POST_SEND naming the QP.
+	ne := binary.NativeEndian
+	db := k.lastWrite
+	if cmd := ne.Uint32(db[0:]); cmd != abi.IB_USER_VERBS_CMD_POST_SEND || int(ne.Uint16(db[4:]))*4 != len(db) {
+		t.Errorf("doorbell command %d in_words %d for %d bytes", cmd, ne.Uint16(db[4:]), len(db))
+	}
+	post := (*abi.IbUverbsPostSend)(unsafe.Pointer(&db[8]))
+	if post.Qp_handle != 77 || post.Wr_count != 0 || post.Response == 0 || post.Wqe_size < abi.SizeofIbUverbsSendWr {
+		t.Errorf("doorbell body %+v", *post)
+	}
+	if p := hdrOf(q.sq.mem).Producer_index; p != 3 {
+		t.Fatalf("producer index %d, want 3", p)
+	}
+
+	w0 := (*abi.RxeSendWqe)(q.sq.elem(0))
+	if w0.Wr.Wr_id != 1 || w0.Wr.Opcode != uint32(wr.OpRDMAWriteWithImm) || w0.Wr.Send_flags != uint32(wr.Signaled) {
+		t.Errorf("WQE 0 header %+v", w0.Wr)
+	}
+	if binary.BigEndian.Uint32(w0.Wr.Ex[:]) != 0x01020304 {
+		t.Errorf("immediate bytes %x, want big-endian 01020304", w0.Wr.Ex)
+	}
+	if r := w0.Wr.Rdma(); r.Remote_addr != 0x9000 || r.Rkey != 0x42 || w0.Iova != 0x9000 {
+		t.Errorf("WQE 0 rdma %+v iova %x", *r, w0.Iova)
+	}
+	if w0.Dma.Length != 128 || w0.Dma.Resid != 128 || w0.Dma.Num_sge != 2 || w0.Ssn != 0 {
+		t.Errorf("WQE 0 dma %+v ssn %d", w0.Dma, w0.Ssn)
+	}
+	sge1 := (*abi.RxeSge)(unsafe.Add(unsafe.Pointer(w0), sendSGEOffset+abi.SizeofRxeSge))
+	if sge1.Addr != 0x2000 || sge1.Length != 28 || sge1.Lkey != 6 {
+		t.Errorf("WQE 0 second SGE %+v", *sge1)
+	}
+	w1 := (*abi.RxeSendWqe)(q.sq.elem(1))
+	if a := w1.Wr.Atomic(); a.Remote_addr != 0xa000 || a.Compare_add != 10 || a.Swap != 20 || a.Rkey != 0x43 || w1.Ssn != 1 {
+		t.Errorf("WQE 1 atomic %+v ssn %d", *a, w1.Ssn)
+	}
+	w2 := (*abi.RxeSendWqe)(q.sq.elem(2))
+	inline := unsafe.Slice((*byte)(unsafe.Add(unsafe.Pointer(w2), sendSGEOffset)), len(src))
+	if string(inline) != string(src) || w2.Dma.Length != uint32(len(src)) {
+		t.Errorf("inline data %q length %d", inline, w2.Dma.Length)
+	}
+}
+
+func TestPostSendFullAndInvalid(t *testing.T) {
+	q, k := newTestQP(t, provider.QPTypeRC)
+	sge := []wr.SGE{{Addr: 0x1000, Length: 8, LKey: 1}}
+	wrs := make([]wr.SendWR, 9)
+	for i := range wrs {
+		wrs[i] = wr.SendWR{ID: uint64(i), Opcode: wr.OpSend, SGList: sge}
+	}
+	n, err := q.PostSend(wrs)
+	if n != 7 || !errors.Is(err, unix.ENOMEM) {
+		t.Fatalf("posting 9 on a depth of 7: %d, %v; want 7, ENOMEM", n, err)
+	}
+	if k.doorbells != 1 {
+		t.Errorf("%d doorbells, want 1 for the 7 posted", k.doorbells)
+	}
+	// Nothing was written past the last accepted slot.
+	if w := (*abi.RxeSendWqe)(q.sq.elem(7)); w.Wr.Wr_id != 0 {
+		t.Errorf("slot 7 was written: %+v", w.Wr)
+	}
+	// The kernel consumes everything; now each invalid request is refused
+	// at its own index with nothing written.
+	hdrOf(q.sq.mem).Consumer_index = hdrOf(q.sq.mem).Producer_index
+	for _, bad := range []wr.SendWR{
+		{Opcode: wr.OpSend, SGList: make([]wr.SGE, 5)},                                      // too many SGEs
+		{Opcode: wr.OpAtomicFetchAdd, SGList: sge, RemoteAddr: 0x1004},                      // misaligned atomic
+		{Opcode: wr.OpAtomicFetchAdd, SGList: []wr.SGE{{Length: 4}}},                        // short atomic
+		{Opcode: wr.OpSend, Flags: wr.Inline, SGList: []wr.SGE{{Addr: 0x1000, Length: 65}}}, // inline too long
+		{Opcode: wr.OpBindMW}, // unsupported here
+	} {
+		prod := hdrOf(q.sq.mem).Producer_index
+		n, err := q.PostSend([]wr.SendWR{{Opcode: wr.OpSend, SGList: sge}, bad})
+		if n != 1 || err == nil || hdrOf(q.sq.mem).Producer_index != (prod+1)&7 {
+			t.Errorf("%+v: posted %d, %v, producer %d→%d", bad, n, err, prod, hdrOf(q.sq.mem).Producer_index)
+		}
+		hdrOf(q.sq.mem).Consumer_index = hdrOf(q.sq.mem).Producer_index
+	}
+	// UD needs an address handle, RC cannot have one checked.
+	ud, _ := newTestQP(t, provider.QPTypeUD)
+	if n, err := ud.PostSend([]wr.SendWR{{Opcode: wr.OpSend, SGList: sge}}); n != 0 || !errors.Is(err, unix.EINVAL) {
+		t.Errorf("UD send without AH: %d, %v", n, err)
+	}
+	if n, err := ud.PostSend([]wr.SendWR{{Opcode: wr.OpSend, SGList: sge, AH: &AH{num: 3}, RemoteQPN: 9, RemoteQKey: 0x11}}); n != 1 || err != nil {
+		t.Errorf("UD send: %d, %v", n, err)
+	}
+	if u := (*abi.RxeSendWqe)(ud.sq.elem(0)).Wr.Ud(); u.Ah_num != 3 || u.Remote_qpn != 9 || u.Remote_qkey != 0x11 {
+		t.Errorf("UD WQE %+v", *u)
+	}
+}
+
+func TestPostRecvWQE(t *testing.T) {
+	q, k := newTestQP(t, provider.QPTypeRC)
+	n, err := q.PostRecv([]wr.RecvWR{{ID: 5, SGList: []wr.SGE{{Addr: 0x10, Length: 4, LKey: 1}, {Addr: 0x20, Length: 6, LKey: 2}}}})
+	if n != 1 || err != nil {
+		t.Fatal(n, err)
+	}
+	if k.doorbells != 0 {
+		t.Errorf("receives rang %d doorbells; rxe needs none", k.doorbells)
+	}
+	w := (*abi.RxeRecvWqe)(q.rq.elem(0))
+	s := (*abi.RxeSge)(unsafe.Add(unsafe.Pointer(w), recvSGEOffset+abi.SizeofRxeSge))
+	if w.Wr_id != 5 || w.Dma.Length != 10 || w.Dma.Num_sge != 2 || s.Addr != 0x20 || s.Lkey != 2 {
+		t.Errorf("receive WQE %+v, second SGE %+v", *w, *s)
+	}
+	if hdrOf(q.rq.mem).Producer_index != 1 {
+		t.Errorf("receive producer index %d", hdrOf(q.rq.mem).Producer_index)
+	}
+}
+
+// newTestCQ makes a CQ on a fake ring of 8 slots of 64-byte entries.
+func newTestCQ(t testing.TB) (*CQ, *fakeKernel) {
+	t.Helper()
+	k := &fakeKernel{}
+	b, _ := (&Context{k: k}).NewCQ(7)
+	cb := b.(*cqBuilder)
+	cb.resp.Mi = k.ring(8, 6)
+	p, err := b.Finish(provider.Created{Handle: 3, CQE: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p.(*CQ), k
+}
+
+// produce writes completions into the CQ ring as the kernel does.
+func produce(cq *CQ, wcs ...abi.IbUverbsWc) {
+	h := hdrOf(cq.q.mem)
+	for _, w := range wcs {
+		*(*abi.IbUverbsWc)(cq.q.elem(h.Producer_index)) = w
+		h.Producer_index = (h.Producer_index + 1) & h.Index_mask
+	}
+}
+
+func TestPollCQ(t *testing.T) {
+	cq, _ := newTestCQ(t)
+	var withImm abi.IbUverbsWc
+	withImm.Wr_id, withImm.Opcode, withImm.Byte_len, withImm.Qp_num, withImm.Src_qp = 9, uint32(wr.WCRecv), 100, 17, 18
+	withImm.Wc_flags = uint32(wr.WCWithImm | wr.WCGRH)
+	binary.BigEndian.PutUint32(withImm.Ex[:], 0xcafe0001)
+	produce(cq, abi.IbUverbsWc{Wr_id: 1, Status: uint32(wr.RemAccessErr), Vendor_err: 0x77}, withImm)
+	out := make([]wr.Completion, 4)
+	if n := cq.Poll(out); n != 2 {
+		t.Fatalf("polled %d, want 2", n)
+	}
+	if out[0].ID != 1 || out[0].Status != wr.RemAccessErr || out[0].VendorErr != 0x77 || out[0].Err() == nil {
+		t.Errorf("error completion %+v", out[0])
+	}
+	if c := out[1]; c.ID != 9 || c.Imm != 0xcafe0001 || c.ByteLen != 100 || c.QPNum != 17 || c.SrcQP != 18 || c.Flags != wr.WCWithImm|wr.WCGRH {
+		t.Errorf("receive completion %+v", c)
+	}
+	if h := hdrOf(cq.q.mem); h.Consumer_index != 2 {
+		t.Errorf("consumer index %d, want 2", h.Consumer_index)
+	}
+	if n := cq.Poll(out); n != 0 {
+		t.Errorf("empty CQ polled %d", n)
+	}
+	// A batch smaller than what is ready takes only what fits.
+	produce(cq, abi.IbUverbsWc{Wr_id: 3}, abi.IbUverbsWc{Wr_id: 4}, abi.IbUverbsWc{Wr_id: 5})
+	if n := cq.Poll(out[:2]); n != 2 || out[1].ID != 4 {
+		t.Errorf("partial poll: %d, %+v", n, out[:2])
+	}
+	if n := cq.Poll(out); n != 1 || out[0].ID != 5 {
+		t.Errorf("rest: %d, %+v", n, out[0])
+	}
+}
+
+func TestReqNotify(t *testing.T) {
+	cq, k := newTestCQ(t)
+	if err := cq.ReqNotify(true); err != nil {
+		t.Fatal(err)
+	}
+	ne := binary.NativeEndian
+	if ne.Uint32(k.lastWrite) != abi.IB_USER_VERBS_CMD_REQ_NOTIFY_CQ || ne.Uint32(k.lastWrite[8:]) != 3 || ne.Uint32(k.lastWrite[12:]) != 1 {
+		t.Errorf("req notify command % x", k.lastWrite)
+	}
+}
+
+// The data path must not allocate: make test enforces it here, where no
+// device is needed; the benchmarks below report the cost.
+func TestHotPathAllocs(t *testing.T) {
+	q, _ := newTestQP(t, provider.QPTypeRC)
+	cq, _ := newTestCQ(t)
+	send := []wr.SendWR{{ID: 1, Opcode: wr.OpRDMAWrite, Flags: wr.Signaled, SGList: []wr.SGE{{Addr: 0x1000, Length: 64, LKey: 1}}, RemoteAddr: 0x2000, RKey: 2}}
+	recv := []wr.RecvWR{{ID: 1, SGList: []wr.SGE{{Addr: 0x1000, Length: 64, LKey: 1}}}}
+	out := make([]wr.Completion, 8)
+	for name, f := range map[string]func(){
+		"post send": func() { q.PostSend(send); consumeAll(q.sq) },
+		"post recv": func() { q.PostRecv(recv); consumeAll(q.rq) },
+		"poll":      func() { produce(cq, abi.IbUverbsWc{Wr_id: 1}); cq.Poll(out) },
+	} {
+		if a := testing.AllocsPerRun(1000, f); a != 0 {
+			t.Errorf("%s allocates %.1f times per call", name, a)
+		}
+	}
+}
+
+func consumeAll(q *queue) { hdrOf(q.mem).Consumer_index = hdrOf(q.mem).Producer_index }
+
+// The benchmarks measure the library's own work per request: the kernel's
+// part (the doorbell write) is a no-op in the fake.
+
+func BenchmarkPostSend(b *testing.B) {
+	q, _ := newTestQP(b, provider.QPTypeRC)
+	send := []wr.SendWR{{ID: 1, Opcode: wr.OpRDMAWrite, Flags: wr.Signaled, SGList: []wr.SGE{{Addr: 0x1000, Length: 64, LKey: 1}}, RemoteAddr: 0x2000, RKey: 2}}
+	b.ReportAllocs()
+	for b.Loop() {
+		q.PostSend(send)
+		consumeAll(q.sq)
+	}
+}
+
+func BenchmarkPostSendList4(b *testing.B) {
+	q, _ := newTestQP(b, provider.QPTypeRC)
+	send := make([]wr.SendWR, 4)
+	for i := range send {
+		send[i] = wr.SendWR{ID: uint64(i), Opcode: wr.OpRDMAWrite, SGList: []wr.SGE{{Addr: 0x1000, Length: 64, LKey: 1}}, RemoteAddr: 0x2000, RKey: 2}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		q.PostSend(send)
+		consumeAll(q.sq)
+	}
+}
+
+func BenchmarkPostRecv(b *testing.B) {
+	q, _ := newTestQP(b, provider.QPTypeRC)
+	recv := []wr.RecvWR{{ID: 1, SGList: []wr.SGE{{Addr: 0x1000, Length: 64, LKey: 1}}}}
+	b.ReportAllocs()
+	for b.Loop() {
+		q.PostRecv(recv)
+		consumeAll(q.rq)
+	}
+}
+
+func BenchmarkPoll(b *testing.B) {
+	cq, _ := newTestCQ(b)
+	out := make([]wr.Completion, 1)
+	b.ReportAllocs()
+	for b.Loop() {
+		produce(cq, abi.IbUverbsWc{Wr_id: 1})
+		cq.Poll(out)
+	}
+}
