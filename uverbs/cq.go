@@ -92,6 +92,11 @@ func (ch *CompChannel) read(ctx context.Context) error {
 	n, err := ch.file.Read(ch.buf[:])
 	stop()
 	if err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() == nil {
+			// The read deadline, copied from ctx, fired a moment before
+			// ctx's own timer.
+			<-ctx.Done()
+		}
 		if cerr := ctx.Err(); cerr != nil {
 			return cerr
 		}

@@ -112,6 +112,11 @@ func (c *Context) GetAsyncEvent(ctx context.Context) (AsyncEvent, error) {
 	n, err := ev.file.Read(ev.buf[:])
 	stop()
 	if err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() == nil {
+			// The read deadline, copied from ctx, fired a moment before
+			// ctx's own timer.
+			<-ctx.Done()
+		}
 		if cerr := ctx.Err(); cerr != nil {
 			return AsyncEvent{}, cerr
 		}

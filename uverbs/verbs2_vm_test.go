@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/rdmago/rdma/internal/testenv"
 	"github.com/rdmago/rdma/mr"
 	"github.com/rdmago/rdma/provider"
@@ -224,6 +226,25 @@ func TestDeviceSRQShared(t *testing.T) {
 	if a, err := srq.Query(); err != nil || a.Limit != 0 {
 		t.Errorf("SRQ after its limit event: %+v, %v; want the limit disarmed (0)", a, err)
 	}
+	// A QP on an SRQ that enters the error state reports its last WQE.
+	// rxe raises the event since Linux 6.x (measured: absent on 6.1,
+	// present on 6.12 and 7.2).
+	t.Run("LastWQEReached", func(t *testing.T) {
+		if !kernelAtLeast(t, 6, 12) {
+			t.Skipf("rxe on Linux %s does not raise IBV_EVENT_QP_LAST_WQE_REACHED (measured on 6.12 and later)", kernelRelease(t))
+		}
+		errAttr := qp.Attr{State: qp.StateErr}
+		if err := receivers[1].Modify(&errAttr, qp.AttrState); err != nil {
+			t.Fatal(err)
+		}
+		ev, err := ctx.GetAsyncEvent(ectx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Type != uverbs.EventQPLastWQEReached || ev.QP != receivers[1] {
+			t.Fatalf("async event %v; want last WQE reached on QP %d", ev, receivers[1].Num())
+		}
+	})
 }
 
 func connectPair(t *testing.T, q, peer *uverbs.QP, gid [16]byte, gidIndex uint8) {
@@ -436,4 +457,23 @@ func TestDeviceCQOverrun(t *testing.T) {
 	// The CQ still polls (what it holds) without crashing.
 	got, err := small.Poll(make([]wr.Completion, n))
 	t.Logf("overrun reported as %v; %d completions left to poll (%v)", ev, got, err)
+}
+
+// kernelRelease returns the running kernel's release, e.g. "6.1.0-57-amd64".
+func kernelRelease(t testing.TB) string {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		t.Fatal(err)
+	}
+	return unix.ByteSliceToString(u.Release[:])
+}
+
+// kernelAtLeast reports whether the running kernel is major.minor or newer.
+// Tests use it only for rxe behaviour measured to differ between kernels.
+func kernelAtLeast(t testing.TB, major, minor int) bool {
+	var ma, mi int
+	if _, err := fmt.Sscanf(kernelRelease(t), "%d.%d", &ma, &mi); err != nil {
+		t.Fatalf("kernel release %q: %v", kernelRelease(t), err)
+	}
+	return ma > major || (ma == major && mi >= minor)
 }

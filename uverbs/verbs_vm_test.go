@@ -2,6 +2,7 @@ package uverbs_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"runtime"
@@ -292,6 +293,23 @@ func TestDeviceRCRemoteAccessError(t *testing.T) {
 	if c := waitWC(t, r.a.cq, 1)[0]; c.Status != wr.RemAccessErr {
 		t.Errorf("bad rkey: status %v, want %v", c.Status, wr.RemAccessErr)
 	}
+	// The responder's QP reports the access violation as an async event;
+	// rxe does so on newer kernels (measured: absent on 6.1 and 6.12,
+	// present on 7.2).
+	t.Run("AccessErrEvent", func(t *testing.T) {
+		if !kernelAtLeast(t, 7, 0) {
+			t.Skipf("rxe on Linux %s does not raise IBV_EVENT_QP_ACCESS_ERR on a remote access violation (measured on 7.2)", kernelRelease(t))
+		}
+		ectx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		ev, err := r.ctx.GetAsyncEvent(ectx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Type != uverbs.EventQPAccessErr || ev.QP != r.b.qp {
+			t.Errorf("async event %v; want a local access violation on the responder QP %d", ev, r.b.qp.Num())
+		}
+	})
 }
 
 func TestDevicePostStateAndDepth(t *testing.T) {
