@@ -1,0 +1,158 @@
+package uverbs_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+
+	"github.com/rdmago/rdma/mr"
+	"github.com/rdmago/rdma/provider"
+	"github.com/rdmago/rdma/qp"
+	"github.com/rdmago/rdma/uverbs"
+	"github.com/rdmago/rdma/wr"
+)
+
+// List the RDMA devices and the state of their first port.
+func ExampleDevices() {
+	devs, err := uverbs.Devices()
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, d := range devs {
+		ctx, err := d.Open()
+		if err != nil {
+			log.Fatal(err)
+		}
+		port, err := ctx.QueryPort(1)
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Printf("%s (%s): %v, MTU %v\n", d.Name, d.Driver, port.State, port.ActiveMTU)
+		ctx.Close()
+	}
+}
+
+// Connect two reliable-connected queue pairs of one device to each other and
+// move a message with an RDMA write, then a send with immediate data.
+func ExamplePD_CreateQP() {
+	ctx, err := uverbs.Open("rxe0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer ctx.Close()
+	pd, err := ctx.AllocPD()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pd.Close()
+	cq, err := ctx.CreateCQ(uverbs.CQAttr{CQE: 16})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer cq.Close()
+	buf, err := mr.New(pd, 4096, wr.LocalWrite|wr.RemoteWrite)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer buf.Close()
+
+	caps := provider.QPCaps{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1}
+	a, err := pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: cq, RecvCQ: cq, Cap: caps})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer a.Close()
+	b, err := pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: cq, RecvCQ: cq, Cap: caps})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer b.Close()
+
+	// RoCE addresses peers by GID: use the device's IPv4 RoCE v2 GID.
+	gids, err := ctx.QueryGIDTable()
+	if err != nil {
+		log.Fatal(err)
+	}
+	var self qp.Remote
+	for _, g := range gids {
+		if g.Type == uverbs.GIDTypeRoCEv2 && g.GID.Addr().Is4() {
+			self = qp.Remote{GID: g.GID, SGIDIndex: uint8(g.Index), PortNum: 1}
+		}
+	}
+	for _, pair := range [][2]*uverbs.QP{{a, b}, {b, a}} {
+		q, peer := pair[0], pair[1]
+		remote := self
+		remote.QPN = peer.Num()
+		for _, step := range []func() (qp.Attr, qp.AttrMask){
+			func() (qp.Attr, qp.AttrMask) { return qp.InitAttrs(qp.RC, 1, 0, wr.RemoteWrite, 0) },
+			func() (qp.Attr, qp.AttrMask) { return qp.RTRAttrs(qp.RC, remote, uint8(uverbs.MTU1024)) },
+			func() (qp.Attr, qp.AttrMask) { return qp.RTSAttrs(qp.RC, 0) },
+		} {
+			attr, mask := step()
+			if err := q.Modify(&attr, mask); err != nil {
+				log.Fatal(err)
+			}
+		}
+	}
+
+	copy(buf.Bytes(), "hello")
+	if _, err := b.PostRecv([]wr.RecvWR{{ID: 2}}); err != nil {
+		log.Fatal(err)
+	}
+	if _, err := a.PostSend([]wr.SendWR{
+		{ID: 1, Opcode: wr.OpRDMAWrite, SGList: []wr.SGE{buf.SGE(0, 5)}, RemoteAddr: buf.Addr() + 2048, RKey: buf.RKey},
+		{ID: 3, Opcode: wr.OpSendWithImm, Imm: 5, Flags: wr.Signaled},
+	}); err != nil {
+		log.Fatal(err)
+	}
+	wc := make([]wr.Completion, 4)
+	for got := 0; got < 2; {
+		n, err := cq.Poll(wc[got:])
+		if err != nil {
+			log.Fatal(err)
+		}
+		got += n
+	}
+	fmt.Println(string(buf.Bytes()[2048:2053]))
+}
+
+// Wait for completions without spinning: arm the CQ and park the goroutine
+// on its completion channel.
+func ExampleCompChannel_GetEvent() {
+	ctx, err := uverbs.Open("rxe0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer ctx.Close()
+	ch, err := ctx.NewCompChannel()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer ch.Close()
+	cq, err := ctx.CreateCQ(uverbs.CQAttr{CQE: 16, Channel: ch})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer cq.Close()
+
+	wc := make([]wr.Completion, 16)
+	for {
+		if err := cq.ReqNotify(false); err != nil {
+			log.Fatal(err)
+		}
+		// Completions that arrived before arming would raise no event:
+		// poll once more after arming.
+		n, _ := cq.Poll(wc)
+		if n == 0 {
+			got, err := ch.GetEvent(context.Background())
+			if err != nil {
+				log.Fatal(err)
+			}
+			got.AckEvents(1)
+			n, _ = got.Poll(wc)
+		}
+		for _, c := range wc[:n] {
+			fmt.Println(c.ID, c.Status)
+		}
+	}
+}
