@@ -75,10 +75,6 @@ func newQueue(mem []byte) (*queue, error) {
 
 func (q *queue) elemSize() int { return 1 << q.elemLog2 }
 
-// slots is how many elements the ring holds at once: one slot stays empty
-// to tell a full ring from an empty one.
-func (q *queue) slots() int { return int(q.mask) }
-
 // elem returns the address of element i (masked).
 func (q *queue) elem(i uint32) unsafe.Pointer {
 	return unsafe.Add(q.base, abi.SizeofRxeQueueBuf+uintptr(i&q.mask)<<q.elemLog2)
