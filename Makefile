@@ -37,7 +37,7 @@ test-unit:
 
 test-vm: deps
 	$(GOTEST) -v -exec "$(VM) run --kernel $(KERNEL) --" ./... 2>&1 | tee $(CURDIR)/bin/test-vm.log | grep -Ev '^(=== RUN|=== PAUSE|=== CONT|    --- PASS|--- PASS)'; test $${PIPESTATUS[0]} -eq 0
-	@echo "== skipped in the VM (each must name a feature the kernel or provider lacks, or another VM mode):"; grep -B1 -A1 -- '--- SKIP' $(CURDIR)/bin/test-vm.log | grep -v '^--$$' || echo "   none"
+	@echo "== skipped in the VM (each must name a feature the kernel or provider lacks, or another VM mode):"; grep -B2 -- '--- SKIP' $(CURDIR)/bin/test-vm.log | grep -v '^--$$' || echo "   none"
 
 # The device tests on every kernel but the default one.
 test-device: deps
