@@ -146,6 +146,14 @@ func lookup[T any](c *Context, m map[uint64]*T, id uint64) *T {
 	return m[id]
 }
 
+func values[T any](m map[uint64]*T) []*T {
+	out := make([]*T, 0, len(m))
+	for _, v := range m {
+		out = append(out, v)
+	}
+	return out
+}
+
 func (c *Context) registerCQ(cq *CQ)      { register(c, c.cqs, cq.id, cq) }
 func (c *Context) unregisterCQ(cq *CQ)    { unregister(c, c.cqs, cq.id) }
 func (c *Context) cqByID(id uint64) *CQ   { return lookup(c, c.cqs, id) }
@@ -261,6 +269,22 @@ func (c *Context) ReadSysfs(name string) (string, bool) {
 // Close destroys the user context and closes its files. It is idempotent.
 func (c *Context) Close() error {
 	c.closeOnce.Do(func() {
+		// Closing the command file destroys every kernel object of the
+		// context; first release the user-space side of those still open
+		// (the providers' ring mappings), so nothing outlives the context
+		// and later use of them reports ErrClosed.
+		c.objMu.Lock()
+		qps, srqs, cqs := values(c.qps), values(c.srqs), values(c.cqs)
+		c.objMu.Unlock()
+		for _, q := range qps {
+			q.release()
+		}
+		for _, s := range srqs {
+			s.release()
+		}
+		for _, cq := range cqs {
+			cq.release()
+		}
 		if c.prov != nil {
 			c.closeErr = c.prov.Close()
 		}

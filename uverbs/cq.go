@@ -256,6 +256,16 @@ func (cq *CQ) Close() error {
 	return nil
 }
 
+// release drops the provider's side of a CQ whose kernel object is gone
+// with its context.
+func (cq *CQ) release() {
+	cq.rw.Lock()
+	defer cq.rw.Unlock()
+	if !cq.dead.Swap(true) && cq.prov != nil {
+		cq.prov.Close()
+	}
+}
+
 func (cq *CQ) destroyKernel() error {
 	resp := new(abi.IbUverbsDestroyCqResp)
 	return cq.destroy(abi.UVERBS_OBJECT_CQ, abi.UVERBS_METHOD_CQ_DESTROY, abi.UVERBS_ATTR_DESTROY_CQ_HANDLE, "destroy CQ",

@@ -290,3 +290,13 @@ func (q *QP) destroyKernel() error {
 			cmd.ptrOut(abi.UVERBS_ATTR_DESTROY_QP_RESP, unsafe.Pointer(resp), int(unsafe.Sizeof(*resp)))
 		})
 }
+
+// release drops the provider's side of a QP whose kernel object is gone
+// with its context.
+func (q *QP) release() {
+	q.rw.Lock()
+	defer q.rw.Unlock()
+	if !q.dead.Swap(true) && q.prov != nil {
+		q.prov.Close()
+	}
+}

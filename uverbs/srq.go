@@ -170,6 +170,16 @@ func (s *SRQ) Close() error {
 	return nil
 }
 
+// release drops the provider's side of an SRQ whose kernel object is gone
+// with its context.
+func (s *SRQ) release() {
+	s.rw.Lock()
+	defer s.rw.Unlock()
+	if !s.dead.Swap(true) && s.prov != nil {
+		s.prov.Close()
+	}
+}
+
 func (s *SRQ) destroyKernel() error {
 	resp := new(abi.IbUverbsDestroySrqResp)
 	return s.destroy(abi.UVERBS_OBJECT_SRQ, abi.UVERBS_METHOD_SRQ_DESTROY, abi.UVERBS_ATTR_DESTROY_SRQ_HANDLE, "destroy SRQ",

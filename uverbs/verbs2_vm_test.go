@@ -477,3 +477,39 @@ func kernelAtLeast(t testing.TB, major, minor int) bool {
 	}
 	return ma > major || (ma == major && mi >= minor)
 }
+
+// TestDeviceCloseContextFirst closes a context while its objects are still
+// open: they report ErrClosed afterwards, and closing them is harmless.
+func TestDeviceCloseContextFirst(t *testing.T) {
+	name := testenv.RequireDevice(t)
+	ctx, err := uverbs.Open(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pd, err := ctx.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cq, err := ctx.CreateCQ(uverbs.CQAttr{CQE: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: cq, RecvCQ: cq, Cap: provider.QPCaps{MaxSendWR: 2, MaxRecvWR: 2, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ctx.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cq.Poll(make([]wr.Completion, 1)); !errors.Is(err, uverbs.ErrClosed) {
+		t.Errorf("Poll after the context closed: %v", err)
+	}
+	if _, err := q.PostRecv([]wr.RecvWR{{ID: 1}}); !errors.Is(err, uverbs.ErrClosed) {
+		t.Errorf("PostRecv after the context closed: %v", err)
+	}
+	for what, err := range map[string]error{"QP": q.Close(), "CQ": cq.Close(), "PD": pd.Close()} {
+		if err != nil {
+			t.Errorf("closing the %s after its context: %v", what, err)
+		}
+	}
+}

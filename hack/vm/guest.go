@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -62,6 +63,28 @@ type guestRequest struct {
 	rdma  bool     // create rxe0 and wait for its GID
 	shell bool     // run on the serial console instead of the output files
 	rw    []share  // extra writable shares
+	net   guestNet // the interface that carries the address and rxe0
+}
+
+// guestNet is where the guest puts its address and rxe0: dummy0 for vm run,
+// the virtio-net NIC with the given MAC for each VM of vm pair.
+type guestNet struct {
+	mac  string       // "" for dummy0
+	addr netip.Prefix // the interface's address, e.g. 10.0.2.15/24
+}
+
+// soloNet is vm run's network: dummy0 alone, 10.0.2.15/24.
+var soloNet = guestNet{addr: netip.MustParsePrefix("10.0.2.15/24")}
+
+// roceGID is the RoCE v2 GID of an IPv4 address (its IPv4-mapped IPv6
+// address) as the kernel prints it in sysfs: 0000:...:ffff:0a00:020f.
+func roceGID(a netip.Addr) string {
+	b := a.As16() // IPv4 comes back IPv4-mapped
+	var g []string
+	for i := 0; i < 16; i += 2 {
+		g = append(g, fmt.Sprintf("%02x%02x", b[i], b[i+1]))
+	}
+	return strings.Join(g, ":")
 }
 
 // share is an extra writable 9p export, mounted at the same path in the guest.
@@ -124,6 +147,7 @@ func writeRequest(ioDir string, req guestRequest) error {
 		rw = append(rw, s.tag+" "+s.path)
 	}
 	fmt.Fprintf(&cfg, "VM_RW=%s\n", shQuote(strings.Join(rw, "\n")))
+	fmt.Fprintf(&cfg, "VM_MAC=%s\nVM_ADDR=%s\nVM_GID=%s\n", shQuote(req.net.mac), shQuote(req.net.addr.String()), shQuote(roceGID(req.net.addr.Addr())))
 
 	var cmd strings.Builder
 	// Root in the guest may pin any amount of memory; keep that explicit

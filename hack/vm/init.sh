@@ -5,8 +5,10 @@
 # command the host wrote to the I/O share, and powers off.
 #
 # Protocol with the host (hack/vm/guest.go), over the 9p share "rdmagoio":
-#   config.sh   host -> guest  shell variables VM_RDMA, VM_SHELL, VM_RW
-#   cmd.sh      host -> guest  the command: exports, cd, exec (run by the host's /bin/sh)
+#   config.sh   host -> guest  shell variables VM_RDMA, VM_SHELL, VM_RW, VM_MAC,
+#                              VM_ADDR, VM_GID
+#   cmd.sh      host -> guest  the command: exports, cd, exec (run by the host's /bin/sh);
+#                              /init puts "export RDMAGO_GID_INDEX=N" before it
 #   started     guest -> host  /proc/uptime when the command starts
 #   stdout, stderr             the command's output, streamed by the host
 #   exit        guest -> host  the command's exit status (renamed into place)
@@ -45,6 +47,9 @@ mount -t 9p -o $P9 rdmagoio /io || die "cannot mount the I/O share (9p rdmagoio)
 VM_RDMA=1
 VM_SHELL=0
 VM_RW=
+VM_MAC=     # empty: rxe0 on dummy0; else on the NIC with this MAC (vm pair)
+VM_ADDR=10.0.2.15/24
+VM_GID=0000:0000:0000:0000:0000:ffff:0a00:020f # VM_ADDR's RoCE v2 GID
 . /io/config.sh || die "cannot read /io/config.sh"
 trace "I/O share mounted"
 
@@ -73,13 +78,29 @@ done <<EOF
 $VM_RW
 EOF
 
-# Networking: dummy.ko made dummy0; it carries 10.0.2.15 and rxe0. busybox's
-# ip is enough for this; the host's rdma tool does the rest.
+# Networking: rxe0 sits on dummy0 (which dummy.ko made by itself), or, in
+# vm pair, on the virtio-net NIC with the MAC the host gave it, whose other
+# end is the peer VM. busybox's ip is enough for this; the host's rdma tool
+# does the rest.
 ip link set lo up || die "cannot bring lo up"
-ip addr add 10.0.2.15/24 dev dummy0 || die "cannot configure dummy0"
-ip link set dummy0 up || die "cannot bring dummy0 up"
-trace "dummy0 up"
+NETDEV=dummy0
+if [ -n "$VM_MAC" ]; then
+	NETDEV=
+	i=0
+	while [ -z "$NETDEV" ]; do
+		for d in /sys/class/net/*; do
+			read -r mac 2>/dev/null <"$d/address" && [ "$mac" = "$VM_MAC" ] && NETDEV=${d##*/}
+		done
+		i=$((i + 1))
+		[ -n "$NETDEV" ] || [ $i -le 100 ] || die "no network interface has MAC $VM_MAC after 2s"
+		[ -n "$NETDEV" ] || usleep 20000
+	done
+fi
+ip addr add "$VM_ADDR" dev $NETDEV || die "cannot give $NETDEV the address $VM_ADDR"
+ip link set $NETDEV up || die "cannot bring $NETDEV up"
+trace "$NETDEV up"
 
+GID_INDEX=
 if [ "$VM_RDMA" = 1 ]; then
 	RDMA=
 	for p in /usr/bin/rdma /usr/sbin/rdma /bin/rdma /sbin/rdma; do
@@ -87,22 +108,30 @@ if [ "$VM_RDMA" = 1 ]; then
 	done
 	[ -n "$RDMA" ] || die "the host has no rdma tool (install iproute2: vm deps)"
 	# An absolute path: busybox chroot would run its own applet for a bare name.
-	chroot $R $RDMA link add rxe0 type rxe netdev dummy0 || die "rdma link add rxe0 type rxe netdev dummy0 failed"
+	chroot $R $RDMA link add rxe0 type rxe netdev $NETDEV || die "rdma link add rxe0 type rxe netdev $NETDEV failed"
 	trace "rxe0 added"
-	# The command may only start once the RoCE v2 GID of 10.0.2.15 exists
-	# (index 0 is the IPv6 link-local one); 500 x 20 ms.
-	want=0000:0000:0000:0000:0000:ffff:0a00:020f
+	# The command may only start once the RoCE v2 GID of VM_ADDR exists. It
+	# lands at index 1 (index 0 is the IPv6 link-local one), but look at the
+	# first few and tell the command where it is; read is a shell builtin, so
+	# this costs no processes. 500 x 20 ms.
+	G=/sys/class/infiniband/rxe0/ports/1/gids
 	i=0
-	until [ "$(cat /sys/class/infiniband/rxe0/ports/1/gids/1 2>/dev/null)" = "$want" ]; do
+	while [ -z "$GID_INDEX" ]; do
+		for n in 0 1 2 3 4 5 6 7; do
+			read -r gid 2>/dev/null <$G/$n && [ "$gid" = "$VM_GID" ] && GID_INDEX=$n && break
+		done
 		i=$((i + 1))
-		[ $i -le 500 ] || die "rxe0 has no GID ::ffff:10.0.2.15 at index 1 after 10s"
-		usleep 20000
+		[ -n "$GID_INDEX" ] || [ $i -le 500 ] || die "rxe0 has no GID $VM_GID ($VM_ADDR) at index 0-7 after 10s"
+		[ -n "$GID_INDEX" ] || usleep 20000
 	done
-	trace "rxe0 GID ready"
+	trace "rxe0 GID ready at index $GID_INDEX"
 fi
 
 mkdir -p $R/run/rdmago
-cp /io/cmd.sh $R/run/rdmago/cmd.sh || die "cannot copy the command script"
+{
+	[ -z "$GID_INDEX" ] || echo "export RDMAGO_GID_INDEX=$GID_INDEX"
+	cat /io/cmd.sh
+} >$R/run/rdmago/cmd.sh || die "cannot copy the command script"
 cat /proc/uptime >/io/started
 
 # env -i: the command gets exactly the environment cmd.sh exports, nothing
