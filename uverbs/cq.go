@@ -47,6 +47,37 @@ func (c *Context) NewCompChannel() (*CompChannel, error) {
 	return &CompChannel{ctx: c, file: f}, nil
 }
 
+// readContext reads from a pollable file, parking the goroutine in the
+// runtime poller, until data arrives, ctx is done, or the file is closed.
+func readContext(ctx context.Context, f *os.File, buf []byte, op string) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		f.SetReadDeadline(dl)
+	} else {
+		f.SetReadDeadline(time.Time{})
+	}
+	stop := context.AfterFunc(ctx, func() { f.SetReadDeadline(time.Unix(1, 0)) })
+	n, err := f.Read(buf)
+	stop()
+	if err == nil {
+		return n, nil
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() == nil {
+		// The read deadline, copied from ctx, fired a moment before ctx's
+		// own timer.
+		<-ctx.Done()
+	}
+	if cerr := ctx.Err(); cerr != nil {
+		return 0, cerr
+	}
+	if errors.Is(err, os.ErrClosed) {
+		return 0, ErrClosed
+	}
+	return 0, &Error{Op: op, Err: err}
+}
+
 // pollableFile makes fd non-blocking and hands it to the runtime poller,
 // which owns it from then on (closing the file closes fd).
 func pollableFile(fd int, name string) (*os.File, error) {
@@ -80,30 +111,9 @@ func (ch *CompChannel) GetEvent(ctx context.Context) (*CQ, error) {
 
 // read reads at least one event description (struct ib_uverbs_comp_event_desc).
 func (ch *CompChannel) read(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if dl, ok := ctx.Deadline(); ok {
-		ch.file.SetReadDeadline(dl)
-	} else {
-		ch.file.SetReadDeadline(time.Time{})
-	}
-	stop := context.AfterFunc(ctx, func() { ch.file.SetReadDeadline(time.Unix(1, 0)) })
-	n, err := ch.file.Read(ch.buf[:])
-	stop()
+	n, err := readContext(ctx, ch.file, ch.buf[:], "get CQ event")
 	if err != nil {
-		if errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() == nil {
-			// The read deadline, copied from ctx, fired a moment before
-			// ctx's own timer.
-			<-ctx.Done()
-		}
-		if cerr := ctx.Err(); cerr != nil {
-			return cerr
-		}
-		if errors.Is(err, os.ErrClosed) {
-			return ErrClosed
-		}
-		return &Error{Op: "get CQ event", Err: err}
+		return err
 	}
 	for i := 0; i+8 <= n; i += 8 {
 		ch.pending = append(ch.pending, binary.NativeEndian.Uint64(ch.buf[i:]))

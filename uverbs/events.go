@@ -3,11 +3,9 @@ package uverbs
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"os"
 	"sync"
-	"time"
 )
 
 // EventType is the kind of an asynchronous event (enum ibv_event_type).
@@ -100,30 +98,9 @@ func (c *Context) GetAsyncEvent(ctx context.Context) (AsyncEvent, error) {
 	}
 	ev.mu.Lock()
 	defer ev.mu.Unlock()
-	if err := ctx.Err(); err != nil {
-		return AsyncEvent{}, err
-	}
-	if dl, ok := ctx.Deadline(); ok {
-		ev.file.SetReadDeadline(dl)
-	} else {
-		ev.file.SetReadDeadline(time.Time{})
-	}
-	stop := context.AfterFunc(ctx, func() { ev.file.SetReadDeadline(time.Unix(1, 0)) })
-	n, err := ev.file.Read(ev.buf[:])
-	stop()
+	n, err := readContext(ctx, ev.file, ev.buf[:], "get async event")
 	if err != nil {
-		if errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() == nil {
-			// The read deadline, copied from ctx, fired a moment before
-			// ctx's own timer.
-			<-ctx.Done()
-		}
-		if cerr := ctx.Err(); cerr != nil {
-			return AsyncEvent{}, cerr
-		}
-		if errors.Is(err, os.ErrClosed) {
-			return AsyncEvent{}, ErrClosed
-		}
-		return AsyncEvent{}, &Error{Op: "get async event", Err: err}
+		return AsyncEvent{}, err
 	}
 	if n < 16 {
 		return AsyncEvent{}, &Error{Op: "get async event", Err: fmt.Errorf("short event of %d bytes", n)}

@@ -247,19 +247,23 @@ func TestDeviceSRQShared(t *testing.T) {
 	})
 }
 
-func connectPair(t *testing.T, q, peer *uverbs.QP, gid [16]byte, gidIndex uint8) {
+// connectPair moves q to RTS, talking to peer through the device's GID.
+func connectPair(t testing.TB, q, peer *uverbs.QP, gid [16]byte, gidIndex uint8) {
 	t.Helper()
-	a, m := qp.InitAttrs(q.Type(), 1, 0, allAccess, testQKey)
-	if err := q.Modify(&a, m); err != nil {
-		t.Fatal(err)
+	typ := q.Type()
+	remote := qp.Remote{QPN: peer.Num(), GID: gid, SGIDIndex: gidIndex, PortNum: 1}
+	if typ == qp.UD {
+		remote = qp.Remote{}
 	}
-	a, m = qp.RTRAttrs(q.Type(), qp.Remote{QPN: peer.Num(), GID: gid, SGIDIndex: gidIndex, PortNum: 1}, uint8(uverbs.MTU1024))
-	if err := q.Modify(&a, m); err != nil {
-		t.Fatal(err)
-	}
-	a, m = qp.RTSAttrs(q.Type(), 0)
-	if err := q.Modify(&a, m); err != nil {
-		t.Fatal(err)
+	for _, step := range []func() (qp.Attr, qp.AttrMask){
+		func() (qp.Attr, qp.AttrMask) { return qp.InitAttrs(typ, 1, 0, allAccess, testQKey) },
+		func() (qp.Attr, qp.AttrMask) { return qp.RTRAttrs(typ, remote, uint8(uverbs.MTU1024)) },
+		func() (qp.Attr, qp.AttrMask) { return qp.RTSAttrs(typ, 0) },
+	} {
+		attr, mask := step()
+		if err := q.Modify(&attr, mask); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

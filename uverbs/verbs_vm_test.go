@@ -106,23 +106,7 @@ const testQKey = 0x11111111
 // connect moves e's QP to RTS, talking to peer.
 func (r *rig) connect(e, peer *endpoint) {
 	r.t.Helper()
-	typ := e.qp.Type()
-	a, m := qp.InitAttrs(typ, 1, 0, allAccess, testQKey)
-	if err := e.qp.Modify(&a, m); err != nil {
-		r.t.Fatal(err)
-	}
-	if typ == qp.UD {
-		a, m = qp.RTRAttrs(typ, qp.Remote{}, 0)
-	} else {
-		a, m = qp.RTRAttrs(typ, qp.Remote{QPN: peer.qp.Num(), GID: r.gid, SGIDIndex: r.gidIndex, PortNum: 1}, uint8(uverbs.MTU1024))
-	}
-	if err := e.qp.Modify(&a, m); err != nil {
-		r.t.Fatal(err)
-	}
-	a, m = qp.RTSAttrs(typ, 0)
-	if err := e.qp.Modify(&a, m); err != nil {
-		r.t.Fatal(err)
-	}
+	connectPair(r.t, e.qp, peer.qp, r.gid, r.gidIndex)
 }
 
 func check(t testing.TB, what string, err error) {

@@ -77,7 +77,22 @@ type qemuConfig struct {
 	rw              []share
 	interactive     bool // serial console on our terminal (vm shell)
 	trace           bool // /init prints the time of each setup stage
+	nic             *nic // a virtio-net NIC (vm pair), or nil
 }
+
+// nic is a virtio-net NIC whose frames travel over a connected stream
+// socket, QEMU's "socket" netdev: each frame is sent as a 4-byte big-endian
+// length and the frame. vm pair gives each VM one end of a socketpair(2), so
+// the link between them exists before either starts and has no address on
+// the host that anything else could connect to.
+type nic struct {
+	mac  string
+	sock *os.File // passed to QEMU as its fd 3
+}
+
+// nicFD is the descriptor QEMU sees the NIC's socket as: exec's ExtraFiles
+// start at 3.
+const nicFD = 3
 
 // kernelCmdline: tsc=reliable keeps the guest on the TSC clocksource (else it
 // falls back to HPET, and rxe runs at less than half speed under TCG);
@@ -122,6 +137,12 @@ func (c qemuConfig) args() []string {
 	for _, s := range c.rw {
 		a = append(a, fsShare(s.tag, s.path, false)...)
 	}
+	if c.nic != nil {
+		// romfile=: the PXE option ROM is of no use with -kernel, and
+		// Debian ships it in a separate package (ipxe-qemu).
+		a = append(a, "-netdev", fmt.Sprintf("socket,id=n0,fd=%d", nicFD),
+			"-device", "virtio-net-pci,netdev=n0,romfile=,mac="+c.nic.mac)
+	}
 	return a
 }
 
@@ -159,6 +180,9 @@ func startQEMU(c qemuConfig, echo io.Writer) (*qemuProc, error) {
 	q.cmd = exec.Command("qemu-system-x86_64", c.args()...)
 	q.cmd.Stderr = &q.stderr
 	q.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if c.nic != nil {
+		q.cmd.ExtraFiles = []*os.File{c.nic.sock}
+	}
 	var stdout io.ReadCloser
 	if c.interactive {
 		q.cmd.Stdin, q.cmd.Stdout, q.cmd.Stderr = os.Stdin, os.Stdout, os.Stderr

@@ -135,61 +135,20 @@ func runVM(o runOptions, argv []string, interactive bool) int {
 		logf("%v", err)
 		return exitVMError
 	}
-	k, err := prepareKernel(context.Background(), c, o.kernel, false)
-	if err != nil {
-		logf("kernel: %v", err)
-		return exitVMError
-	}
-	initrd, err := ensureInitramfs(c, k)
-	if err != nil {
-		logf("kernel %s: initramfs: %v", k.Release, err)
-		return exitVMError
-	}
 	accel, why, err := chooseAccel(o.accel, o.icount)
 	if err != nil {
 		logf("%v", err)
 		return exitVMError
 	}
-	if o.smp < 1 {
-		o.smp = 1
-	}
-	cwd, err := os.Getwd()
-	if err != nil {
-		logf("%v", err)
-		return exitVMError
-	}
-	env, err := guestEnv(os.Environ(), o.env, k.Release)
-	if err != nil {
-		logf("%v", err)
-		return exitVMError
-	}
-
-	// The I/O share lives in the host's temporary folder; a unique name per
-	// run keeps concurrent runs apart (nothing else is shared: no ports).
 	removeStaleIODirs()
-	ioDir, err := newIODir()
+	req := guestRequest{argv: argv, rdma: !o.noRDMA, shell: interactive, net: soloNet}
+	p, err := planVM(c, o, o.kernel, req, nil)
 	if err != nil {
 		logf("%v", err)
 		return exitVMError
 	}
-	defer os.RemoveAll(ioDir)
-
-	req := guestRequest{argv: argv, dir: cwd, env: env, rdma: !o.noRDMA, shell: interactive}
-	for i, d := range o.rw {
-		abs, err := filepath.Abs(d)
-		if err == nil && !isDir(abs) {
-			err = fmt.Errorf("not a folder")
-		}
-		if err != nil {
-			logf("--rw %s: %v", d, err)
-			return exitVMError
-		}
-		req.rw = append(req.rw, share{tag: fmt.Sprintf("rw%d", i), path: abs})
-	}
-	if err := writeRequest(ioDir, req); err != nil {
-		logf("%v", err)
-		return exitVMError
-	}
+	defer os.RemoveAll(p.ioDir)
+	p.cfg.accel = accel
 
 	// Take the signals before QEMU exists, so that none is lost between its
 	// start and our handling of it. SIGPIPE too: when our reader goes away
@@ -205,28 +164,20 @@ func runVM(o runOptions, argv []string, interactive bool) int {
 	if o.console && !interactive {
 		echo = os.Stderr
 	}
-	cfg := qemuConfig{
-		vmlinux: k.vmlinux(), initrd: initrd, accel: accel, icount: o.icount,
-		smp: o.smp, mem: o.mem, ioDir: ioDir, rw: req.rw, interactive: interactive,
-		trace: o.console,
-	}
-	if why != "" {
-		why = " (" + why + ")"
-	}
-	logf("kernel %s (%s), accel %s%s, running: %s", k.Release, k.Suite, accelName(accel, o.icount), why, strings.Join(argv, " "))
+	logf("kernel %s (%s), accel %s%s, running: %s", p.k.Release, p.k.Suite, accelName(accel, o.icount), whyNote(why), strings.Join(argv, " "))
 	for {
-		q, err := startQEMU(cfg, echo)
+		q, err := startQEMU(p.cfg, echo)
 		if err != nil {
 			logf("%v", err)
 			return exitVMError
 		}
-		s := &session{o: o, k: k, accel: cfg.accel, q: q, ioDir: ioDir, start: time.Now(), sigs: sigs, argv0: argv[0]}
+		s := newSession(o, p, q, time.Now(), "", os.Stdout, os.Stderr)
 		if interactive {
-			code := s.waitInteractive()
+			code := s.waitInteractive(sigs)
 			q.Kill()
 			return code
 		}
-		code, kvmFailed := s.wait()
+		code, kvmFailed := s.wait(sigs)
 		q.Kill()
 		if !kvmFailed {
 			return code
@@ -238,8 +189,71 @@ func runVM(o runOptions, argv []string, interactive bool) int {
 			return s.fail(exitVMError, s.failure())
 		}
 		logf("KVM failed before the command started, retrying with TCG: %s", s.failure())
-		cfg.accel = "tcg"
+		p.cfg.accel = "tcg"
 	}
+}
+
+// vmPlan is one VM ready to start: its kernel, its I/O folder with the
+// request in it, and its QEMU configuration (less the accelerator, which
+// the caller chooses).
+type vmPlan struct {
+	k     *kernel
+	ioDir string // the caller removes it
+	cfg   qemuConfig
+}
+
+// planVM prepares the kernel named by spec and its initramfs, and writes req
+// for the guest, completed with the working directory and the environment
+// (extraEnv after o.env, so it wins).
+func planVM(c *vmCache, o runOptions, spec string, req guestRequest, extraEnv []string) (*vmPlan, error) {
+	k, err := prepareKernel(context.Background(), c, spec, false)
+	if err != nil {
+		return nil, fmt.Errorf("kernel: %v", err)
+	}
+	initrd, err := ensureInitramfs(c, k)
+	if err != nil {
+		return nil, fmt.Errorf("kernel %s: initramfs: %v", k.Release, err)
+	}
+	if req.dir, err = os.Getwd(); err != nil {
+		return nil, err
+	}
+	if req.env, err = guestEnv(os.Environ(), append(append([]string(nil), o.env...), extraEnv...), k.Release); err != nil {
+		return nil, err
+	}
+	for i, d := range o.rw {
+		abs, err := filepath.Abs(d)
+		if err == nil && !isDir(abs) {
+			err = fmt.Errorf("not a folder")
+		}
+		if err != nil {
+			return nil, fmt.Errorf("--rw %s: %v", d, err)
+		}
+		req.rw = append(req.rw, share{tag: fmt.Sprintf("rw%d", i), path: abs})
+	}
+	// The I/O share lives in the host's temporary folder; a unique name per
+	// VM keeps concurrent ones apart.
+	ioDir, err := newIODir()
+	if err != nil {
+		return nil, err
+	}
+	if err := writeRequest(ioDir, req); err != nil {
+		os.RemoveAll(ioDir)
+		return nil, err
+	}
+	smp := max(o.smp, 1)
+	return &vmPlan{k: k, ioDir: ioDir, cfg: qemuConfig{
+		vmlinux: k.vmlinux(), initrd: initrd, icount: o.icount,
+		smp: smp, mem: o.mem, ioDir: ioDir, rw: req.rw, interactive: req.shell,
+		trace: o.console,
+	}}, nil
+}
+
+// whyNote formats chooseAccel's reason for the log line.
+func whyNote(why string) string {
+	if why == "" {
+		return ""
+	}
+	return " (" + why + ")"
 }
 
 func accelName(accel string, icount bool) string {
@@ -257,11 +271,58 @@ type session struct {
 	q       *qemuProc
 	ioDir   string
 	start   time.Time
-	sigs    chan os.Signal
+	name    string // "a" or "b" in vm pair, for messages; "" in vm run
+	stdout  *tail
+	stderr  *tail
 	started time.Time // when the guest reported the command's start
 	uptime  float64   // the guest's uptime then
 	stall   string    // why the guest was given up on, when nothing else says
 	argv0   string    // the command, for messages
+}
+
+// newSession follows q, started at start from plan p, copying the command's
+// output to stdout and stderr.
+func newSession(o runOptions, p *vmPlan, q *qemuProc, start time.Time, name string, stdout, stderr io.Writer) *session {
+	return &session{
+		o: o, k: p.k, accel: p.cfg.accel, q: q, ioDir: p.ioDir, start: start, name: name,
+		stdout: &tail{path: filepath.Join(p.ioDir, "stdout"), w: stdout},
+		stderr: &tail{path: filepath.Join(p.ioDir, "stderr"), w: stderr},
+		argv0:  readArgv0(p.ioDir),
+	}
+}
+
+// readArgv0 finds the command's name in cmd.sh, for messages.
+func readArgv0(ioDir string) string {
+	data, _ := os.ReadFile(filepath.Join(ioDir, "cmd.sh"))
+	for _, l := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(l, "exec '"); ok {
+			if name, _, ok := strings.Cut(rest, "'"); ok {
+				return name
+			}
+		}
+	}
+	return "the command"
+}
+
+// logf is the package's logf with the session's name, in vm pair.
+func (s *session) logf(format string, args ...any) {
+	if s.name != "" {
+		format = "[" + s.name + "] " + format
+	}
+	logf(format, args...)
+}
+
+// drain copies the command's new output.
+func (s *session) drain() {
+	s.stdout.Poll()
+	s.stderr.Poll()
+}
+
+// closeOutput copies the last of the output and closes the files.
+func (s *session) closeOutput() {
+	s.drain()
+	s.stdout.Close()
+	s.stderr.Close()
 }
 
 // pollInterval bounds the delay of streamed output and of noticing the end.
@@ -274,95 +335,109 @@ const kvmSilenceLimit = 15 * time.Second
 // wait streams the command's output until it ends and returns the exit
 // status for vm. kvmFailed reports a failure of KVM itself before the
 // command started, which a TCG run may not have.
-func (s *session) wait() (code int, kvmFailed bool) {
-	stdout := &tail{path: filepath.Join(s.ioDir, "stdout"), w: os.Stdout}
-	stderr := &tail{path: filepath.Join(s.ioDir, "stderr"), w: os.Stderr}
-	defer stdout.Close()
-	defer stderr.Close()
-	drain := func() {
-		stdout.Poll()
-		stderr.Poll()
-	}
-	// A KVM that cannot run the guest shows in one of three ways: QEMU
-	// aborts before the guest prints anything (e.g. "failed to set MSR"),
-	// QEMU reports "KVM internal error" and stops the guest for good, or the
-	// guest spins silently for a minute first. /init's first console line
-	// arrives within a second under KVM, so long silence means KVM is broken.
-	kvmBroken := func() bool {
-		if s.accel != "kvm" || !s.started.IsZero() {
-			return false
-		}
-		if strings.Contains(s.q.stderr.String(), "KVM internal error") {
-			return true
-		}
-		if s.q.console.Lines() > 0 {
-			return false
-		}
-		select {
-		case <-s.q.done:
-			return true
-		default:
-		}
-		if time.Since(s.start) > kvmSilenceLimit {
-			s.stall = fmt.Sprintf("the guest printed nothing within %v under KVM", kvmSilenceLimit)
-			return true
-		}
-		return false
-	}
-
+func (s *session) wait(sigs <-chan os.Signal) (code int, kvmFailed bool) {
+	defer s.closeOutput()
 	ticker := time.NewTicker(pollInterval)
 	defer ticker.Stop()
 	for {
 		select {
-		case sig := <-s.sigs:
-			drain()
-			s.q.Kill()
+		case sig := <-sigs:
+			s.stop()
 			logf("stopped by %v (kernel %s)", sig, s.k.Release)
 			return 128 + int(sig.(syscall.Signal)), false
-
 		case <-s.q.done:
-			drain()
-			if code, ok := readExit(s.ioDir); ok {
-				return s.finish(code), false
-			}
-			if kvmBroken() {
-				return exitVMError, true
-			}
-			return s.fail(exitVMError, s.failure()), false
-
 		case <-ticker.C:
-			drain()
-			if s.started.IsZero() {
-				if up, ok := readStarted(s.ioDir); ok {
-					s.started, s.uptime = time.Now(), up
-				}
-			}
-			if code, ok := readExit(s.ioDir); ok {
-				drain()
-				s.q.Kill() // the guest would only power off now
-				return s.finish(code), false
-			}
-			if kvmBroken() {
-				return exitVMError, true
-			}
-			if cause := s.q.console.Cause(); cause != "" {
-				// Give the guest's power-off a moment, then report.
-				select {
-				case <-s.q.done:
-				case <-time.After(2 * time.Second):
-				}
-				return s.fail(exitVMError, cause), false
-			}
-			elapsed := time.Since(s.start)
-			if s.o.timeout > 0 && elapsed > s.o.timeout {
-				drain()
-				return s.fail(exitTimeout, fmt.Sprintf("timed out after %v running %s", s.o.timeout, s.argv0)), false
-			}
-			if s.started.IsZero() && elapsed > s.o.bootTimeout {
-				return s.fail(exitVMError, fmt.Sprintf("guest did not start the command within %v", s.o.bootTimeout)), false
-			}
+		}
+		if code, done, kvmFailed := s.poll(); done {
+			return code, kvmFailed
 		}
 	}
+}
+
+// stop kills QEMU and copies what output there is.
+func (s *session) stop() {
+	s.drain()
+	s.q.Kill()
+	s.drain()
+}
+
+// poll copies new output and checks once whether the run is over. When it
+// is (done), QEMU has been stopped and code is the exit status for vm;
+// kvmFailed reports a failure of KVM itself before the command started,
+// which a TCG run may not have.
+func (s *session) poll() (code int, done, kvmFailed bool) {
+	s.drain()
+	select {
+	case <-s.q.done:
+		s.drain()
+		if code, ok := readExit(s.ioDir); ok {
+			return s.finish(code), true, false
+		}
+		if s.kvmBroken() {
+			return exitVMError, true, true
+		}
+		return s.fail(exitVMError, s.failure()), true, false
+	default:
+	}
+	if s.started.IsZero() {
+		if up, ok := readStarted(s.ioDir); ok {
+			s.started, s.uptime = time.Now(), up
+		}
+	}
+	if code, ok := readExit(s.ioDir); ok {
+		s.drain()
+		s.q.Kill() // the guest would only power off now
+		return s.finish(code), true, false
+	}
+	if s.kvmBroken() {
+		s.q.Kill()
+		return exitVMError, true, true
+	}
+	if cause := s.q.console.Cause(); cause != "" {
+		// Give the guest's power-off a moment, then report.
+		select {
+		case <-s.q.done:
+		case <-time.After(2 * time.Second):
+		}
+		return s.fail(exitVMError, cause), true, false
+	}
+	elapsed := time.Since(s.start)
+	if s.o.timeout > 0 && elapsed > s.o.timeout {
+		s.drain()
+		return s.fail(exitTimeout, fmt.Sprintf("timed out after %v running %s", s.o.timeout, s.argv0)), true, false
+	}
+	if s.started.IsZero() && elapsed > s.o.bootTimeout {
+		return s.fail(exitVMError, fmt.Sprintf("guest did not start the command within %v", s.o.bootTimeout)), true, false
+	}
+	return 0, false, false
+}
+
+// kvmBroken reports whether KVM failed to run the guest. That shows in one
+// of three ways: QEMU aborts before the guest prints anything (e.g. "failed
+// to set MSR"), QEMU reports "KVM internal error" and stops the guest for
+// good, or the guest spins silently for a minute first. /init's first
+// console line arrives within a second under KVM, so long silence means KVM
+// is broken.
+func (s *session) kvmBroken() bool {
+	if s.accel != "kvm" || !s.started.IsZero() {
+		return false
+	}
+	if strings.Contains(s.q.stderr.String(), "KVM internal error") {
+		return true
+	}
+	if s.q.console.Lines() > 0 {
+		return false
+	}
+	select {
+	case <-s.q.done:
+		return true
+	default:
+	}
+	if time.Since(s.start) > kvmSilenceLimit {
+		s.stall = fmt.Sprintf("the guest printed nothing within %v under KVM", kvmSilenceLimit)
+		return true
+	}
+	return false
 }
 
 // failure describes why the VM ended without the command's exit status.
@@ -385,9 +460,9 @@ func (s *session) failure() string {
 }
 
 // waitInteractive waits for a vm shell session: QEMU owns the terminal.
-func (s *session) waitInteractive() int {
+func (s *session) waitInteractive(sigs <-chan os.Signal) int {
 	select {
-	case sig := <-s.sigs:
+	case sig := <-sigs:
 		s.q.Kill()
 		return 128 + int(sig.(syscall.Signal))
 	case <-s.q.done:
@@ -399,11 +474,14 @@ func (s *session) waitInteractive() int {
 	return exitVMError
 }
 
+// bootTime is how long the VM took from QEMU's start to the command's.
+func (s *session) bootTime() time.Duration { return s.started.Sub(s.start) }
+
 func (s *session) finish(code int) int {
 	if s.o.verbose {
 		total := time.Since(s.start)
-		boot := s.started.Sub(s.start)
-		logf("kernel %s, accel %s: boot to command %.2fs (guest uptime %.2fs), command %.2fs, total %.2fs, exit %d",
+		boot := s.bootTime()
+		s.logf("kernel %s, accel %s: boot to command %.2fs (guest uptime %.2fs), command %.2fs, total %.2fs, exit %d",
 			s.k.Release, accelName(s.accel, s.o.icount), boot.Seconds(), s.uptime, (total - boot).Seconds(), total.Seconds(), code)
 	}
 	return code
@@ -413,12 +491,16 @@ func (s *session) finish(code int) int {
 // and QEMU's own messages.
 func (s *session) fail(code int, cause string) int {
 	s.q.Kill()
-	logf("%s (kernel %s, accel %s); console tail:", cause, s.k.Release, accelName(s.accel, s.o.icount))
+	s.logf("%s (kernel %s, accel %s); console tail:", cause, s.k.Release, accelName(s.accel, s.o.icount))
+	bar := "  | "
+	if s.name != "" {
+		bar = "  [" + s.name + "] | "
+	}
 	for _, l := range s.q.console.Tail() {
-		fmt.Fprintln(os.Stderr, "  | "+l)
+		fmt.Fprintln(os.Stderr, bar+l)
 	}
 	if msg := strings.TrimSpace(s.q.stderr.String()); msg != "" {
-		logf("qemu said:\n%s", msg)
+		s.logf("qemu said:\n%s", msg)
 	}
 	return code
 }
