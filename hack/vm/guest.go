@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -179,14 +180,18 @@ func b2i(b bool) int {
 
 // tail copies what the guest appends to one output file to w.
 type tail struct {
-	path string
-	w    io.Writer
-	f    *os.File
+	path   string
+	w      io.Writer
+	f      *os.File
+	closed bool
 }
 
 // Poll copies everything new. The file does not exist until the guest
 // starts the command; that is not an error.
 func (t *tail) Poll() {
+	if t.closed {
+		return
+	}
 	if t.f == nil {
 		f, err := os.Open(t.path)
 		if err != nil {
@@ -197,10 +202,33 @@ func (t *tail) Poll() {
 	io.Copy(t.w, t.f) // to EOF; the next Poll continues from here
 }
 
+// Close closes the file, and flushes w if it holds back an unfinished line
+// (a prefixWriter). Later Polls and Closes do nothing.
 func (t *tail) Close() {
+	if t.closed {
+		return
+	}
+	t.closed = true
 	if t.f != nil {
 		t.f.Close()
 	}
+	if f, ok := t.w.(interface{ Flush() error }); ok {
+		f.Flush()
+	}
+}
+
+// guestOutputs are the files the guest writes into the I/O folder.
+var guestOutputs = []string{"started", "stdout", "stderr", "exit", "exit.tmp"}
+
+// resetIODir removes what a previous boot of the guest wrote, before the
+// same request runs again.
+func resetIODir(ioDir string) error {
+	for _, name := range guestOutputs {
+		if err := os.Remove(filepath.Join(ioDir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
 }
 
 // readExit returns the command's exit status once the guest has reported it.

@@ -98,6 +98,17 @@ if [ -n "$VM_MAC" ]; then
 fi
 ip addr add "$VM_ADDR" dev $NETDEV || die "cannot give $NETDEV the address $VM_ADDR"
 ip link set $NETDEV up || die "cannot bring $NETDEV up"
+if [ -n "$VM_MAC" ]; then
+	# A NIC sends once it has carrier (virtio-net has it from the start);
+	# its operstate follows up to a second later (linkwatch), which
+	# "ip link" shows as DOWN meanwhile: harmless. 250 x 20 ms.
+	i=0
+	until read -r carrier 2>/dev/null </sys/class/net/$NETDEV/carrier && [ "$carrier" = 1 ]; do
+		i=$((i + 1))
+		[ $i -le 250 ] || die "$NETDEV has no carrier 5s after ip link set up"
+		usleep 20000
+	done
+fi
 trace "$NETDEV up"
 
 GID_INDEX=

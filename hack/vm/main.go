@@ -7,6 +7,8 @@
 //	vm deps                      install the host packages the VMs need
 //	vm kernel [--kernel SUITE]   fetch and prepare a Debian kernel, print its version
 //	vm run [flags] -- CMD ARGS   boot a VM, run CMD in it, exit with CMD's status
+//	vm pair [flags] -- CMD_A ARGS ::: CMD_B ARGS
+//	                             boot two VMs on one link, run CMD_A in one and CMD_B in the other
 //	vm shell [flags]             boot a VM with an interactive shell on the console
 //
 // `vm run` is shaped to be used as `go test -exec "bin/vm run --"`: the guest
@@ -37,6 +39,8 @@ subcommands:
   deps      install the host packages the VMs need (apt-get, only if missing)
   kernel    resolve, download and prepare a Debian kernel; print its version
   run       boot a VM and run a command in it:  vm run [flags] -- CMD ARGS...
+  pair      boot two VMs joined by one Ethernet link, each with rxe0, and run
+            a command in each:  vm pair [flags] -- CMD_A ARGS... ::: CMD_B ARGS...
   shell     boot a VM with an interactive shell on the serial console
 
 Run "vm <subcommand> -h" for the flags of each.
@@ -65,6 +69,8 @@ func main() {
 		code = cmdKernel(args)
 	case "run":
 		code = cmdRun(args)
+	case "pair":
+		code = cmdPair(args)
 	case "shell":
 		code = cmdShell(args)
 	case "-h", "-help", "--help", "help":

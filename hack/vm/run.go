@@ -200,6 +200,7 @@ type vmPlan struct {
 	k     *kernel
 	ioDir string // the caller removes it
 	cfg   qemuConfig
+	argv0 string // the command, for messages
 }
 
 // planVM prepares the kernel named by spec and its initramfs, and writes req
@@ -241,7 +242,7 @@ func planVM(c *vmCache, o runOptions, spec string, req guestRequest, extraEnv []
 		return nil, err
 	}
 	smp := max(o.smp, 1)
-	return &vmPlan{k: k, ioDir: ioDir, cfg: qemuConfig{
+	return &vmPlan{k: k, ioDir: ioDir, argv0: req.argv[0], cfg: qemuConfig{
 		vmlinux: k.vmlinux(), initrd: initrd, icount: o.icount,
 		smp: smp, mem: o.mem, ioDir: ioDir, rw: req.rw, interactive: req.shell,
 		trace: o.console,
@@ -277,6 +278,7 @@ type session struct {
 	started time.Time // when the guest reported the command's start
 	uptime  float64   // the guest's uptime then
 	stall   string    // why the guest was given up on, when nothing else says
+	failed  string    // why vm failed the run (see fail), or ""
 	argv0   string    // the command, for messages
 }
 
@@ -287,21 +289,8 @@ func newSession(o runOptions, p *vmPlan, q *qemuProc, start time.Time, name stri
 		o: o, k: p.k, accel: p.cfg.accel, q: q, ioDir: p.ioDir, start: start, name: name,
 		stdout: &tail{path: filepath.Join(p.ioDir, "stdout"), w: stdout},
 		stderr: &tail{path: filepath.Join(p.ioDir, "stderr"), w: stderr},
-		argv0:  readArgv0(p.ioDir),
+		argv0:  p.argv0,
 	}
-}
-
-// readArgv0 finds the command's name in cmd.sh, for messages.
-func readArgv0(ioDir string) string {
-	data, _ := os.ReadFile(filepath.Join(ioDir, "cmd.sh"))
-	for _, l := range strings.Split(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(l, "exec '"); ok {
-			if name, _, ok := strings.Cut(rest, "'"); ok {
-				return name
-			}
-		}
-	}
-	return "the command"
 }
 
 // logf is the package's logf with the session's name, in vm pair.
@@ -491,6 +480,7 @@ func (s *session) finish(code int) int {
 // and QEMU's own messages.
 func (s *session) fail(code int, cause string) int {
 	s.q.Kill()
+	s.failed = cause
 	s.logf("%s (kernel %s, accel %s); console tail:", cause, s.k.Release, accelName(s.accel, s.o.icount))
 	bar := "  | "
 	if s.name != "" {
