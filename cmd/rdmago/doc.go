@@ -10,6 +10,7 @@
 // The commands are:
 //
 //	devinfo   print the attributes of RDMA devices, as ibv_devinfo does
+//	pingpong  exchange messages with a peer, as ibv_{rc,uc,ud,srq}_pingpong do
 //	help      list the commands, or show one command's usage
 //	version   print the version of rdmago
 //
@@ -33,4 +34,19 @@
 // As with the C tools, short options may be bundled ("-lv") and values
 // glued on ("-drxe0"); a port number may be written in C's notations
 // ("0x1"). Unlike ibv_devinfo, "-h" prints the usage and exits with 0.
+//
+// # pingpong
+//
+//	rdmago pingpong [--type rc|uc|ud|srq] [options] [server]
+//	rdmago rc_pingpong | uc_pingpong | ud_pingpong | srq_pingpong [options] [server]
+//
+// pingpong speaks the out-of-band TCP exchange of rdma-core's
+// ibv_rc_pingpong, ibv_uc_pingpong, ibv_ud_pingpong and ibv_srq_pingpong
+// (v44.0), so either side may be the C program: without a server name it
+// listens, with one it connects. It takes their options (-p port, -d device,
+// -i port, -s size, -m mtu, -r rx depth, -n iterations, -l service level,
+// -e events, -g GID index, -c check the data, -q number of QPs with srq) and
+// prints their lines ("local address: …", "N bytes in X seconds = Y
+// Mbit/sec"). With -e it waits for completions on a completion channel
+// instead of polling.
 package main
