@@ -1,0 +1,155 @@
+package uverbs_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rdmago/rdma/provider"
+	"github.com/rdmago/rdma/qp"
+	"github.com/rdmago/rdma/uverbs"
+	"github.com/rdmago/rdma/wr"
+)
+
+// TestDeviceQueryQPAndGoMemory queries a connected QP, then registers
+// ordinary Go memory and has the peer write into it.
+func TestDeviceQueryQPAndGoMemory(t *testing.T) {
+	r := newRig(t, qp.RC, provider.QPCaps{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1})
+	a, init, err := r.a.qp.Query(qp.AttrState | qp.AttrDestQPN | qp.AttrCap | qp.AttrPathMTU | qp.AttrAV | qp.AttrTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.State != qp.StateRTS || a.DestQPNum != r.b.qp.Num() || a.PathMTU != uint8(uverbs.MTU1024) || a.Timeout != 14 {
+		t.Errorf("query: state %v dest %d mtu %d timeout %d; want RTS, %d, 3, 14", a.State, a.DestQPNum, a.PathMTU, a.Timeout, r.b.qp.Num())
+	}
+	if !a.AHAttr.IsGlobal || a.AHAttr.DGID != r.gid || init.Cap.MaxSendWR < 8 {
+		t.Errorf("query: AH %+v, init %+v", a.AHAttr, init)
+	}
+
+	goMem := make([]byte, 8192) // Go heap memory, not from package mr
+	gmr, err := r.pd.RegMR(goMem, allAccess)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gmr.Close()
+	copy(r.a.buf.Bytes(), "into the Go heap")
+	if _, err := r.a.qp.PostSend([]wr.SendWR{{ID: 1, Opcode: wr.OpRDMAWrite, Flags: wr.Signaled,
+		SGList: []wr.SGE{r.a.buf.SGE(0, 16)}, RemoteAddr: gmr.Addr() + 100, RKey: gmr.RKey}}); err != nil {
+		t.Fatal(err)
+	}
+	wantOK(t, waitWC(t, r.a.cq, 1)[0], 1, wr.WCRDMAWrite)
+	if got := string(goMem[100:116]); got != "into the Go heap" {
+		t.Fatalf("Go memory holds %q", got)
+	}
+	if _, err := r.pd.RegMR(nil, allAccess); err == nil {
+		t.Error("registering no memory succeeded")
+	}
+	if _, err := r.pd.RegMR(goMem, wr.RemoteWrite); err == nil {
+		t.Error("remote write without local write was accepted")
+	}
+}
+
+func threads(t *testing.T) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "Threads:"); ok {
+			n, _ := strconv.Atoi(strings.TrimSpace(v))
+			return n
+		}
+	}
+	t.Fatal("no Threads line")
+	return 0
+}
+
+// TestDeviceSolicitedAndParkedWaiters arms CQs for solicited events only,
+// and checks that goroutines waiting on many channels hold no OS threads.
+func TestDeviceSolicitedAndParkedWaiters(t *testing.T) {
+	r := newRig(t, qp.RC, provider.QPCaps{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1})
+	ch, err := r.ctx.NewCompChannel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	cq, err := r.ctx.CreateCQ(uverbs.CQAttr{CQE: 8, Channel: ch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cq.Close()
+	rq, err := r.pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: r.a.cq, RecvCQ: cq, Cap: provider.QPCaps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rq.Close()
+	sq, err := r.pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: r.b.cq, RecvCQ: r.b.cq, Cap: provider.QPCaps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sq.Close()
+	connectPair(t, rq, sq, r.gid, r.gidIndex)
+	connectPair(t, sq, rq, r.gid, r.gidIndex)
+	if _, err := rq.PostRecv([]wr.RecvWR{{ID: 1}, {ID: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cq.ReqNotify(true); err != nil {
+		t.Fatal(err)
+	}
+	// An unsolicited send completes but raises no event...
+	if _, err := sq.PostSend([]wr.SendWR{{ID: 1, Opcode: wr.OpSend}}); err != nil {
+		t.Fatal(err)
+	}
+	wantOK(t, waitWC(t, cq, 1)[0], 1, wr.WCRecv)
+	quiet, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if _, err := ch.GetEvent(quiet); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("event for an unsolicited message: %v", err)
+	}
+	// ...a solicited one does.
+	if _, err := sq.PostSend([]wr.SendWR{{ID: 2, Opcode: wr.OpSend, Flags: wr.Solicited}}); err != nil {
+		t.Fatal(err)
+	}
+	ectx, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel2()
+	got, err := ch.GetEvent(ectx)
+	if err != nil || got != cq {
+		t.Fatalf("solicited event: %v, %v", got, err)
+	}
+	got.AckEvents(1)
+	wantOK(t, waitWC(t, cq, 1)[0], 2, wr.WCRecv)
+
+	// Goroutines parked on completion channels hold no thread each.
+	const waiters = 32
+	before := threads(t)
+	wctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for i := 0; i < waiters; i++ {
+		c, err := r.ctx.NewCompChannel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := c.GetEvent(wctx); !errors.Is(err, context.Canceled) {
+				t.Errorf("waiter: %v", err)
+			}
+		}()
+	}
+	time.Sleep(200 * time.Millisecond)
+	during := threads(t)
+	stop()
+	wg.Wait()
+	if during-before > 4 {
+		t.Errorf("%d goroutines waiting for events took %d OS threads (%d → %d)", waiters, during-before, before, during)
+	}
+	t.Logf("threads with %d waiters parked: %d → %d", waiters, before, during)
+}
