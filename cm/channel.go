@@ -1,0 +1,352 @@
+package cm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rdmago/rdma/qp"
+	"github.com/rdmago/rdma/uverbs/abi"
+)
+
+// EventChannel is an open rdma_cm event channel (struct
+// rdma_event_channel): a descriptor of /dev/infiniband/rdma_cm that carries
+// the commands of the IDs created on it and reports their events. Waiting
+// for an event parks the goroutine in the Go runtime's poller; no OS thread
+// blocks. Its methods are safe for concurrent use.
+type EventChannel struct {
+	f ucmaFile
+
+	mu     sync.Mutex
+	closed bool
+	// pending holds events read while a completion wait of a synchronous
+	// ID watched the channel (ID.GetSendComp); GetEvent returns them first.
+	pending []*Event
+}
+
+// abiVersion checks the kernel's rdma_cm ABI once: rdmago speaks version 4.
+var abiVersion = sync.OnceValue(func() error {
+	b, err := os.ReadFile("/sys/class/misc/rdma_cm/abi_version")
+	if err != nil {
+		// No sysfs, or an old layout: the open decides.
+		return nil
+	}
+	v, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || v != abi.RDMA_USER_CM_ABI_VERSION {
+		return fmt.Errorf("cm: the kernel's rdma_cm ABI is version %q, rdmago speaks %d: %w",
+			strings.TrimSpace(string(b)), abi.RDMA_USER_CM_ABI_VERSION, unix.EPROTONOSUPPORT)
+	}
+	return nil
+})
+
+// NewEventChannel opens an event channel (rdma_create_event_channel).
+func NewEventChannel() (*EventChannel, error) {
+	if err := abiVersion(); err != nil {
+		return nil, err
+	}
+	f, err := openDevFile()
+	if err != nil {
+		switch {
+		case errors.Is(err, unix.ENOENT), errors.Is(err, unix.ENODEV), errors.Is(err, unix.ENXIO):
+			return nil, fmt.Errorf("cm: open %s (is the rdma_ucm module loaded?): %w", devPath, err)
+		case errors.Is(err, unix.EACCES), errors.Is(err, unix.EPERM):
+			return nil, fmt.Errorf("cm: open %s (needs read-write access): %w", devPath, err)
+		}
+		return nil, fmt.Errorf("cm: open %s: %w", devPath, err)
+	}
+	return &EventChannel{f: f}, nil
+}
+
+// Close closes the channel (rdma_destroy_event_channel). The kernel then
+// destroys every ID still on it; their methods fail with ErrClosed, and
+// their Destroy only releases what they hold in the process. A goroutine
+// waiting in GetEvent returns ErrClosed.
+func (ch *EventChannel) Close() error {
+	ch.mu.Lock()
+	if ch.closed {
+		ch.mu.Unlock()
+		return nil
+	}
+	ch.closed = true
+	ch.pending = nil
+	ch.mu.Unlock()
+	return ch.f.close()
+}
+
+// Fd returns the channel's file descriptor, readable while events are
+// queued, for callers that poll it themselves; -1 after Close.
+func (ch *EventChannel) Fd() int { return ch.f.fd() }
+
+// GetEvent waits for the next event (rdma_get_cm_event) until ctx is done.
+// As librdmacm does before returning an event, it completes the work the
+// event implies: an ADDR_RESOLVED or ROUTE_RESOLVED ID learns its device
+// and route; a CONNECT_REQUEST brings a new ID (Event.ID); a
+// CONNECT_RESPONSE on an ID with a QP moves the QP to RTS and establishes
+// the connection, and is reported as ESTABLISHED; a MULTICAST_JOIN attaches
+// the ID's QP to the group; a REJECTED, DISCONNECTED, UNREACHABLE,
+// CONNECT_ERROR or DEVICE_REMOVAL moves the ID's QP to the error state, so
+// its outstanding work requests complete, flushed (librdmacm does so for
+// REJECTED only). When that work fails, the event reports the failure
+// (ADDR_ERROR, ROUTE_ERROR, CONNECT_ERROR, MULTICAST_ERROR) with the errno
+// as status. Events of IDs destroyed meanwhile are dropped.
+func (ch *EventChannel) GetEvent(ctx context.Context) (*Event, error) {
+	ch.mu.Lock()
+	if len(ch.pending) > 0 {
+		ev := ch.pending[0]
+		ch.pending = ch.pending[1:]
+		ch.mu.Unlock()
+		return ev, nil
+	}
+	ch.mu.Unlock()
+	for {
+		ev, err := ch.read(ctx)
+		if err != nil || ev != nil {
+			return ev, err
+		}
+	}
+}
+
+// read reads one event from the kernel and processes it. It returns a nil
+// event for one that is dropped.
+func (ch *EventChannel) read(ctx context.Context) (*Event, error) {
+	resp := new(abi.RdmaUcmEventResp)
+	c := newCmd[abi.RdmaUcmGetEvent](abi.RDMA_USER_CM_CMD_GET_EVENT, int(unsafe.Sizeof(*resp)))
+	c.body.Response = ptr(resp)
+	if err := getEvent(ctx, ch.f, c, resp); err != nil {
+		if errors.Is(err, ErrClosed) || ctx.Err() != nil {
+			return nil, err
+		}
+		return nil, wrapErr("get event", err)
+	}
+	return processEvent(ch, resp), nil
+}
+
+func getEvent(ctx context.Context, f ucmaFile, c *ucmaCmd[abi.RdmaUcmGetEvent], resp *abi.RdmaUcmEventResp) error {
+	var pin runtime.Pinner
+	pin.Pin(resp)
+	defer pin.Unpin()
+	err := f.getEvent(ctx, c.bytes())
+	runtime.KeepAlive(c)
+	return err
+}
+
+// The union in struct rdma_ucm_event_resp: rdma_ucm_conn_param or
+// rdma_ucm_ud_param.
+func connParamOf(r *abi.RdmaUcmEventResp) *abi.RdmaUcmConnParam {
+	return (*abi.RdmaUcmConnParam)(unsafe.Pointer(&r.Param))
+}
+
+func udParamOf(r *abi.RdmaUcmEventResp) *abi.RdmaUcmUdParam {
+	return (*abi.RdmaUcmUdParam)(unsafe.Pointer(&r.Param))
+}
+
+func copyConn(dst *ConnParam, src *abi.RdmaUcmConnParam) {
+	if n := min(int(src.Private_data_len), len(src.Private_data)); n > 0 {
+		dst.PrivateData = append([]byte(nil), src.Private_data[:n]...)
+	}
+	dst.ResponderResources = src.Responder_resources
+	dst.InitiatorDepth = src.Initiator_depth
+	dst.FlowControl = src.Flow_control
+	dst.RetryCount = src.Retry_count
+	dst.RNRRetryCount = src.Rnr_retry_count
+	dst.SRQ = src.Srq != 0
+	dst.QPNum = src.Qp_num
+}
+
+func copyUD(dst *UDParam, src *abi.RdmaUcmUdParam) {
+	if n := min(int(src.Private_data_len), len(src.Private_data)); n > 0 {
+		dst.PrivateData = append([]byte(nil), src.Private_data[:n]...)
+	}
+	dst.AHAttr = qp.DecodeAHAttr(&src.Ah_attr)
+	dst.QPNum = src.Qp_num
+	dst.QKey = src.Qkey
+}
+
+// copyParams copies the union as the ID's QP type reads it.
+func copyParams(ev *Event, id *ID, r *abi.RdmaUcmEventResp) {
+	if id.qpType == qp.UD {
+		copyUD(&ev.UD, udParamOf(r))
+	} else {
+		copyConn(&ev.Conn, connParamOf(r))
+	}
+}
+
+// processEvent turns the kernel's event into an Event, doing what
+// rdma_get_cm_event does for each type, or returns nil when the event is
+// dropped.
+func processEvent(ch *EventChannel, r *abi.RdmaUcmEventResp) *Event {
+	ev := &Event{Type: EventType(r.Event), Status: int(int32(r.Status))}
+
+	switch ev.Type {
+	case EventMulticastJoin, EventMulticastError:
+		mc := lookupMulticast(r.Uid)
+		if mc == nil {
+			return nil // left meanwhile
+		}
+		id := mc.id
+		id.mu.Lock()
+		defer id.mu.Unlock()
+		if id.destroyed {
+			return nil
+		}
+		id.eventsReported++
+		ev.ID = id
+		ev.Context = mc.context
+		copyUD(&ev.UD, udParamOf(r))
+		if ev.Type == EventMulticastJoin {
+			if err := id.processJoin(mc, &ev.UD); err != nil {
+				ev.Type = EventMulticastError
+				ev.Status = negErrno(err)
+			}
+		}
+		return ev
+	}
+
+	var id *ID
+	if r.Uid != 0 {
+		id = lookupUID(r.Uid)
+	} else {
+		// Old kernels could report an established connection with uid
+		// 0; find the ID by its kernel handle then, as librdmacm does.
+		id = lookupHandle(r.Id)
+		if id == nil || ev.Type != EventEstablished {
+			return nil
+		}
+	}
+	if ev.Type == EventConnectRequest {
+		if id != nil {
+			if ok := id.processConnReq(ev, r); ok || ev.ID != nil {
+				// Made, or made and destroyed again.
+				if ok {
+					return ev
+				}
+				return nil
+			}
+		}
+		// The listener is gone: the kernel's new ID, reported now, has
+		// nobody to answer it.
+		destroyKernID(ch.f, r.Id)
+		return nil
+	}
+	if id == nil {
+		return nil // destroyed meanwhile
+	}
+
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.destroyed {
+		return nil
+	}
+	id.eventsReported++
+	ev.ID = id
+	switch ev.Type {
+	case EventAddrResolved:
+		if err := id.queryRoute(); err != nil {
+			ev.Type, ev.Status = EventAddrError, negErrno(err)
+		}
+	case EventRouteResolved:
+		if err := id.queryRoute(); err != nil {
+			ev.Type, ev.Status = EventRouteError, negErrno(err)
+		}
+	case EventConnectResponse:
+		copyConn(&ev.Conn, connParamOf(r))
+		if id.qp.Load() != nil {
+			if err := id.establish(); err != nil {
+				ev.Type, ev.Status = EventConnectError, negErrno(err)
+				id.connectErr = true
+			} else {
+				ev.Type = EventEstablished
+				id.setState(stateConnected)
+			}
+		}
+	case EventEstablished:
+		copyParams(ev, id, r)
+		id.setState(stateConnected)
+	case EventRejected:
+		if id.connectErr {
+			id.eventsAcked.Add(1)
+			return nil
+		}
+		copyConn(&ev.Conn, connParamOf(r))
+		id.modifyQPErr()
+		id.setState(stateDisconnected)
+	case EventDisconnected:
+		if id.connectErr {
+			id.eventsAcked.Add(1)
+			return nil
+		}
+		copyConn(&ev.Conn, connParamOf(r))
+		// Unlike librdmacm, flush the QP: the connection is gone, and
+		// completion waits should end now rather than when the
+		// transport's retries run out.
+		id.modifyQPErr()
+		id.setState(stateDisconnected)
+	case EventUnreachable, EventConnectError, EventDeviceRemoval:
+		copyParams(ev, id, r)
+		id.modifyQPErr()
+		id.setState(stateDisconnected)
+	default:
+		copyParams(ev, id, r)
+	}
+	return ev
+}
+
+// negErrno is the status an event gets for err: its negated errno.
+func negErrno(err error) int {
+	var e unix.Errno
+	if errors.As(err, &e) {
+		return -int(e)
+	}
+	return -int(unix.EIO)
+}
+
+// processConnReq makes the ID of an incoming connection
+// (ucma_process_conn_req): it belongs to the listener's channel, or, for a
+// synchronous listener, gets a channel of its own, and learns its route
+// and device. It reports false when the listener is gone (ev.ID is then
+// nil) or the new ID could not be set up (it is then destroyed).
+func (listen *ID) processConnReq(ev *Event, r *abi.RdmaUcmEventResp) bool {
+	listen.mu.Lock()
+	if listen.destroyed {
+		listen.mu.Unlock()
+		return false
+	}
+	listen.eventsReported++
+	ch, sync, pd, qpInit := listen.ch, listen.sync, listen.pd, listen.qpInit
+	listen.mu.Unlock()
+
+	id := &ID{uid: newUID(), handle: r.Id, ps: listen.ps, qpType: listen.qpType, context: listen.context, ch: ch}
+	if qpInit != nil {
+		// A passive endpoint's PD serves its connections too.
+		id.pd = pd
+	}
+	copyParams(ev, id, r)
+	id.initiatorDepth = ev.Conn.InitiatorDepth
+	id.respRes = ev.Conn.ResponderResources
+	ev.ID, ev.ListenID = id, listen
+	registerID(id)
+
+	id.mu.Lock()
+	err := error(nil)
+	if sync {
+		err = id.migrate(nil)
+	}
+	if err == nil {
+		err = id.queryRoute()
+	}
+	id.mu.Unlock()
+	if err != nil {
+		id.Destroy()
+		listen.eventsAcked.Add(1)
+		return false
+	}
+	return true
+}

@@ -1,0 +1,243 @@
+package cm_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rdmago/rdma/cm"
+	"github.com/rdmago/rdma/internal/testenv"
+	"github.com/rdmago/rdma/wr"
+)
+
+// TestDeviceDisconnectDuringTraffic: the server disconnects while the
+// client streams sends. The client's completion wait learns of it from the
+// rdma_cm channel and its outstanding work comes back flushed; the
+// server's posted receives come back flushed too; nothing hangs.
+func TestDeviceDisconnectDuringTraffic(t *testing.T) {
+	ctx := testCtx(t)
+	const nrecv = 16
+	sbuf := alloc(t, nrecv*64)
+	p := connectPair(t, cm.PSTCP, defaultCaps, func(s *cm.ID) {
+		m := reg(t, s.RegMsgs, sbuf)
+		for i := range nrecv {
+			must(t, s.PostRecv(uint64(i), sbuf[i*64:i*64+64], m))
+		}
+	})
+	c, s := p.client, p.server
+	smsg, err := s.RegMsgs(make([]byte, 1)) // a region to repost into
+	must(t, err)
+	defer cm.DeregMR(smsg)
+
+	start := time.Now()
+	clientDone := make(chan error, 1)
+	go func() {
+		cbuf := make([]byte, 4096)
+		m, err := c.RegMsgs(cbuf)
+		if err != nil {
+			clientDone <- err
+			return
+		}
+		defer cm.DeregMR(m)
+		for i := uint64(0); ; i++ {
+			// Several in flight at once.
+			for j := range uint64(4) {
+				if err := c.PostSend(i*4+j, cbuf[:32], m, wr.Signaled); err != nil {
+					clientDone <- fmt.Errorf("post: %w", err)
+					return
+				}
+			}
+			for range 4 {
+				if _, err := c.GetSendComp(ctx); err != nil {
+					clientDone <- err
+					return
+				}
+			}
+		}
+	}()
+
+	// The server takes some messages, reposting, then disconnects.
+	got := 0
+	for got < 8 {
+		wc, err := s.GetRecvComp(ctx)
+		must(t, err)
+		got++
+		must(t, s.PostRecv(wc.ID, sbuf[wc.ID*64:wc.ID*64+64], reg(t, s.RegMsgs, sbuf)))
+	}
+	srvDisc := make(chan error, 1)
+	go func() { srvDisc <- s.Disconnect(ctx) }()
+
+	err = <-clientDone
+	var ce *wr.CompletionError
+	switch {
+	case errors.As(err, &ce):
+		if ce.Status != wr.WRFlushErr {
+			t.Errorf("client's send completed with %v, want a flush", ce.Status)
+		}
+	case errors.Is(err, cm.ErrClosed), err == nil:
+		t.Fatalf("client: %v", err)
+	default:
+		// The watcher may have flushed everything between a post and its
+		// wait: then the next post finds the connection gone.
+		t.Logf("client ended with %v", err)
+	}
+	// The rest of the client's sends come back flushed, then the wait
+	// says the connection is gone.
+	for {
+		wc, err := c.GetSendComp(ctx)
+		if errors.As(err, &ce) && wc.Status == wr.WRFlushErr {
+			continue
+		}
+		wantErrno(t, "client wait after the flush", err, 107 /* ENOTCONN */)
+		break
+	}
+	must(t, c.Disconnect(ctx))
+	must(t, <-srvDisc)
+	// The server's receives come back flushed.
+	flushed := 0
+	for {
+		wc, err := s.GetRecvComp(ctx)
+		if err != nil && errors.As(err, &ce) && wc.Status == wr.WRFlushErr {
+			flushed++
+			continue
+		}
+		if err == nil {
+			continue // a message that arrived before the disconnect
+		}
+		wantErrno(t, "server wait after the flush", err, 107)
+		break
+	}
+	if flushed == 0 {
+		t.Errorf("no receive was flushed")
+	}
+	t.Logf("server flushed %d receives; the whole dance took %v", flushed, time.Since(start))
+	if d := time.Since(start); d > 15*time.Second {
+		t.Errorf("took %v", d)
+	}
+}
+
+// rdmaRes counts this program's rdma_cm IDs, QPs, CQs, MRs and PDs.
+func rdmaRes(t testing.TB) string {
+	t.Helper()
+	if !testenv.InVM() {
+		return ""
+	}
+	return strings.TrimSpace(ourRDMAResources())
+}
+
+// TestDeviceCycles connects and disconnects 100 times and checks that no
+// file descriptor and no kernel object is left behind.
+func TestDeviceCycles(t *testing.T) {
+	testenv.RequireDevice(t)
+	cycle := func(i int) {
+		t.Run(fmt.Sprint(i), func(t *testing.T) {
+			p := connectPair(t, cm.PSTCP, defaultCaps, nil)
+			buf := alloc(t, 4096)
+			m := reg(t, p.server.RegMsgs, buf)
+			must(t, p.server.PostRecv(1, buf[:64], m))
+			must(t, p.client.PostSend(2, []byte("cycle"), nil, wr.Signaled|wr.Inline))
+			_, err := p.client.GetSendComp(testCtx(t))
+			must(t, err)
+			_, err = p.server.GetRecvComp(testCtx(t))
+			must(t, err)
+		})
+	}
+	cycle(0)
+	fds, res := fdCount(), rdmaRes(t)
+	if res != "" {
+		t.Fatalf("kernel objects left after one cycle:\n%s", res)
+	}
+	for i := 1; i < 100; i++ {
+		cycle(i)
+		if t.Failed() {
+			return
+		}
+	}
+	if n := fdCount(); n != fds {
+		t.Errorf("%d descriptors open after 100 cycles, %d after the first:\n%s", n, fds, fdList())
+	}
+	if res := rdmaRes(t); res != "" {
+		t.Errorf("kernel objects left after 100 cycles:\n%s", res)
+	}
+}
+
+// TestDeviceInteropCServer: our endpoint client against rdma-core's
+// rdma_server, which receives 16 bytes and answers 16.
+func TestDeviceInteropCServer(t *testing.T) {
+	testenv.RequireDevice(t)
+	srvPath, err := exec.LookPath("rdma_server")
+	if err != nil {
+		t.Skip("rdma-core's rdma_server is not installed (vm deps installs rdmacm-utils)")
+	}
+	ctx := testCtx(t)
+	port := freePort(t)
+	cmd := exec.CommandContext(ctx, srvPath, "-s", vmAddr.String(), "-p", fmt.Sprint(port))
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	must(t, cmd.Start())
+	defer func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Logf("rdma_server: %s", out.String())
+	}()
+	res, err := cm.GetAddrInfo(vmAddr.String(), fmt.Sprint(port), &cm.AddrInfo{PortSpace: cm.PSTCP})
+	must(t, err)
+	attr := epAttr()
+	var id *cm.ID
+	for range 50 { // until the server listens
+		if id, err = cm.CreateEP(ctx, res, nil, &attr); err != nil {
+			t.Fatal(err)
+		}
+		if err = rdmaClient(ctx, t, id); err == nil || !errors.Is(err, errRefused) {
+			break
+		}
+		id.DestroyEP()
+		id = nil
+		time.Sleep(100 * time.Millisecond)
+	}
+	must(t, err)
+	must(t, id.DestroyEP())
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("rdma_server: %v", err)
+	}
+}
+
+// TestDeviceInteropCClient: our endpoint server against rdma-core's
+// rdma_client.
+func TestDeviceInteropCClient(t *testing.T) {
+	testenv.RequireDevice(t)
+	cliPath, err := exec.LookPath("rdma_client")
+	if err != nil {
+		t.Skip("rdma-core's rdma_client is not installed (vm deps installs rdmacm-utils)")
+	}
+	ctx := testCtx(t)
+	listen, port := listenEP(ctx, t)
+	cmd := exec.CommandContext(ctx, cliPath, "-s", vmAddr.String(), "-p", fmt.Sprint(port))
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	must(t, cmd.Start())
+	err = rdmaServer(ctx, t, listen)
+	werr := cmd.Wait()
+	t.Logf("rdma_client: %s", out.String())
+	must(t, err)
+	if werr != nil {
+		t.Errorf("rdma_client: %v", werr)
+	}
+}
+
+var errRefused = errors.New("refused")
+
+func freePort(t testing.TB) uint16 {
+	l, port := listenSync(t, cm.PSTCP)
+	destroy(t, l)
+	return port
+}
+
+// epCtx bounds one endpoint exchange.
+func epCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, 20*time.Second)
+}

@@ -1,0 +1,144 @@
+package cm_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rdmago/rdma/cm"
+	"github.com/rdmago/rdma/provider"
+	"github.com/rdmago/rdma/uverbs"
+	"github.com/rdmago/rdma/wr"
+)
+
+// epAttr is the QP of librdmacm's rdma_server and rdma_client examples.
+func epAttr() uverbs.QPInitAttr {
+	return uverbs.QPInitAttr{
+		Cap:       provider.QPCaps{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 16},
+		SignalAll: true,
+	}
+}
+
+// listenEP makes a passive endpoint on vmAddr as rdma_server does.
+func listenEP(ctx context.Context, t testing.TB) (*cm.ID, uint16) {
+	t.Helper()
+	res, err := cm.GetAddrInfo(vmAddr.String(), "0", &cm.AddrInfo{Flags: cm.AIPassive, PortSpace: cm.PSTCP})
+	must(t, err)
+	attr := epAttr()
+	l, err := cm.CreateEP(ctx, res, nil, &attr)
+	must(t, err)
+	t.Cleanup(func() { must(t, l.DestroyEP()) })
+	must(t, l.Listen(0))
+	return l, l.SrcAddr().Port()
+}
+
+// rdmaServer is librdmacm's examples/rdma_server.c after rdma_listen:
+// take one request, receive 16 bytes, send 16 back inline.
+func rdmaServer(ctx context.Context, t testing.TB, listen *cm.ID) error {
+	ctx, cancel := epCtx(ctx)
+	defer cancel()
+	id, err := listen.GetRequest(ctx)
+	if err != nil {
+		return err
+	}
+	defer id.DestroyEP()
+	a, _, err := id.QP().Query(0)
+	if err != nil {
+		return err
+	}
+	sendFlags := wr.SendFlags(0)
+	if a.Cap.MaxInlineData >= 16 {
+		sendFlags = wr.Inline
+	}
+	recvMsg := make([]byte, 16)
+	sendMsg := []byte("rdmago server 16")
+	m, err := id.RegMsgs(recvMsg)
+	if err != nil {
+		return err
+	}
+	defer cm.DeregMR(m)
+	var sm *uverbs.MR
+	if sendFlags&wr.Inline == 0 {
+		if sm, err = id.RegMsgs(sendMsg); err != nil {
+			return err
+		}
+		defer cm.DeregMR(sm)
+	}
+	if err := id.PostRecv(0, recvMsg, m); err != nil {
+		return err
+	}
+	if err := id.Accept(ctx, nil); err != nil {
+		return err
+	}
+	if _, err := id.GetRecvComp(ctx); err != nil {
+		return err
+	}
+	if err := id.PostSend(0, sendMsg, sm, sendFlags); err != nil {
+		return err
+	}
+	if _, err := id.GetSendComp(ctx); err != nil {
+		return err
+	}
+	return id.Disconnect(ctx)
+}
+
+// rdmaClient is examples/rdma_client.c after rdma_create_ep: send 16
+// bytes, receive 16.
+func rdmaClient(ctx context.Context, t testing.TB, id *cm.ID) error {
+	ctx, cancel := epCtx(ctx)
+	defer cancel()
+	recvMsg := make([]byte, 16)
+	sendMsg := []byte("rdmago client 16")
+	m, err := id.RegMsgs(recvMsg)
+	if err != nil {
+		return err
+	}
+	defer cm.DeregMR(m)
+	if err := id.PostRecv(0, recvMsg, m); err != nil {
+		return err
+	}
+	if err := id.Connect(ctx, nil); err != nil {
+		if errors.Is(err, unix.ECONNREFUSED) {
+			return fmt.Errorf("%w: %w", errRefused, err)
+		}
+		return err
+	}
+	if err := id.PostSend(0, sendMsg, nil, wr.Inline); err != nil {
+		return err
+	}
+	if _, err := id.GetSendComp(ctx); err != nil {
+		return err
+	}
+	if _, err := id.GetRecvComp(ctx); err != nil {
+		return err
+	}
+	t.Logf("client received %q", recvMsg)
+	return id.Disconnect(ctx)
+}
+
+// TestDeviceEndpoints runs the rdma_server and rdma_client examples against
+// each other: GetAddrInfo, CreateEP passive and active, GetRequest.
+func TestDeviceEndpoints(t *testing.T) {
+	ctx := testCtx(t)
+	listen, port := listenEP(ctx, t)
+	srv := make(chan error, 1)
+	go func() { srv <- rdmaServer(ctx, t, listen) }()
+	res, err := cm.GetAddrInfo(vmAddr.String(), fmt.Sprint(port), &cm.AddrInfo{PortSpace: cm.PSTCP})
+	must(t, err)
+	if res.DstAddr.Port() != port || res.QPType != 2 || res.PortSpace != cm.PSTCP {
+		t.Fatalf("addrinfo %+v", res)
+	}
+	attr := epAttr()
+	id, err := cm.CreateEP(ctx, res, nil, &attr)
+	must(t, err)
+	if id.QP() == nil || id.PD() == nil || id.Verbs() == nil {
+		t.Fatal("CreateEP made no QP")
+	}
+	err = rdmaClient(ctx, t, id)
+	must(t, id.DestroyEP())
+	must(t, err)
+	must(t, <-srv)
+}

@@ -1,0 +1,310 @@
+package cm_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"net/netip"
+	"time"
+
+	"github.com/rdmago/rdma/cm"
+	"github.com/rdmago/rdma/mr"
+	"github.com/rdmago/rdma/provider"
+	"github.com/rdmago/rdma/uverbs"
+	"github.com/rdmago/rdma/wr"
+)
+
+// librdmacm's examples/rdma_server.c: a passive endpoint takes one
+// connection, receives 16 bytes and answers 16.
+func ExampleCreateEP_server() {
+	ctx := context.Background()
+	res, err := cm.GetAddrInfo("10.0.2.15", "7471", &cm.AddrInfo{Flags: cm.AIPassive, PortSpace: cm.PSTCP})
+	if err != nil {
+		log.Fatal(err)
+	}
+	attr := uverbs.QPInitAttr{
+		Cap:       provider.QPCaps{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 16},
+		SignalAll: true,
+	}
+	listen, err := cm.CreateEP(ctx, res, nil, &attr)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer listen.DestroyEP()
+	if err := listen.Listen(0); err != nil {
+		log.Fatal(err)
+	}
+	id, err := listen.GetRequest(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer id.DestroyEP()
+
+	recvMsg := make([]byte, 16)
+	m, err := id.RegMsgs(recvMsg)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer cm.DeregMR(m)
+	if err := id.PostRecv(0, recvMsg, m); err != nil {
+		log.Fatal(err)
+	}
+	if err := id.Accept(ctx, nil); err != nil {
+		log.Fatal(err)
+	}
+	if _, err := id.GetRecvComp(ctx); err != nil {
+		log.Fatal(err)
+	}
+	// Inline: the reply needs no registration.
+	if err := id.PostSend(0, []byte("sixteen bytes!!!"), nil, wr.Inline); err != nil {
+		log.Fatal(err)
+	}
+	if _, err := id.GetSendComp(ctx); err != nil {
+		log.Fatal(err)
+	}
+	id.Disconnect(ctx)
+}
+
+// librdmacm's examples/rdma_client.c: an active endpoint connects, sends 16
+// bytes and receives 16.
+func ExampleCreateEP_client() {
+	ctx := context.Background()
+	res, err := cm.GetAddrInfo("10.0.2.15", "7471", &cm.AddrInfo{PortSpace: cm.PSTCP})
+	if err != nil {
+		log.Fatal(err)
+	}
+	attr := uverbs.QPInitAttr{
+		Cap:       provider.QPCaps{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 16},
+		SignalAll: true,
+	}
+	id, err := cm.CreateEP(ctx, res, nil, &attr)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer id.DestroyEP()
+	recvMsg := make([]byte, 16)
+	m, err := id.RegMsgs(recvMsg)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer cm.DeregMR(m)
+	if err := id.PostRecv(0, recvMsg, m); err != nil {
+		log.Fatal(err)
+	}
+	if err := id.Connect(ctx, nil); err != nil {
+		log.Fatal(err) // errors.Is(err, unix.ECONNREFUSED) when nobody listens
+	}
+	if err := id.PostSend(0, []byte("sixteen bytes!!!"), nil, wr.Inline); err != nil {
+		log.Fatal(err)
+	}
+	if _, err := id.GetSendComp(ctx); err != nil {
+		log.Fatal(err)
+	}
+	wc, err := id.GetRecvComp(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("%d bytes: %q\n", wc.ByteLen, recvMsg)
+	id.Disconnect(ctx)
+}
+
+// connected stands for an ID whose connection is up, as the endpoint
+// examples make them.
+var connected *cm.ID
+
+// Send a message and wait for its completion; the context value comes back
+// as the completion's ID.
+func ExampleID_PostSend() {
+	ctx := context.Background()
+	mem, err := mr.Alloc(4096)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer mem.Free()
+	buf := mem.Bytes()
+	m, err := connected.RegMsgs(buf)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer cm.DeregMR(m)
+	n := copy(buf, "hello")
+	if err := connected.PostSend(42, buf[:n], m, wr.Signaled); err != nil {
+		log.Fatal(err)
+	}
+	wc, err := connected.GetSendComp(ctx)
+	if err != nil {
+		log.Fatal(err) // a *wr.CompletionError for a failed request
+	}
+	fmt.Println(wc.ID) // 42
+}
+
+// Receive into registered memory.
+func ExampleID_PostRecv() {
+	ctx := context.Background()
+	buf := make([]byte, 4096)
+	m, err := connected.RegMsgs(buf)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer cm.DeregMR(m)
+	if err := connected.PostRecv(7, buf, m); err != nil {
+		log.Fatal(err)
+	}
+	wc, err := connected.GetRecvComp(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("request %d: %q\n", wc.ID, buf[:wc.ByteLen])
+}
+
+// Scatter a receive over two buffers and gather a send from two.
+func ExampleID_PostRecvv() {
+	buf := make([]byte, 4096)
+	m, err := connected.RegMsgs(buf)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer cm.DeregMR(m)
+	if err := connected.PostRecvv(1, []wr.SGE{m.SGE(0, 64), m.SGE(1024, 64)}); err != nil {
+		log.Fatal(err)
+	}
+	if err := connected.PostSendv(2, []wr.SGE{m.SGE(2048, 8), m.SGE(3072, 8)}, wr.Signaled); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// Write into the peer's memory: the peer registered it with RegWrite and
+// sent its address and rkey, here in the connection's private data.
+func ExampleID_PostWrite() {
+	ctx := context.Background()
+	peerAddr, peerRKey := uint64(0x7f0000001000), uint32(0x1234) // from the peer
+	data := []byte("written remotely")
+	// Small writes can go inline, without registration.
+	if err := connected.PostWrite(1, data, nil, wr.Signaled|wr.Inline, peerAddr, peerRKey); err != nil {
+		log.Fatal(err)
+	}
+	if _, err := connected.GetSendComp(ctx); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// Make memory readable and writable by the peer.
+func ExampleID_RegWrite() {
+	buf := make([]byte, 1<<20)
+	w, err := connected.RegWrite(buf) // for the peer's PostWrite
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer cm.DeregMR(w)
+	r, err := connected.RegRead(buf) // for the peer's PostRead
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer cm.DeregMR(r)
+	fmt.Printf("tell the peer: address %#x, write key %#x, read key %#x\n", w.Addr(), w.RKey, r.RKey)
+}
+
+// Read the peer's memory into a local buffer, and into two with PostReadv.
+func ExampleID_PostRead() {
+	ctx := context.Background()
+	peerAddr, peerRKey := uint64(0x7f0000001000), uint32(0x1234) // from the peer
+	buf := make([]byte, 4096)
+	m, err := connected.RegMsgs(buf)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer cm.DeregMR(m)
+	if err := connected.PostRead(1, buf[:100], m, wr.Signaled, peerAddr, peerRKey); err != nil {
+		log.Fatal(err)
+	}
+	if err := connected.PostReadv(2, []wr.SGE{m.SGE(200, 50), m.SGE(300, 50)}, wr.Signaled, peerAddr, peerRKey); err != nil {
+		log.Fatal(err)
+	}
+	for range 2 {
+		if _, err := connected.GetSendComp(ctx); err != nil {
+			log.Fatal(err)
+		}
+	}
+}
+
+// Resolve a UD service, then send it datagrams with PostUDSend.
+func ExampleID_PostUDSend() {
+	ctx := context.Background()
+	id, err := cm.CreateID(nil, nil, cm.PSUDP)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer id.Destroy()
+	dst := netip.MustParseAddrPort("10.0.2.15:7174")
+	if err := id.ResolveAddr(ctx, netip.AddrPort{}, dst, 2*time.Second); err != nil {
+		log.Fatal(err)
+	}
+	if err := id.ResolveRoute(ctx, 2*time.Second); err != nil {
+		log.Fatal(err)
+	}
+	if err := id.CreateQP(nil, uverbs.QPInitAttr{Cap: provider.QPCaps{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}}); err != nil {
+		log.Fatal(err)
+	}
+	if err := id.Connect(ctx, nil); err != nil { // service ID resolution
+		log.Fatal(err)
+	}
+	ud := id.Event().UD // the service's QP number, Q_Key and address
+	ah, err := id.CreateAH(ud.AHAttr)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer ah.Close()
+	if err := id.PostUDSend(1, []byte("datagram"), nil, wr.Signaled|wr.Inline, ah, ud.QPNum); err != nil {
+		log.Fatal(err)
+	}
+	if _, err := id.GetSendComp(ctx); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// Drive connections through one event channel, as rping and cmatose do:
+// every operation returns at once and its outcome arrives as an event.
+func ExampleEventChannel_GetEvent() {
+	ctx := context.Background()
+	ch, err := cm.NewEventChannel()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer ch.Close()
+	id, err := cm.CreateID(ch, "client", cm.PSTCP)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer id.Destroy()
+	if err := id.ResolveAddr(ctx, netip.AddrPort{}, netip.MustParseAddrPort("10.0.2.15:7471"), 2*time.Second); err != nil {
+		log.Fatal(err)
+	}
+	caps := provider.QPCaps{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}
+	for {
+		ev, err := ch.GetEvent(ctx)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if err := ev.Err(); err != nil {
+			log.Fatalf("%v: %v", ev, err)
+		}
+		switch ev.Type {
+		case cm.EventAddrResolved:
+			err = ev.ID.ResolveRoute(ctx, 2*time.Second)
+		case cm.EventRouteResolved:
+			if err = ev.ID.CreateQP(nil, uverbs.QPInitAttr{Cap: caps}); err == nil {
+				err = ev.ID.Connect(ctx, nil)
+			}
+		case cm.EventEstablished:
+			fmt.Println("connected to", ev.ID.DstAddr())
+			err = ev.ID.Disconnect(ctx)
+		case cm.EventDisconnected:
+			ev.Ack()
+			return
+		}
+		ev.Ack()
+		if err != nil {
+			log.Fatal(err)
+		}
+	}
+}

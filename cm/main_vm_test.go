@@ -1,0 +1,86 @@
+package cm_test
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/rdmago/rdma/internal/testenv"
+)
+
+// TestMain checks, under the VM runner, that the tests left no kernel
+// object behind (rdma res lists every PD, CQ, QP, MR and rdma_cm ID with
+// its owner) and no file descriptor open.
+func TestMain(m *testing.M) {
+	fds := fdCount()
+	code := m.Run()
+	if code == 0 && testenv.InVM() {
+		if leaks := ourRDMAResources(); leaks != "" {
+			fmt.Fprintf(os.Stderr, "kernel objects left behind by the tests (rdma res):\n%s", leaks)
+			code = 1
+		}
+		if n := fdCount(); n > fds {
+			fmt.Fprintf(os.Stderr, "%d file descriptors left open by the tests (%d before, %d after):\n%s", n-fds, fds, n, fdList())
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// fds lists the process's open descriptors and what they are, leaving out
+// the Go runtime poller's own (created on first use) and the directory
+// being read.
+func fds() map[string]string {
+	m := map[string]string{}
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return nil
+	}
+	for _, e := range ents {
+		l, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name()))
+		if err != nil || l == "anon_inode:[eventpoll]" || l == "anon_inode:[eventfd]" {
+			continue
+		}
+		m[e.Name()] = l
+	}
+	return m
+}
+
+func fdCount() int { return len(fds()) }
+
+func fdList() string {
+	var b strings.Builder
+	for fd, l := range fds() {
+		fmt.Fprintf(&b, "  %s -> %s\n", fd, l)
+	}
+	return b.String()
+}
+
+// ourRDMAResources returns the rdma res lines that name this program. The
+// kernel records the thread that created each object, whose id is not the
+// process id for a Go program, so the match is on the command name (which
+// the kernel truncates to 15 bytes).
+func ourRDMAResources() string {
+	var out strings.Builder
+	comm := filepath.Base(os.Args[0])
+	if len(comm) > 15 {
+		comm = comm[:15]
+	}
+	pat := " comm " + comm + " "
+	for _, kind := range []string{"pd", "cq", "qp", "mr", "srq", "cm_id"} {
+		b, err := exec.Command("/usr/bin/rdma", "res", "show", kind).CombinedOutput()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "rdma res show %s: %v: %s", kind, err, b)
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.Contains(line+" ", pat) {
+				out.WriteString(line + "\n")
+			}
+		}
+	}
+	return out.String()
+}

@@ -1,0 +1,155 @@
+package cm
+
+import (
+	"context"
+	"net/netip"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rdmago/rdma/uverbs"
+	"github.com/rdmago/rdma/uverbs/abi"
+)
+
+// JoinFlags say how a UD ID joins a multicast group (RDMA_MC_JOIN_FLAG_*).
+type JoinFlags uint16
+
+// Join flags.
+const (
+	// JoinFullMember sends to and receives from the group.
+	JoinFullMember JoinFlags = abi.RDMA_MC_JOIN_FLAG_FULLMEMBER
+	// JoinSendOnlyFullMember only sends; the QP is not attached.
+	JoinSendOnlyFullMember JoinFlags = abi.RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER
+)
+
+// multicast is one group an ID joined (librdmacm's struct cma_multicast).
+type multicast struct {
+	id      *ID
+	uid     uint64
+	handle  uint32
+	context any
+	addr    netip.Addr
+	flags   JoinFlags
+	joined  bool // the JOIN event came and the QP was attached
+	mgid    uverbs.GID
+	mlid    uint16
+}
+
+func registerMulticast(mc *multicast) {
+	registry.mu.Lock()
+	registry.mcs[mc.uid] = mc
+	registry.mu.Unlock()
+}
+
+func unregisterMulticast(mc *multicast) {
+	registry.mu.Lock()
+	if registry.mcs[mc.uid] == mc {
+		delete(registry.mcs, mc.uid)
+	}
+	registry.mu.Unlock()
+}
+
+func lookupMulticast(uid uint64) *multicast {
+	registry.mu.Lock()
+	defer registry.mu.Unlock()
+	return registry.mcs[uid]
+}
+
+// JoinMulticast joins the UD ID to the multicast group addr
+// (rdma_join_multicast), which on RoCE is an IP multicast address. The ID
+// must be bound to a device (BindAddr with a specific address, or
+// ResolveAddr of the group). When the MULTICAST_JOIN event comes, the
+// ID's QP, if it has one, is attached to the group; the event's UDParam
+// gives the group's address vector, QP number (0xffffff) and Q_Key for
+// sending to it. userContext comes back as the event's Context. A
+// synchronous ID waits for the join.
+func (id *ID) JoinMulticast(ctx context.Context, addr netip.Addr, userContext any) error {
+	return id.JoinMulticastEx(ctx, addr, JoinFullMember, userContext)
+}
+
+// JoinMulticastEx is JoinMulticast with join flags (rdma_join_multicast_ex).
+func (id *ID) JoinMulticastEx(ctx context.Context, addr netip.Addr, flags JoinFlags, userContext any) error {
+	const op = "join multicast"
+	if flags != JoinFullMember && flags != JoinSendOnlyFullMember {
+		return errf(op, unix.EINVAL, "join flags %d", flags)
+	}
+	id.mu.Lock()
+	f, err := id.file()
+	if err != nil {
+		id.mu.Unlock()
+		return err
+	}
+	mc := &multicast{id: id, uid: newUID(), context: userContext, addr: addr, flags: flags}
+	resp := new(abi.RdmaUcmCreateIdResp)
+	c := newCmd[abi.RdmaUcmJoinMcast](abi.RDMA_USER_CM_CMD_JOIN_MCAST, int(unsafe.Sizeof(*resp)))
+	c.body.Response = ptr(resp)
+	c.body.Uid = mc.uid
+	c.body.Id = id.handle
+	c.body.Join_flags = uint16(flags)
+	n, err := putSockaddr(c.body.Addr.Anon0[:], netip.AddrPortFrom(addr, 0))
+	if err != nil {
+		id.mu.Unlock()
+		return &Error{Op: op, Err: err}
+	}
+	c.body.Addr_size = uint16(n)
+	// Registered first: the event may come before the write returns.
+	registerMulticast(mc)
+	if err := exec(f, c, unsafe.Pointer(resp)); err != nil {
+		unregisterMulticast(mc)
+		id.mu.Unlock()
+		return wrapErr(op, err)
+	}
+	mc.handle = resp.Id
+	id.mcs = append(id.mcs, mc)
+	id.mu.Unlock()
+	return id.complete(ctx, op, EventMulticastJoin)
+}
+
+// processJoin completes a MULTICAST_JOIN: it records the group's GID and
+// LID and attaches the ID's QP (ucma_process_join). The caller holds id.mu.
+func (id *ID) processJoin(mc *multicast, ud *UDParam) error {
+	mc.mgid = ud.AHAttr.DGID
+	mc.mlid = ud.AHAttr.DLID
+	q := id.qp.Load()
+	if q == nil || mc.flags == JoinSendOnlyFullMember {
+		return nil
+	}
+	if err := q.AttachMcast(mc.mgid, mc.mlid); err != nil {
+		return err
+	}
+	mc.joined = true
+	return nil
+}
+
+// LeaveMulticast leaves a group JoinMulticast joined
+// (rdma_leave_multicast), detaching the ID's QP. A group never joined
+// gives unix.EADDRNOTAVAIL.
+func (id *ID) LeaveMulticast(addr netip.Addr) error {
+	const op = "leave multicast"
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	f, err := id.file()
+	if err != nil {
+		return err
+	}
+	var mc *multicast
+	for i, m := range id.mcs {
+		if m.addr == addr {
+			mc = m
+			id.mcs = append(id.mcs[:i], id.mcs[i+1:]...)
+			break
+		}
+	}
+	if mc == nil {
+		return errf(op, unix.EADDRNOTAVAIL, "not a member of %v", addr)
+	}
+	unregisterMulticast(mc)
+	if q := id.qp.Load(); q != nil && mc.joined {
+		q.DetachMcast(mc.mgid, mc.mlid)
+	}
+	resp := new(abi.RdmaUcmDestroyIdResp)
+	c := newCmd[abi.RdmaUcmDestroyId](abi.RDMA_USER_CM_CMD_LEAVE_MCAST, int(unsafe.Sizeof(*resp)))
+	c.body.Response = ptr(resp)
+	c.body.Id = mc.handle
+	return wrapErr(op, exec(f, c, unsafe.Pointer(resp)))
+}

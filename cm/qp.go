@@ -1,0 +1,330 @@
+package cm
+
+import (
+	"golang.org/x/sys/unix"
+
+	"github.com/rdmago/rdma/qp"
+	"github.com/rdmago/rdma/uverbs"
+)
+
+// verbsState is what CreateQP made on an ID.
+type verbsState struct {
+	sendCQ, recvCQ *uverbs.CQ
+	sendCh, recvCh *uverbs.CompChannel
+	// ownSend and ownRecv: the CQ (and channel) was made by CreateQP and is
+	// destroyed with the QP.
+	ownSend, ownRecv bool
+	hasSRQ           bool
+}
+
+// CreateQP creates the ID's queue pair (rdma_create_qp) on the device the
+// ID is bound to, and moves it to the state the ID's connection needs: INIT
+// for an RC ID, whose Connect or Accept takes it to RTS; RTS at once for a
+// UD ID, with its Q_Key. pd nil means the ID's PD. attr.Type 0 means the
+// ID's QP type. Send and receive CQs that attr leaves nil are created, each
+// with a completion channel of its own and as many entries as the queue
+// has work requests, as librdmacm does; GetSendComp and GetRecvComp wait on
+// them. The caps the device granted are in QP().Caps().
+func (id *ID) CreateQP(pd *uverbs.PD, attr uverbs.QPInitAttr) error {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if _, err := id.file(); err != nil {
+		return err
+	}
+	if id.qp.Load() != nil {
+		return errf("create QP", unix.EINVAL, "the ID already has a QP")
+	}
+	if id.dev == nil {
+		return errf("create QP", unix.EINVAL, "the ID is not bound to a device (bind or resolve its address first)")
+	}
+	if pd == nil {
+		pd = id.pd
+	} else if pd.Context() != id.dev.ctx {
+		return errf("create QP", unix.EINVAL, "PD of another device context than the ID's")
+	}
+	if attr.Type == 0 {
+		attr.Type = id.qpType
+	} else if attr.Type != id.qpType {
+		return errf("create QP", unix.EINVAL, "QP type %d on an ID of type %d", attr.Type, id.qpType)
+	}
+	if attr.SRQ == nil {
+		attr.SRQ = id.srq
+	}
+	v := verbsState{hasSRQ: attr.SRQ != nil}
+	fail := func(err error) error {
+		id.verbs = v
+		id.destroyCQsLocked()
+		return wrapErr("create QP", err)
+	}
+	ctx := id.dev.ctx
+	var err error
+	if attr.SendCQ == nil {
+		if v.sendCh, err = ctx.NewCompChannel(); err != nil {
+			return fail(err)
+		}
+		v.ownSend = true
+		if v.sendCQ, err = ctx.CreateCQ(uverbs.CQAttr{CQE: int(max(attr.Cap.MaxSendWR, 1)), Channel: v.sendCh}); err != nil {
+			return fail(err)
+		}
+		attr.SendCQ = v.sendCQ
+	} else {
+		v.sendCQ = attr.SendCQ
+	}
+	if attr.RecvCQ == nil && (attr.SRQ == nil || attr.Cap.MaxRecvWR > 0) {
+		if v.recvCh, err = ctx.NewCompChannel(); err != nil {
+			return fail(err)
+		}
+		v.ownRecv = true
+		if v.recvCQ, err = ctx.CreateCQ(uverbs.CQAttr{CQE: int(max(attr.Cap.MaxRecvWR, 1)), Channel: v.recvCh}); err != nil {
+			return fail(err)
+		}
+		attr.RecvCQ = v.recvCQ
+	} else {
+		v.recvCQ = attr.RecvCQ
+	}
+	q, err := pd.CreateQP(attr)
+	if err != nil {
+		return fail(err)
+	}
+	if id.qpType == qp.UD {
+		err = id.initUDQP(q)
+	} else {
+		err = id.initConnQP(q)
+	}
+	if err != nil {
+		q.Close()
+		return fail(err)
+	}
+	id.verbs = v
+	id.pd = pd
+	id.scratch.mu.Lock()
+	id.scratch.reset(attr.SRQ)
+	id.scratch.mu.Unlock()
+	id.qp.Store(q)
+	return nil
+}
+
+// initConnQP moves a new RC QP to INIT with the kernel's attributes
+// (ucma_init_conn_qp).
+func (id *ID) initConnQP(q *uverbs.QP) error {
+	a, mask, err := id.initQPAttr(qp.StateInit)
+	if err != nil {
+		return err
+	}
+	return q.Modify(&a, mask)
+}
+
+// initUDQP moves a new UD QP to RTS: INIT with the kernel's attributes
+// (port, P_Key index, Q_Key), then RTR and RTS with send PSN 0
+// (ucma_init_ud_qp).
+func (id *ID) initUDQP(q *uverbs.QP) error {
+	if err := id.initConnQP(q); err != nil {
+		return err
+	}
+	if err := q.Modify(&qp.Attr{State: qp.StateRTR}, qp.AttrState); err != nil {
+		return err
+	}
+	return q.Modify(&qp.Attr{State: qp.StateRTS}, qp.AttrState|qp.AttrSQPSN)
+}
+
+// modifyQPRTR moves the ID's QP, if any, through INIT to RTR with the
+// kernel's attributes, and respRes responder resources unless it is
+// MaxRespRes (ucma_modify_qp_rtr). The caller holds id.mu.
+func (id *ID) modifyQPRTR(respRes uint8) error {
+	q := id.qp.Load()
+	if q == nil {
+		return nil
+	}
+	a, mask, err := id.initQPAttr(qp.StateInit)
+	if err != nil {
+		return err
+	}
+	if err := q.Modify(&a, mask); err != nil {
+		return err
+	}
+	if a, mask, err = id.initQPAttr(qp.StateRTR); err != nil {
+		return err
+	}
+	if respRes != MaxRespRes {
+		a.MaxDestRdAtomic = respRes
+	}
+	return q.Modify(&a, mask)
+}
+
+// modifyQPRTS moves the ID's QP, if any, to RTS with the kernel's
+// attributes, and initDepth outstanding reads unless it is MaxInitDepth
+// (ucma_modify_qp_rts). The caller holds id.mu.
+func (id *ID) modifyQPRTS(initDepth uint8) error {
+	q := id.qp.Load()
+	if q == nil {
+		return nil
+	}
+	a, mask, err := id.initQPAttr(qp.StateRTS)
+	if err != nil {
+		return err
+	}
+	if initDepth != MaxInitDepth {
+		a.MaxRdAtomic = initDepth
+	}
+	return q.Modify(&a, mask)
+}
+
+// modifyQPErr moves the ID's QP, if any, to the error state. The caller
+// holds id.mu.
+func (id *ID) modifyQPErr() error { return id.modifyQPState(qp.StateErr) }
+
+func (id *ID) modifyQPState(s qp.State) error {
+	q := id.qp.Load()
+	if q == nil || q.State() == s || q.State() == qp.StateReset {
+		return nil
+	}
+	return q.Modify(&qp.Attr{State: s}, qp.AttrState)
+}
+
+// DestroyQP destroys the ID's QP (rdma_destroy_qp), and the CQs and
+// completion channels CreateQP made for it. Outstanding work requests are
+// flushed first (uverbs.QP.Close), but their completions go with the CQs.
+func (id *ID) DestroyQP() error {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	return id.destroyVerbsLocked()
+}
+
+func (id *ID) destroyVerbsLocked() error {
+	var err error
+	if q := id.qp.Swap(nil); q != nil {
+		// Wait for a post in progress: the scratch holds the QP.
+		id.scratch.mu.Lock()
+		id.scratch.reset(nil)
+		id.scratch.mu.Unlock()
+		err = q.Close()
+	}
+	if e := id.destroyCQsLocked(); err == nil {
+		err = e
+	}
+	return err
+}
+
+func (id *ID) destroyCQsLocked() error {
+	v := &id.verbs
+	var errs []error
+	if v.ownRecv {
+		if v.recvCQ != nil {
+			errs = append(errs, v.recvCQ.Close())
+		}
+		if v.recvCh != nil {
+			errs = append(errs, v.recvCh.Close())
+		}
+	}
+	if v.ownSend {
+		if v.sendCQ != nil {
+			errs = append(errs, v.sendCQ.Close())
+		}
+		if v.sendCh != nil {
+			errs = append(errs, v.sendCh.Close())
+		}
+	}
+	id.verbs = verbsState{}
+	for _, e := range errs {
+		if e != nil {
+			return e
+		}
+	}
+	return nil
+}
+
+// QP returns the ID's queue pair, or nil.
+func (id *ID) QP() *uverbs.QP { return id.qp.Load() }
+
+// SendCQ returns the CQ of the ID's QP's sends, RecvCQ that of its
+// receives; SendCompChannel and RecvCompChannel the completion channels
+// CreateQP made for them (nil for CQs the program gave).
+func (id *ID) SendCQ() *uverbs.CQ {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	return id.verbs.sendCQ
+}
+
+// RecvCQ returns the CQ of the ID's QP's receives.
+func (id *ID) RecvCQ() *uverbs.CQ {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	return id.verbs.recvCQ
+}
+
+// SendCompChannel returns the completion channel of the send CQ CreateQP
+// made, or nil.
+func (id *ID) SendCompChannel() *uverbs.CompChannel {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	return id.verbs.sendCh
+}
+
+// RecvCompChannel returns the completion channel of the receive CQ
+// CreateQP made, or nil.
+func (id *ID) RecvCompChannel() *uverbs.CompChannel {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	return id.verbs.recvCh
+}
+
+// CreateSRQ creates a shared receive queue for the ID's QP
+// (rdma_create_srq): CreateQP then receives through it, and PostRecv posts
+// to it. pd nil means the ID's PD. Destroy destroys it.
+func (id *ID) CreateSRQ(pd *uverbs.PD, attr uverbs.SRQAttr) error {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if _, err := id.file(); err != nil {
+		return err
+	}
+	if id.srq != nil {
+		return errf("create SRQ", unix.EINVAL, "the ID already has an SRQ")
+	}
+	if pd == nil {
+		pd = id.pd
+	}
+	if pd == nil {
+		return errf("create SRQ", unix.EINVAL, "the ID is not bound to a device")
+	}
+	s, err := pd.CreateSRQ(attr)
+	if err != nil {
+		return wrapErr("create SRQ", err)
+	}
+	id.srq = s
+	return nil
+}
+
+// DestroySRQ destroys the SRQ CreateSRQ made (rdma_destroy_srq).
+func (id *ID) DestroySRQ() error {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.srq == nil {
+		return nil
+	}
+	err := id.srq.Close()
+	id.srq = nil
+	return err
+}
+
+// SRQ returns the SRQ CreateSRQ made, or nil.
+func (id *ID) SRQ() *uverbs.SRQ {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	return id.srq
+}
+
+// CreateAH creates an address handle on the ID's PD for UD sends to the
+// peer a UD event names (its UDParam.AHAttr): the ESTABLISHED event of a
+// UD Connect, a CONNECT_REQUEST on a UD listener, or a MULTICAST_JOIN.
+// The caller closes it.
+func (id *ID) CreateAH(attr qp.AHAttr) (*uverbs.AH, error) {
+	pd := id.PD()
+	if pd == nil {
+		return nil, errf("create AH", unix.EINVAL, "the ID is not bound to a device")
+	}
+	ah, err := pd.CreateAH(attr)
+	if err != nil {
+		return nil, wrapErr("create AH", err)
+	}
+	return ah, nil
+}

@@ -1,0 +1,223 @@
+package cm
+
+import (
+	"context"
+	"errors"
+	"os"
+	"runtime"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rdmago/rdma/uverbs/abi"
+)
+
+// The rdma_cm character device speaks the "ucma" write ABI: every command is
+// one write(2) of a struct rdma_ucm_cmd_hdr {cmd, in, out} followed by the
+// command's struct. Commands that answer carry the address of a response
+// buffer inside the request ("response"), which the kernel fills with
+// copy_to_user before write returns. A write returns the length written on
+// success and -1 with an errno otherwise.
+//
+// GET_EVENT is a write too: it blocks in the kernel until an event is queued
+// unless the file is non-blocking, when it fails with EAGAIN instead. The
+// file is pollable (readable while events are queued), so an EventChannel
+// opens it O_NONBLOCK and waits for readability in the Go runtime's poller.
+
+// devPath is the rdma_cm character device; tests point it elsewhere.
+var devPath = "/dev/infiniband/rdma_cm"
+
+// ucmaFile is the command channel to the kernel. Everything goes through
+// it, so unit tests replace the device with a fake that decodes and answers
+// each command (fake_test.go).
+type ucmaFile interface {
+	// write sends one command, header included.
+	write(b []byte) error
+	// getEvent sends GET_EVENT (b), waiting while the kernel has no event,
+	// until ctx is done or the file is closed.
+	getEvent(ctx context.Context, b []byte) error
+	// waitReadable returns when an event is queued, ctx is done or the file
+	// is closed, without consuming anything.
+	waitReadable(ctx context.Context) error
+	fd() int
+	close() error
+}
+
+// devFile is an open /dev/infiniband/rdma_cm in non-blocking mode, owned by
+// the runtime poller.
+type devFile struct {
+	f  *os.File
+	rc syscall.RawConn
+	// wait serializes the waiters: a read deadline is per file, so two
+	// waiters with different contexts would move each other's.
+	wait chan struct{}
+}
+
+func openDevFile() (*devFile, error) {
+	fd, err := unix.Open(devPath, unix.O_RDWR|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(fd), "rdma_cm")
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return &devFile{f: f, rc: rc, wait: make(chan struct{}, 1)}, nil
+}
+
+func (d *devFile) write(b []byte) error {
+	var werr error
+	err := d.rc.Control(func(fd uintptr) {
+		for {
+			n, err := unix.Write(int(fd), b)
+			if err == unix.EINTR {
+				continue
+			}
+			if err == nil && n != len(b) {
+				// librdmacm's answer to a short write.
+				err = unix.ENODATA
+			}
+			werr = err
+			return
+		}
+	})
+	if err != nil {
+		return closedErr(err)
+	}
+	return werr
+}
+
+// lock takes the waiter slot, or gives up when ctx is done.
+func (d *devFile) lock(ctx context.Context) error {
+	select {
+	case d.wait <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (d *devFile) unlock() { <-d.wait }
+
+// waitLoop runs op through the poller with ctx's deadline and cancellation:
+// op is called when the file may be readable and returns false to wait more.
+func (d *devFile) waitLoop(ctx context.Context, op func(fd uintptr) bool) error {
+	if err := d.lock(ctx); err != nil {
+		return err
+	}
+	defer d.unlock()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	dl, _ := ctx.Deadline()
+	d.f.SetReadDeadline(dl)
+	stop := context.AfterFunc(ctx, func() { d.f.SetReadDeadline(time.Unix(1, 0)) })
+	err := d.rc.Read(op)
+	stop()
+	if err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() == nil {
+			// The read deadline, copied from ctx, fired a moment before
+			// ctx's own timer.
+			<-ctx.Done()
+		}
+		if cerr := ctx.Err(); cerr != nil {
+			return cerr
+		}
+		return closedErr(err)
+	}
+	return nil
+}
+
+func (d *devFile) getEvent(ctx context.Context, b []byte) error {
+	var werr error
+	err := d.waitLoop(ctx, func(fd uintptr) bool {
+		for {
+			n, err := unix.Write(int(fd), b)
+			switch {
+			case err == unix.EINTR:
+				continue
+			case err == unix.EAGAIN:
+				return false
+			case err == nil && n != len(b):
+				err = unix.ENODATA
+			}
+			werr = err
+			return true
+		}
+	})
+	if err != nil {
+		return err
+	}
+	return werr
+}
+
+func (d *devFile) waitReadable(ctx context.Context) error {
+	return d.waitLoop(ctx, func(fd uintptr) bool {
+		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, err := unix.Poll(pfd, 0)
+		return err != nil || (n > 0 && pfd[0].Revents != 0)
+	})
+}
+
+func (d *devFile) fd() int {
+	fd := -1
+	d.rc.Control(func(f uintptr) { fd = int(f) })
+	return fd
+}
+
+func (d *devFile) close() error {
+	err := d.f.Close()
+	if errors.Is(err, os.ErrClosed) {
+		return nil
+	}
+	return err
+}
+
+// closedErr maps the os package's "file already closed" to ErrClosed.
+func closedErr(err error) error {
+	if errors.Is(err, os.ErrClosed) {
+		return ErrClosed
+	}
+	return err
+}
+
+// ucmaCmd is one command: the header and the command struct, laid out as
+// the kernel reads them. It is always heap-allocated (newCmd).
+type ucmaCmd[T any] struct {
+	hdr  abi.RdmaUcmCmdHdr
+	body T
+}
+
+// newCmd builds command op with body size in and a response of out bytes.
+func newCmd[T any](op uint32, out int) *ucmaCmd[T] {
+	c := new(ucmaCmd[T])
+	c.hdr.Cmd = op
+	c.hdr.In = uint16(unsafe.Sizeof(c.body))
+	c.hdr.Out = uint16(out)
+	return c
+}
+
+func (c *ucmaCmd[T]) bytes() []byte {
+	return unsafe.Slice((*byte)(unsafe.Pointer(c)), unsafe.Sizeof(*c))
+}
+
+// exec writes the command. resp, when not nil, is the buffer whose address
+// the command carries in its response field: it is pinned for the call, as
+// the kernel writes it through a plain integer the collector cannot see.
+func exec[T any](f ucmaFile, c *ucmaCmd[T], resp unsafe.Pointer) error {
+	var pin runtime.Pinner
+	if resp != nil {
+		pin.Pin(resp)
+		defer pin.Unpin()
+	}
+	err := f.write(c.bytes())
+	runtime.KeepAlive(c)
+	return err
+}
+
+// ptr turns a pointer into the u64 the ABI carries.
+func ptr[T any](p *T) uint64 { return uint64(uintptr(unsafe.Pointer(p))) }

@@ -1,0 +1,159 @@
+package cm_test
+
+import (
+	"context"
+	"net/netip"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rdmago/rdma/cm"
+	"github.com/rdmago/rdma/qp"
+	"github.com/rdmago/rdma/uverbs"
+	"github.com/rdmago/rdma/wr"
+)
+
+const grh = 40 // UD receives start with the GRH
+
+// peerAH builds the address vector of an ID's peer from its route, for a
+// UD server answering a client (C programs use ibv_create_ah_from_wc).
+func peerAH(t testing.TB, id *cm.ID) qp.AHAttr {
+	t.Helper()
+	r := id.Route()
+	gids, err := id.Verbs().QueryGIDTable()
+	must(t, err)
+	for _, g := range gids {
+		if g.Port == uint32(id.PortNum()) && g.GID == r.SGID && g.Type == uverbs.GIDTypeRoCEv2 {
+			return qp.AHAttr{IsGlobal: true, DGID: r.DGID, SGIDIndex: uint8(g.Index), HopLimit: 64, PortNum: id.PortNum()}
+		}
+	}
+	t.Fatalf("no RoCE v2 GID %v in %v", r.SGID, gids)
+	return qp.AHAttr{}
+}
+
+// TestDeviceUD resolves a UD service (SIDR), sends to it with PostUDSend
+// and gets an answer.
+func TestDeviceUD(t *testing.T) {
+	ctx := testCtx(t)
+	l, port := listenSync(t, cm.PSUDP)
+	if l.QPType() != qp.UD {
+		t.Fatalf("PSUDP ID has QP type %v", l.QPType())
+	}
+	sbuf := alloc(t, 4096)
+	type result struct {
+		qpn uint32
+		err error
+	}
+	srv := make(chan result, 1)
+	done := make(chan struct{})
+	var server *cm.ID
+	go func() {
+		id, err := l.GetRequest(ctx)
+		if err != nil {
+			srv <- result{err: err}
+			return
+		}
+		server = id
+		ev := id.Event()
+		t.Logf("UD request: %v, private %q", ev, ev.PrivateData()[:8])
+		if err = id.CreateQP(nil, uverbs.QPInitAttr{Cap: defaultCaps}); err != nil {
+			srv <- result{err: err}
+			return
+		}
+		m, err := id.RegMsgs(sbuf)
+		if err != nil {
+			srv <- result{err: err}
+			return
+		}
+		defer cm.DeregMR(m)
+		must(t, id.PostRecv(1, sbuf[:grh+64], m))
+		srv <- result{qpn: id.QP().Num(), err: id.Accept(ctx, nil)}
+
+		wc, err := id.GetRecvComp(ctx)
+		wantComp(t, "server recv", wc, err, 1, wr.WCRecv)
+		if got := string(sbuf[grh:wc.ByteLen]); got != "datagram" {
+			t.Errorf("server got %q", got)
+		}
+		ah, err := id.CreateAH(peerAH(t, id))
+		must(t, err)
+		defer ah.Close()
+		copy(sbuf[1000:], "reply")
+		must(t, id.PostUDSend(2, sbuf[1000:1005], m, wr.Signaled, ah, wc.SrcQP))
+		wc, err = id.GetSendComp(ctx)
+		wantComp(t, "server send", wc, err, 2, wr.WCSend)
+		close(done)
+	}()
+
+	p := cm.DefaultConnParam()
+	p.PrivateData = []byte("udping")
+	c, err := dialSync(ctx, t, cm.PSUDP, port, defaultCaps, &p)
+	must(t, err)
+	defer destroy(t, c)
+	s := <-srv
+	must(t, s.err)
+	defer destroy(t, server)
+	ev := c.Event()
+	if ev.Type != cm.EventEstablished || ev.UD.QPNum != s.qpn || ev.UD.QKey != cm.UDPQKey || !ev.UD.AHAttr.IsGlobal {
+		t.Fatalf("UD connect event %v %+v, want server QP %d, Q_Key %#x", ev, ev.UD, s.qpn, cm.UDPQKey)
+	}
+	if st := c.QP().State(); st != qp.StateRTS {
+		t.Fatalf("UD QP in %v", st)
+	}
+	cbuf := alloc(t, 4096)
+	m := reg(t, c.RegMsgs, cbuf)
+	must(t, c.PostRecv(3, cbuf[:grh+64], m))
+	ah, err := c.CreateAH(ev.UD.AHAttr)
+	must(t, err)
+	defer ah.Close()
+	must(t, c.PostUDSend(4, []byte("datagram"), nil, wr.Signaled|wr.Inline, ah, ev.UD.QPNum))
+	wc, err := c.GetSendComp(ctx)
+	wantComp(t, "client send", wc, err, 4, wr.WCSend)
+	wc, err = c.GetRecvComp(ctx)
+	wantComp(t, "client recv", wc, err, 3, wr.WCRecv)
+	if got := string(cbuf[grh:wc.ByteLen]); got != "reply" || wc.SrcQP != s.qpn {
+		t.Errorf("client got %q from QP %d", got, wc.SrcQP)
+	}
+	<-done
+}
+
+// TestDeviceMulticast joins two UD IDs to a group, sends to it from one
+// and receives on the other, then leaves.
+func TestDeviceMulticast(t *testing.T) {
+	ctx := testCtx(t)
+	group := netip.MustParseAddr("239.1.2.3")
+	join := func(name string) (*cm.ID, *cm.Event) {
+		id, err := cm.CreateID(nil, name, cm.PSUDP)
+		must(t, err)
+		t.Cleanup(func() { destroy(t, id) })
+		must(t, id.ResolveAddr(ctx, netip.AddrPortFrom(vmAddr, 0), netip.AddrPortFrom(group, 0), 2*time.Second))
+		must(t, id.CreateQP(nil, uverbs.QPInitAttr{Cap: defaultCaps}))
+		must(t, id.JoinMulticast(ctx, group, name+" joined"))
+		ev := id.Event()
+		if ev.Type != cm.EventMulticastJoin || ev.Context != name+" joined" || ev.UD.QPNum != 0xffffff {
+			t.Fatalf("%s: join event %v %+v context %v", name, ev, ev.UD, ev.Context)
+		}
+		return id, ev
+	}
+	recv, _ := join("receiver")
+	send, ev := join("sender")
+	rbuf := alloc(t, 4096)
+	rm := reg(t, recv.RegMsgs, rbuf)
+	must(t, recv.PostRecv(1, rbuf[:grh+100], rm))
+	ah, err := send.CreateAH(ev.UD.AHAttr)
+	must(t, err)
+	defer ah.Close()
+	must(t, send.PostUDSend(2, []byte("to the group"), nil, wr.Signaled|wr.Inline, ah, ev.UD.QPNum))
+	wc, err := send.GetSendComp(ctx)
+	wantComp(t, "mcast send", wc, err, 2, wr.WCSend)
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	wc, err = recv.GetRecvComp(rctx)
+	wantComp(t, "mcast recv", wc, err, 1, wr.WCRecv)
+	if got := string(rbuf[grh:wc.ByteLen]); got != "to the group" {
+		t.Errorf("received %q", got)
+	}
+	must(t, send.LeaveMulticast(group))
+	must(t, recv.LeaveMulticast(group))
+	wantErrno(t, "leave twice", recv.LeaveMulticast(group), unix.EADDRNOTAVAIL)
+}

@@ -1,0 +1,452 @@
+package cm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rdmago/rdma/qp"
+	"github.com/rdmago/rdma/uverbs"
+	"github.com/rdmago/rdma/wr"
+)
+
+// The rdma_verbs.h calls. In C they are inline wrappers of ibv_post_send,
+// ibv_post_recv and ibv_poll_cq on the ID's QP and CQs; here they are
+// methods of ID with the same names and arguments, in the same order:
+//
+//	rdma_post_send(id, ctx, addr, len, mr, flags)  →  id.PostSend(ctx, buf, mr, flags)
+//
+// where buf is addr and len as one slice. The context value comes back as
+// the completion's ID (wr.Completion.ID). Flags are wr.SendFlags:
+// wr.Signaled, wr.Inline, wr.Fence, wr.Solicited. With wr.Inline the data
+// is copied into the work request, so the buffer need not be registered
+// (mr may be nil) and may be reused at once. Remote buffers are named by
+// address and rkey, as the peer's uverbs.MR.Addr and MR.RKey give them.
+//
+// A post is checked before anything reaches the queue: an ID without a QP
+// gets unix.EINVAL, one not connected (its QP not ready to send, or the
+// connection gone) unix.ENOTCONN, a buffer outside its MR unix.EINVAL, a
+// full queue unix.ENOMEM. Posting allocates nothing: each ID keeps its own
+// work request and scatter-gather element, used under a mutex.
+
+// scratch is an ID's preallocated work requests.
+type scratch struct {
+	mu   sync.Mutex
+	send [1]wr.SendWR
+	recv [1]wr.RecvWR
+	sge  [1]wr.SGE
+	// keep holds the caller's buffer during a post. Storing it here makes
+	// the compiler treat buffers passed to the posting calls as escaping,
+	// so none lives on a goroutine stack, which may move while the
+	// provider copies inline data from the address in the SGE.
+	keep unsafe.Pointer
+	// srq is the SRQ the ID's QP receives from, set with the QP.
+	srq *uverbs.SRQ
+
+	sendMu sync.Mutex
+	sendWC [1]wr.Completion
+	recvMu sync.Mutex
+	recvWC [1]wr.Completion
+}
+
+// reset clears the work requests, dropping references to caller memory,
+// and sets the SRQ of the QP. The caller holds s.mu.
+func (s *scratch) reset(srq *uverbs.SRQ) {
+	s.srq = srq
+	s.send[0] = wr.SendWR{}
+	s.recv[0] = wr.RecvWR{}
+	s.sge[0] = wr.SGE{}
+	s.keep = nil
+}
+
+// postErr is a refused post: the errno, with why.
+func postErr(op string, errno unix.Errno, why string) error {
+	return &Error{Op: op, Err: fmt.Errorf("%s: %w", why, errno)}
+}
+
+// sendQP returns the QP to send on, or why not.
+func (id *ID) sendQP(op string) (*uverbs.QP, error) {
+	q := id.qp.Load()
+	if q == nil {
+		return nil, postErr(op, unix.EINVAL, "the ID has no QP")
+	}
+	if s := q.State(); s != qp.StateRTS && s != qp.StateSQD {
+		return nil, postErr(op, unix.ENOTCONN, "not connected: the QP is in state "+s.String())
+	}
+	if id.qpType != qp.UD && id.getState() == stateDisconnected {
+		return nil, postErr(op, unix.ENOTCONN, "the connection is gone")
+	}
+	return q, nil
+}
+
+// recvQP returns the QP to post receives on, or why not. Receives may be
+// posted from INIT on, before the connection is up.
+func (id *ID) recvQP(op string) (*uverbs.QP, error) {
+	q := id.qp.Load()
+	if q == nil {
+		return nil, postErr(op, unix.EINVAL, "the ID has no QP")
+	}
+	if s := q.State(); s == qp.StateReset || s == qp.StateErr {
+		return nil, postErr(op, unix.ENOTCONN, "not connected: the QP is in state "+s.String())
+	}
+	if id.qpType != qp.UD && id.getState() == stateDisconnected {
+		return nil, postErr(op, unix.ENOTCONN, "the connection is gone")
+	}
+	return q, nil
+}
+
+// sgeOf describes buf as one SGE of m. Without an MR the local key is 0,
+// which only inline sends may use.
+func sgeOf(op string, buf []byte, m *uverbs.MR, inline bool) (wr.SGE, error) {
+	addr := uint64(uintptr(unsafe.Pointer(unsafe.SliceData(buf))))
+	if m == nil {
+		if !inline {
+			return wr.SGE{}, postErr(op, unix.EINVAL, "no MR for a buffer that is not sent inline")
+		}
+		return wr.SGE{Addr: addr, Length: uint32(len(buf))}, nil
+	}
+	if len(buf) > 0 {
+		mb := m.Buf()
+		start := uint64(uintptr(unsafe.Pointer(unsafe.SliceData(mb))))
+		if addr < start || addr+uint64(len(buf)) > start+uint64(len(mb)) {
+			return wr.SGE{}, postErr(op, unix.EINVAL, "the buffer is not inside the MR")
+		}
+	}
+	return wr.SGE{Addr: addr, Length: uint32(len(buf)), LKey: m.LKey}, nil
+}
+
+// postSend posts the scratch send request, which the caller filled under
+// s.mu, and clears it.
+func (id *ID) postSend(op string, q *uverbs.QP) error {
+	s := &id.scratch
+	_, err := q.PostSend(s.send[:])
+	s.send[0] = wr.SendWR{}
+	s.keep = nil
+	if err != nil {
+		return wrapPost(op, err)
+	}
+	return nil
+}
+
+func wrapPost(op string, err error) error {
+	if errors.Is(err, uverbs.ErrClosed) {
+		return postErr(op, unix.EINVAL, "the ID's QP was destroyed")
+	}
+	return &Error{Op: op, Err: err}
+}
+
+// PostRecvv posts a receive of the buffers sgl names (rdma_post_recvv), to
+// the ID's SRQ when it has one.
+func (id *ID) PostRecvv(context uint64, sgl []wr.SGE) error {
+	s := &id.scratch
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return id.postRecv("post recv", context, sgl)
+}
+
+func (id *ID) postRecv(op string, context uint64, sgl []wr.SGE) error {
+	s := &id.scratch
+	s.recv[0] = wr.RecvWR{ID: context, SGList: sgl}
+	q, err := id.recvQP(op)
+	if err != nil {
+		s.recv[0] = wr.RecvWR{}
+		return err
+	}
+	if s.srq != nil {
+		_, err = s.srq.PostRecv(s.recv[:])
+	} else {
+		_, err = q.PostRecv(s.recv[:])
+	}
+	s.recv[0] = wr.RecvWR{}
+	s.keep = nil
+	if err != nil {
+		return wrapPost(op, err)
+	}
+	return nil
+}
+
+// PostRecv posts a receive into buf, which must lie inside mr
+// (rdma_post_recv). On a UD QP the first 40 bytes receive the GRH.
+func (id *ID) PostRecv(context uint64, buf []byte, mr *uverbs.MR) error {
+	const op = "post recv"
+	if mr == nil {
+		return postErr(op, unix.EINVAL, "a receive needs an MR")
+	}
+	s := &id.scratch
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.keep = unsafe.Pointer(unsafe.SliceData(buf))
+	sge, err := sgeOf(op, buf, mr, false)
+	if err != nil {
+		s.keep = nil
+		return err
+	}
+	s.sge[0] = sge
+	return id.postRecv(op, context, s.sge[:])
+}
+
+// PostSendv sends the buffers sgl names (rdma_post_sendv).
+func (id *ID) PostSendv(context uint64, sgl []wr.SGE, flags wr.SendFlags) error {
+	return id.postSendv("post send", context, sgl, flags, wr.OpSend, 0, 0)
+}
+
+// PostReadv reads the remote buffer at remoteAddr with rkey into the
+// buffers sgl names (rdma_post_readv).
+func (id *ID) PostReadv(context uint64, sgl []wr.SGE, flags wr.SendFlags, remoteAddr uint64, rkey uint32) error {
+	return id.postSendv("post read", context, sgl, flags, wr.OpRDMARead, remoteAddr, rkey)
+}
+
+// PostWritev writes the buffers sgl names to the remote buffer at
+// remoteAddr with rkey (rdma_post_writev).
+func (id *ID) PostWritev(context uint64, sgl []wr.SGE, flags wr.SendFlags, remoteAddr uint64, rkey uint32) error {
+	return id.postSendv("post write", context, sgl, flags, wr.OpRDMAWrite, remoteAddr, rkey)
+}
+
+func (id *ID) postSendv(op string, context uint64, sgl []wr.SGE, flags wr.SendFlags, opcode wr.Opcode, remoteAddr uint64, rkey uint32) error {
+	s := &id.scratch
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q, err := id.sendQP(op)
+	if err != nil {
+		return err
+	}
+	s.send[0] = wr.SendWR{ID: context, SGList: sgl, Opcode: opcode, Flags: flags, RemoteAddr: remoteAddr, RKey: rkey}
+	return id.postSend(op, q)
+}
+
+// post1 posts buf as a one-SGE send request of the given kind.
+func (id *ID) post1(op string, context uint64, buf []byte, mr *uverbs.MR, flags wr.SendFlags, opcode wr.Opcode,
+	remoteAddr uint64, rkey uint32, ah *uverbs.AH, remoteQPN uint32) error {
+	s := &id.scratch
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q, err := id.sendQP(op)
+	if err != nil {
+		return err
+	}
+	s.keep = unsafe.Pointer(unsafe.SliceData(buf))
+	sge, err := sgeOf(op, buf, mr, flags&wr.Inline != 0 && opcode != wr.OpRDMARead)
+	if err != nil {
+		s.keep = nil
+		return err
+	}
+	s.sge[0] = sge
+	s.send[0] = wr.SendWR{ID: context, SGList: s.sge[:], Opcode: opcode, Flags: flags, RemoteAddr: remoteAddr, RKey: rkey}
+	if ah != nil {
+		s.send[0].AH = ah
+		s.send[0].RemoteQPN = remoteQPN
+		s.send[0].RemoteQKey = UDPQKey
+	}
+	return id.postSend(op, q)
+}
+
+// PostSend sends buf (rdma_post_send). mr may be nil with wr.Inline.
+func (id *ID) PostSend(context uint64, buf []byte, mr *uverbs.MR, flags wr.SendFlags) error {
+	return id.post1("post send", context, buf, mr, flags, wr.OpSend, 0, 0, nil, 0)
+}
+
+// PostRead reads the remote buffer at remoteAddr with rkey into buf, which
+// must lie inside mr (rdma_post_read).
+func (id *ID) PostRead(context uint64, buf []byte, mr *uverbs.MR, flags wr.SendFlags, remoteAddr uint64, rkey uint32) error {
+	if mr == nil {
+		return postErr("post read", unix.EINVAL, "a read needs an MR for its local buffer")
+	}
+	return id.post1("post read", context, buf, mr, flags, wr.OpRDMARead, remoteAddr, rkey, nil, 0)
+}
+
+// PostWrite writes buf to the remote buffer at remoteAddr with rkey
+// (rdma_post_write). mr may be nil with wr.Inline.
+func (id *ID) PostWrite(context uint64, buf []byte, mr *uverbs.MR, flags wr.SendFlags, remoteAddr uint64, rkey uint32) error {
+	return id.post1("post write", context, buf, mr, flags, wr.OpRDMAWrite, remoteAddr, rkey, nil, 0)
+}
+
+// PostUDSend sends buf on a UD QP to the QP remoteQPN behind ah, with the
+// UDP port space's Q_Key (rdma_post_ud_send). mr may be nil with wr.Inline.
+func (id *ID) PostUDSend(context uint64, buf []byte, mr *uverbs.MR, flags wr.SendFlags, ah *uverbs.AH, remoteQPN uint32) error {
+	if ah == nil {
+		return postErr("post UD send", unix.EINVAL, "no address handle")
+	}
+	return id.post1("post UD send", context, buf, mr, flags, wr.OpSend, 0, 0, ah, remoteQPN)
+}
+
+// GetSendComp waits for the next completion on the ID's send CQ
+// (rdma_get_send_comp): it polls, arms the CQ, polls again, and only then
+// waits for the CQ's completion event, so no completion is missed and none
+// is waited for twice. It returns the completion, with its failure as the
+// error (a *wr.CompletionError, for example with status wr.WRFlushErr
+// after a disconnect). ctx ends the wait. On a synchronous ID the wait also
+// ends when the connection does (the peer disconnected or the device went
+// away): the QP is then moved to the error state, so the outstanding work
+// comes back flushed instead of never.
+func (id *ID) GetSendComp(ctx context.Context) (wr.Completion, error) {
+	return id.getComp(ctx, "get send comp", true)
+}
+
+// GetRecvComp waits for the next completion on the ID's receive CQ
+// (rdma_get_recv_comp), as GetSendComp does on the send CQ.
+func (id *ID) GetRecvComp(ctx context.Context) (wr.Completion, error) {
+	return id.getComp(ctx, "get recv comp", false)
+}
+
+func (id *ID) getComp(ctx context.Context, op string, send bool) (wr.Completion, error) {
+	s := &id.scratch
+	mu, wc := &s.recvMu, &s.recvWC
+	if send {
+		mu, wc = &s.sendMu, &s.sendWC
+	}
+	id.mu.Lock()
+	cq, ch := id.verbs.recvCQ, id.verbs.recvCh
+	if send {
+		cq, ch = id.verbs.sendCQ, id.verbs.sendCh
+	}
+	destroyed := id.destroyed
+	id.mu.Unlock()
+	if destroyed {
+		return wr.Completion{}, ErrClosed
+	}
+	if cq == nil {
+		return wr.Completion{}, postErr(op, unix.EINVAL, "the ID has no QP")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for {
+		n, err := cq.Poll(wc[:])
+		if err != nil {
+			return wr.Completion{}, wrapPost(op, err)
+		}
+		if n == 0 {
+			if err := cq.ReqNotify(false); err != nil {
+				return wr.Completion{}, wrapPost(op, err)
+			}
+			if n, err = cq.Poll(wc[:]); err != nil {
+				return wr.Completion{}, wrapPost(op, err)
+			}
+		}
+		if n > 0 {
+			c := wc[0]
+			return c, c.Err()
+		}
+		if ch == nil {
+			return wr.Completion{}, postErr(op, unix.EINVAL, "the CQ has no completion channel")
+		}
+		got, err := id.waitComp(ctx, op, ch)
+		if err != nil {
+			return wr.Completion{}, err
+		}
+		if got != nil {
+			got.AckEvents(1)
+		}
+	}
+}
+
+// RegMsgs registers buf for sends and receives (rdma_reg_msgs) on the ID's
+// PD.
+func (id *ID) RegMsgs(buf []byte) (*uverbs.MR, error) {
+	return id.reg("reg msgs", buf, wr.LocalWrite)
+}
+
+// RegRead registers buf for the peer's RDMA reads (rdma_reg_read).
+func (id *ID) RegRead(buf []byte) (*uverbs.MR, error) {
+	return id.reg("reg read", buf, wr.LocalWrite|wr.RemoteRead)
+}
+
+// RegWrite registers buf for the peer's RDMA writes (rdma_reg_write).
+func (id *ID) RegWrite(buf []byte) (*uverbs.MR, error) {
+	return id.reg("reg write", buf, wr.LocalWrite|wr.RemoteWrite)
+}
+
+func (id *ID) reg(op string, buf []byte, access wr.Access) (*uverbs.MR, error) {
+	pd := id.PD()
+	if pd == nil {
+		return nil, errf(op, unix.EINVAL, "the ID is not bound to a device")
+	}
+	m, err := pd.RegMR(buf, access)
+	if err != nil {
+		return nil, wrapErr(op, err)
+	}
+	return m, nil
+}
+
+// DeregMR deregisters a region the Reg calls registered (rdma_dereg_mr).
+func DeregMR(mr *uverbs.MR) error {
+	if mr == nil {
+		return nil
+	}
+	return mr.Close()
+}
+
+// connGoneGrace bounds the wait for completions once the connection is
+// gone and the QP is in the error state: the device flushes what is
+// outstanding at once, so a longer silence means nothing is.
+const connGoneGrace = time.Second
+
+// waitComp waits for the next event of a completion channel. On a
+// synchronous ID, whose channel nobody else reads, it also watches the
+// rdma_cm channel: an event there (the peer disconnected, the device went
+// away) is processed and kept for the next operation or GetEvent, and,
+// when it ends the connection, the QP is moved to the error state, which
+// flushes the outstanding work requests. It returns a nil CQ and no error
+// when the caller should poll again.
+func (id *ID) waitComp(ctx context.Context, op string, compCh *uverbs.CompChannel) (*uverbs.CQ, error) {
+	id.mu.Lock()
+	sync, ch := id.sync, id.ch
+	id.mu.Unlock()
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if q := id.qp.Load(); id.getState() == stateDisconnected && (q == nil || q.State() == qp.StateErr) {
+		var c2 context.CancelFunc
+		wctx, c2 = context.WithTimeoutCause(wctx, connGoneGrace, errConnGone)
+		defer c2()
+	}
+	var cmReady chan struct{}
+	var watcher chan struct{}
+	if sync {
+		cmReady, watcher = make(chan struct{}), make(chan struct{})
+		go func() {
+			defer close(watcher)
+			if ch.f.waitReadable(wctx) == nil {
+				close(cmReady)
+				cancel()
+			}
+		}()
+	}
+	cq, err := compCh.GetEvent(wctx)
+	cancel()
+	if watcher != nil {
+		<-watcher
+	}
+	if err == nil {
+		return cq, nil
+	}
+	if ctx.Err() != nil {
+		return nil, &Error{Op: op, Err: ctx.Err()}
+	}
+	if errors.Is(err, uverbs.ErrClosed) {
+		return nil, ErrClosed
+	}
+	if errors.Is(context.Cause(wctx), errConnGone) {
+		return nil, postErr(op, unix.ENOTCONN, "the connection is gone and no work request is outstanding")
+	}
+	select {
+	case <-cmReady:
+		ev, err := ch.read(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if ev != nil {
+			ch.mu.Lock()
+			ch.pending = append(ch.pending, ev)
+			ch.mu.Unlock()
+		}
+		return nil, nil
+	default:
+	}
+	return nil, &Error{Op: op, Err: err}
+}
+
+var errConnGone = errors.New("connection gone")
