@@ -176,3 +176,11 @@ type SRQModifier interface {
 	// Resized is called after the kernel resized the SRQ (max_wr changed).
 	Resized() error
 }
+
+// Drainer is implemented by QPs that can tell when the device has consumed
+// every posted work request. The core uses it when closing a QP: after
+// moving it to the error state it waits, briefly, for the device to flush
+// outstanding requests into their CQs before destroying it.
+type Drainer interface {
+	Drained() bool
+}

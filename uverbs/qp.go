@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -250,6 +251,9 @@ func (q *QP) PostRecv(wrs []wr.RecvWR) (int, error) {
 	return n, nil
 }
 
+// drainTimeout bounds how long Close waits for outstanding work to flush.
+const drainTimeout = 2 * time.Second
+
 // Close destroys the QP (ibv_destroy_qp). Unlike ibv_destroy_qp, it first
 // moves a QP that may hold work to the error state, so outstanding work
 // requests complete with WRFlushErr on its CQs and a program sees every
@@ -264,7 +268,14 @@ func (q *QP) Close() error {
 		req := new(abi.IbUverbsExModifyQp)
 		*req = qp.EncodeModify(q.handle, &qp.Attr{State: qp.StateErr}, qp.AttrState)
 		// Best effort: destroying works whatever the state.
-		q.ctx.invokeWrite(abi.IB_USER_VERBS_CMD_MODIFY_QP, unsafe.Pointer(&req.Base), int(unsafe.Sizeof(req.Base)), nil, 0, "modify QP")
+		err := q.ctx.invokeWrite(abi.IB_USER_VERBS_CMD_MODIFY_QP, unsafe.Pointer(&req.Base), int(unsafe.Sizeof(req.Base)), nil, 0, "modify QP")
+		// The device flushes asynchronously; destroying first would drop
+		// the flush completions. Wait for them, but not forever.
+		if d, ok := q.prov.(provider.Drainer); ok && err == nil {
+			for deadline := time.Now().Add(drainTimeout); !d.Drained() && time.Now().Before(deadline); {
+				time.Sleep(100 * time.Microsecond)
+			}
+		}
 	}
 	if err := q.destroyKernel(); err != nil {
 		return err

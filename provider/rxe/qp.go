@@ -279,6 +279,20 @@ func postRecv(q *queue, maxSGE, maxWR uint32, wrs []wr.RecvWR) (int, error) {
 	return n, err
 }
 
+// Drained reports whether the kernel has consumed every posted request (in
+// the error state it does so by flushing them into the CQs).
+func (qp *QP) Drained() bool {
+	qp.sqMu.Lock()
+	done := qp.sq.empty(qp.sq.consumer())
+	qp.sqMu.Unlock()
+	if !done {
+		return false
+	}
+	qp.rqMu.Lock()
+	defer qp.rqMu.Unlock()
+	return qp.rq == nil || qp.rq.empty(qp.rq.consumer())
+}
+
 // Close unmaps the rings.
 func (qp *QP) Close() error {
 	qp.sqMu.Lock()

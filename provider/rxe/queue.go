@@ -99,7 +99,9 @@ func (q *queue) publish(prod uint32) { atomic.StoreUint32(q.prod, prod&q.mask) }
 
 func (q *queue) consumer() uint32 { return atomic.LoadUint32(q.cons) }
 
-// empty reports whether the kernel has produced nothing past cons.
+// empty reports whether the producer has produced nothing past cons (on a
+// completion ring: the kernel; on a work ring: used with the kernel's
+// consumer index, whether it has consumed everything).
 func (q *queue) empty(cons uint32) bool { return atomic.LoadUint32(q.prod) == cons }
 
 // release frees every element before cons.
