@@ -80,3 +80,49 @@ lint: vet
 
 clean:
 	rm -rf bin
+
+## test-pair: rping and rdma_server/rdma_client between two VMs (vm pair,
+## KERNEL for both): rdmago serving rdma-core's client, rdma-core's server
+## serving rdmago, and rdmago on both sides. Each client waits 2 s for its
+## server. Logged to bin/test-pair.log; exits non-zero on any failure.
+PAIR_TIMEOUT ?= 90s
+.PHONY: test-pair
+test-pair: vm build
+	@set -uo pipefail; R=$(CURDIR)/bin/rdmago; A=10.0.5.1; S=1000; log=$(CURDIR)/bin/test-pair.log; : > $$log; \
+	fails=0; t0=$$(date +%s); \
+	pair() { \
+		local name=$$1 a=$$2 b=$$3 out st t1 bad=""; shift 3; t1=$$(date +%s); \
+		echo "== pair ($(KERNEL)) $$name"; echo "   [a] $$a"; echo "   [b] sleep 2; $$b"; \
+		out=$$($(VM) pair --kernel $(KERNEL) --timeout $(PAIR_TIMEOUT) -- /bin/sh -c "$$a" ::: /bin/sh -c "sleep 2; exec $$b" 2>&1); st=$$?; \
+		{ echo "== $$name"; printf '%s\n' "$$out"; } >> $$log; \
+		printf '%s\n' "$$out" | grep -v 'ping data: rdma-ping-' | sed 's/^/   /'; \
+		[ $$st -eq 0 ] || bad="vm pair exited with status $$st"; \
+		while [ $$# -gt 0 ]; do \
+			n=$$(printf '%s\n' "$$out" | grep -c -- "$$2"); \
+			[ "$$n" -eq "$$1" ] || bad="$$bad$${bad:+; }$$n lines match '$$2', want $$1"; shift 2; \
+		done; \
+		if [ -n "$$bad" ]; then echo "FAIL $$name ($$(( $$(date +%s) - t1 )) s): $$bad"; fails=$$((fails+1)); \
+		else echo "ok   $$name ($$(( $$(date +%s) - t1 )) s)"; fi; \
+	}; \
+	pa='^\[a\] server ping data: rdma-ping-'; pb='^\[b\] ping data: rdma-ping-'; p9='9: JKLMNOPQRSTUVWXYZ'; \
+	pair "rping: rdmago server, rping client" \
+		"$$R rping -s -v -a $$A -S $$S" "/usr/bin/rping -c -V -v -C 10 -a $$A -S $$S" \
+		10 "$$pa[0-9]: " 1 "$$pa$$p9" 10 "$$pb[0-9]: " 1 "$$pb$$p9"; \
+	pair "rping: rping server, rdmago client" \
+		"/usr/bin/rping -s -v -a $$A -S $$S" "$$R rping -c -V -v -C 10 -a $$A -S $$S" \
+		10 "$$pa[0-9]: " 1 "$$pa$$p9" 10 "$$pb[0-9]: " 1 "$$pb$$p9"; \
+	pair "rping: rdmago server, rdmago client" \
+		"$$R rping -s -v -a $$A" "$$R rping -c -V -v -C 10 -a $$A" \
+		10 "$$pa[0-9]: " 1 "$$pa$$p9" 10 "$$pb[0-9]: " 1 "$$pb$$p9"; \
+	zeros='received 16 bytes: 00000000000000000000000000000000$$'; \
+	pair "rdma_server/rdma_client: rdmago server, rdma_client" \
+		"$$R server -v -s $$A" "/usr/bin/rdma_client -s $$A" \
+		1 '^\[a\] rdma_server: end 0$$' 1 '^\[b\] rdma_client: end 0$$' 1 "^\[a\] rdma_server: $$zeros"; \
+	pair "rdma_server/rdma_client: rdma_server, rdmago client" \
+		"/usr/bin/rdma_server -s $$A" "$$R client -v -s $$A" \
+		1 '^\[a\] rdma_server: end 0$$' 1 '^\[b\] rdma_client: end 0$$' 1 "^\[b\] rdma_client: $$zeros"; \
+	pair "rdma_server/rdma_client: rdmago server, rdmago client" \
+		"$$R server -v -s $$A" "$$R client -v -s $$A" \
+		1 '^\[a\] rdma_server: end 0$$' 1 '^\[b\] rdma_client: end 0$$' 1 "^\[a\] rdma_server: $$zeros" 1 "^\[b\] rdma_client: $$zeros"; \
+	echo "== test-pair ($(KERNEL)): 6 pairs, $$fails failed, $$(( $$(date +%s) - t0 )) s; full output in $$log"; \
+	[ $$fails -eq 0 ]
