@@ -41,5 +41,11 @@ pingpong "/usr/bin/ibv_ud_pingpong -g $gid -n 1000 -c" "$rdmago pingpong --type 
 	"UD pingpong: ibv_ud_pingpong server (C) <-> rdmago client (Go)"
 pingpong "$rdmago pingpong --type srq -q 4 -g $gid -n 1000 -e" "$rdmago pingpong --type srq -q 4 -g $gid -n 1000 -e $ip" \
 	"SRQ pingpong, event mode: rdmago <-> rdmago, 4 QPs sharing one receive queue"
+pingpong "$rdmago rping -s -a $ip -v" "$rdmago rping -c -a $ip -C 5 -V -v" \
+	"rping over rdma_cm: rdmago server <-> rdmago client, 5 pings, each one verified (-V)"
+pingpong "$rdmago rping -s -a $ip -v" "/usr/bin/rping -c -a $ip -C 5 -V -v" \
+	"rping over rdma_cm: rdmago server (Go) <-> rdma-core's rping client (C)"
+pingpong "$rdmago server -s $ip" "/usr/bin/rdma_client -s $ip" \
+	"rdma_verbs.h calls: rdmago server (Go: RegMsgs, PostRecv, GetRecvComp, PostSend) <-> rdma_client (C)"
 echo
 echo "== done: the Go verbs stack and rdma-core interoperate on $(uname -r)"

@@ -11,6 +11,9 @@
 //
 //	devinfo   print the attributes of RDMA devices, as ibv_devinfo does
 //	pingpong  exchange messages with a peer, as ibv_{rc,uc,ud,srq}_pingpong do
+//	rping     ping a peer over rdma_cm with RDMA reads and writes, as rping does
+//	server    the rdma_server side of the rdma_verbs.h exchange
+//	client    the rdma_client side of the rdma_verbs.h exchange
 //	help      list the commands, or show one command's usage
 //	version   print the version of rdmago
 //
@@ -49,4 +52,16 @@
 // prints their lines ("local address: …", "N bytes in X seconds = Y
 // Mbit/sec"). With -e it waits for completions on a completion channel
 // instead of polling.
+//
+// # rping, server, client
+//
+//	rdmago rping -s|-c -a addr [-p port] [-C count] [-S size] [-v] [-V] [-P] [-d]
+//	rdmago server [-s addr] [-p port]
+//	rdmago client -s addr [-p port]
+//
+// rping speaks rdma-core's rping protocol over rdma_cm (the client
+// advertises a source and a sink buffer; the server RDMA-reads the one and
+// writes the other), with rping's options and output. server and client are
+// rdma_server and rdma_client: one message each way over an rdma_cm
+// endpoint, using the rdma_verbs.h calls of package cm.
 package main
