@@ -68,9 +68,12 @@ bench: deps
 ## generate: regenerate the kernel ABI from the pinned uapi headers.
 generate:
 	hack/abigen/generate.sh
+	hack/mlx5gen/generate.sh
 
-check-generate:
+# The mlx5 vectors come from rdma-core's mlx5dv.h (libibverbs-dev): deps.
+check-generate: deps
 	hack/abigen/check.sh
+	hack/mlx5gen/check.sh
 
 vet:
 	$(GO) vet ./...
@@ -80,6 +83,19 @@ lint: vet
 
 clean:
 	rm -rf bin
+
+## mlx5: golden vectors from rdma-core's mlx5dv.h, their drift check, and
+## the post-one-WQE benchmark of the Go provider against the same work in C.
+.PHONY: generate-mlx5 check-generate-mlx5 bench-mlx5
+
+generate-mlx5:
+	hack/mlx5gen/generate.sh
+
+check-generate-mlx5:
+	hack/mlx5gen/check.sh
+
+bench-mlx5:
+	GO="$(GO)" hack/mlx5gen/bench.sh
 
 ## test-pair: rping and rdma_server/rdma_client between two VMs (vm pair,
 ## KERNEL for both): rdmago serving rdma-core's client, rdma-core's server

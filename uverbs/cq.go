@@ -25,9 +25,12 @@ type CompChannel struct {
 	ctx  *Context
 	file *os.File // non-blocking, registered with the runtime poller
 	// pending holds the CQ handles of events read but not yet returned.
-	mu      sync.Mutex
-	pending []uint64
-	buf     [16 * 8]byte
+	// A read happens only when it is empty and yields at most len(buf)/8
+	// events, so pendingArr always has room: waiting allocates nothing.
+	mu         sync.Mutex
+	pending    []uint64
+	pendingArr [16]uint64
+	buf        [16 * 8]byte
 }
 
 // NewCompChannel creates a completion channel (ibv_create_comp_channel).
@@ -58,9 +61,17 @@ func readContext(ctx context.Context, f *os.File, buf []byte, op string) (int, e
 	} else {
 		f.SetReadDeadline(time.Time{})
 	}
-	stop := context.AfterFunc(ctx, func() { f.SetReadDeadline(time.Unix(1, 0)) })
-	n, err := f.Read(buf)
-	stop()
+	var n int
+	var err error
+	if ctx.Done() == nil {
+		// A context that is never done (context.Background) needs no
+		// watcher, and a wait then allocates nothing.
+		n, err = f.Read(buf)
+	} else {
+		stop := context.AfterFunc(ctx, func() { f.SetReadDeadline(time.Unix(1, 0)) })
+		n, err = f.Read(buf)
+		stop()
+	}
 	if err == nil {
 		return n, nil
 	}
@@ -106,6 +117,11 @@ func (ch *CompChannel) GetEvent(ctx context.Context) (*CQ, error) {
 		return nil, fmt.Errorf("uverbs: completion event for unknown CQ %d", h)
 	}
 	cq.eventsGot.Add(1)
+	// Providers that arm CQs in user space count events: the next arm
+	// carries the next sequence number (mlx5's arm_sn).
+	if e, ok := cq.prov.(interface{ CQEvent() }); ok {
+		e.CQEvent()
+	}
 	return cq, nil
 }
 
@@ -115,6 +131,7 @@ func (ch *CompChannel) read(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	ch.pending = ch.pendingArr[:0]
 	for i := 0; i+8 <= n; i += 8 {
 		ch.pending = append(ch.pending, binary.NativeEndian.Uint64(ch.buf[i:]))
 	}

@@ -2,6 +2,7 @@ package uverbs
 
 import (
 	"github.com/rdmago/rdma/provider"
+	"github.com/rdmago/rdma/provider/mlx5"
 	"github.com/rdmago/rdma/provider/rxe"
 	"github.com/rdmago/rdma/uverbs/abi"
 )
@@ -10,5 +11,6 @@ import (
 // core imports every one of them, so a program works on any supported
 // device without importing a provider itself.
 var drivers = map[uint32]provider.Driver{
-	abi.RDMA_DRIVER_RXE: rxe.Driver{},
+	abi.RDMA_DRIVER_RXE:  rxe.Driver{},
+	abi.RDMA_DRIVER_MLX5: mlx5.Driver{},
 }

@@ -1,0 +1,315 @@
+package mlx5
+
+import (
+	"errors"
+	"testing"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rdmago/rdma/provider"
+	"github.com/rdmago/rdma/uverbs/abi"
+)
+
+// Step 4 of docs/mlx5.md: the builders' driver data, byte for byte as the
+// kernel reads it (struct layouts from uverbs/abi, native endian), the UAR
+// mappings they ask for, and what they make of the kernel's answers. The
+// fake kernel is the model's (model_test.go), which records every mmap.
+
+var ne = nativeEndian{}
+
+type nativeEndian struct{}
+
+func (nativeEndian) u16(b []byte, off int) uint16 { return *(*uint16)(unsafe.Pointer(&b[off])) }
+func (nativeEndian) u32(b []byte, off int) uint32 { return *(*uint32)(unsafe.Pointer(&b[off])) }
+func (nativeEndian) u64(b []byte, off int) uint64 { return *(*uint64)(unsafe.Pointer(&b[off])) }
+
+func TestFormatFWVer(t *testing.T) {
+	if s := (Driver{}).FormatFWVer(16<<32 | 35<<16 | 1012); s != "16.35.1012" {
+		t.Errorf("FormatFWVer = %q", s)
+	}
+	if s := (Driver{}).FormatFWVer(12<<32 | 28<<16 | 2); s != "12.28.0002" {
+		t.Errorf("FormatFWVer = %q", s)
+	}
+	if (Driver{}).Name() != "mlx5" {
+		t.Error("name")
+	}
+}
+
+func TestContextUdata(t *testing.T) {
+	for _, page := range []int{4096, 65536} {
+		b := newContextBuilder(nil, page)
+		in, out := b.Udata()
+		if len(in) != abi.SizeofMlx5IbAllocUcontextReqV2 || len(out) != abi.SizeofMlx5IbAllocUcontextResp {
+			t.Fatalf("udata %d/%d bytes", len(in), len(out))
+		}
+		// get_total_uuars / get_num_low_lat_uuars: 16 and 4 with 4K pages;
+		// a 64K page holds 16 UARs, 32 registers, of which all but 12 are
+		// low-latency.
+		wantTot, wantLow := uint32(16), uint32(4)
+		if page == 65536 {
+			wantTot, wantLow = 32, 20
+		}
+		if tot, low := ne.u32(in, 0), ne.u32(in, 4); tot != wantTot || low != wantLow {
+			t.Errorf("page %d: total_num_bfregs %d, num_low_latency_bfregs %d; want %d, %d", page, tot, low, wantTot, wantLow)
+		}
+		if flags, mask, cqeVer, caps := ne.u32(in, 8), ne.u32(in, 12), in[16], ne.u64(in, 24); flags != 0 || mask != 0 || cqeVer != 0 || caps != abi.MLX5_LIB_CAP_4K_UAR {
+			t.Errorf("flags %#x comp_mask %#x max_cqe_version %d lib_caps %#x", flags, mask, cqeVer, caps)
+		}
+	}
+}
+
+func TestContextUARs(t *testing.T) {
+	h := newHCA(t)
+	c := h.openContext()
+	page := h.pageSize
+	pages := int(h.totBf) / nonFPBfregsPerUAR / (page / adapterPageSize)
+	if len(h.mmaps) != pages {
+		t.Fatalf("mapped %d UAR pages, want %d: %v", len(h.mmaps), pages, h.mmaps)
+	}
+	for i, off := range h.mmaps {
+		// MLX5_MMAP_GET_REGULAR_PAGES_CMD (0) << 8 | index, in pages.
+		if off != int64(i*page) {
+			t.Errorf("UAR page %d at mmap offset %#x, want %#x", i, off, i*page)
+		}
+	}
+	if len(c.bfs) != int(h.totBf)/2*4 {
+		t.Fatalf("%d BlueFlame registers", len(c.bfs))
+	}
+	for i := range c.bfs {
+		bf := &c.bfs[i]
+		uar := i / bfregsPerUAR
+		want := unsafe.Pointer(&c.uars[uar/(page/adapterPageSize)][uar%(page/adapterPageSize)*adapterPageSize+bfOffset+i%4*modelBfRegSize])
+		if bf.reg != want {
+			t.Errorf("register %d at %p, want %p", i, bf.reg, want)
+		}
+		// need_uuar_lock: registers 0 and low-latency (kernel numbers
+		// 12..15 of 16, gross 24, 25, 28, 29) are lock-free.
+		n := i/2 + i%2
+		if wantLock := i != 0 && n < int(h.totBf-h.lowLat); (bf.mu != nil) != wantLock {
+			t.Errorf("register %d (kernel %d): lock %v", i, n, bf.mu != nil)
+		}
+		if (i == 0) != (bf.bufSize == 0) {
+			t.Errorf("register %d: BlueFlame half of %d bytes", i, bf.bufSize)
+		}
+	}
+	if c.cqDB != unsafe.Pointer(&c.uars[0][cqDoorbellOffset]) {
+		t.Error("CQ doorbell is not UAR 0 + 0x20")
+	}
+	if err := c.Close(); err != nil || h.munmaps != pages {
+		t.Errorf("Close: %v, %d unmaps", err, h.munmaps)
+	}
+}
+
+func TestContextRefusesAnswers(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		edit func(*abi.Mlx5IbAllocUcontextResp)
+	}{
+		{"dynamic UARs only", func(r *abi.Mlx5IbAllocUcontextResp) { r.Tot_bfregs = 0 }},
+		{"CQE version 1", func(r *abi.Mlx5IbAllocUcontextResp) { r.Cqe_version = 1 }},
+		{"registers past the UAR", func(r *abi.Mlx5IbAllocUcontextResp) { r.Bf_reg_size = 1024 }},
+		{"odd register count", func(r *abi.Mlx5IbAllocUcontextResp) { r.Tot_bfregs = 15 }},
+	} {
+		h := newHCA(t)
+		b := newContextBuilder(h, h.pageSize)
+		in, out := b.Udata()
+		if err := h.allocUcontext(in, out); err != nil {
+			t.Fatal(err)
+		}
+		c.edit(&b.resp)
+		if _, err := b.Finish(provider.Created{}); err == nil {
+			t.Errorf("%s: accepted", c.name)
+		}
+	}
+	// A failing UAR mapping unmaps what was mapped.
+	h := newHCA(t)
+	b := newContextBuilder(h, h.pageSize)
+	in, out := b.Udata()
+	h.allocUcontext(in, out)
+	b.resp.Tot_bfregs = 2 * maxUARs // more pages than the kernel serves
+	h.totBf = 4
+	if _, err := b.Finish(provider.Created{}); err == nil || h.munmaps != len(h.mmaps)-1 {
+		t.Errorf("failed mapping: %v, %d maps, %d unmaps", err, len(h.mmaps), h.munmaps)
+	}
+}
+
+func TestCQUdata(t *testing.T) {
+	h := newHCA(t)
+	c := h.openContext()
+	if _, err := c.NewCQ(0); !errors.Is(err, unix.EINVAL) {
+		t.Errorf("CQ of 0 entries: %v", err)
+	}
+	b, err := c.NewCQ(100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cb := b.(*cqBuilder)
+	in, out := b.Udata()
+	if len(in) != abi.SizeofMlx5IbCreateCq || len(out) != abi.SizeofMlx5IbCreateCqResp {
+		t.Fatalf("udata %d/%d", len(in), len(out))
+	}
+	buf, db, size := ne.u64(in, 0), ne.u64(in, 8), ne.u32(in, 16)
+	if buf != addrOf(cb.mem) || buf%uint64(h.pageSize) != 0 || db != uint64(uintptr(cb.db)) || size != 64 || cb.ncqe != 128 {
+		t.Errorf("create CQ: buf %#x db %#x cqe_size %d for %d entries", buf, db, size, cb.ncqe)
+	}
+	if ne.u16(in, 22) != 0 || ne.u16(in, 20) != 0 || in[18] != 0 {
+		t.Error("CQE compression, flags or UAR page index set")
+	}
+	// The kernel sized the CQ differently: refused, memory freed.
+	if _, err := b.Finish(provider.Created{CQE: 63}); err == nil || cb.mem != nil {
+		t.Errorf("CQ of 64 over a 128-entry buffer: %v", err)
+	}
+	b, _ = c.NewCQ(1)
+	b.Abort()
+	if b.(*cqBuilder).mem != nil || len(c.db.pages) != 0 {
+		t.Error("Abort kept memory")
+	}
+}
+
+func TestQPUdata(t *testing.T) {
+	h := newHCA(t)
+	h.ece = true
+	c := h.openContext()
+	if _, err := c.NewQP(provider.QPInitAttr{Type: 8, Caps: pairCaps}); !errors.Is(err, unix.EOPNOTSUPP) {
+		t.Errorf("XRC QP: %v", err)
+	}
+	if _, err := c.NewQP(provider.QPInitAttr{Type: provider.QPTypeRC, Caps: provider.QPCaps{MaxSendWR: 1, MaxSendSGE: 30}}); !errors.Is(err, unix.EINVAL) {
+		t.Errorf("30 SGEs: %v", err)
+	}
+	attr := provider.QPInitAttr{Type: provider.QPTypeRC, Caps: provider.QPCaps{MaxSendWR: 64, MaxRecvWR: 100, MaxSendSGE: 1, MaxRecvSGE: 3}}
+	b, err := c.NewQP(attr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qb := b.(*qpBuilder)
+	in, out := b.Udata()
+	if len(in) != abi.SizeofMlx5IbCreateQp || len(out) != abi.SizeofMlx5IbCreateQpResp {
+		t.Fatalf("udata %d/%d", len(in), len(out))
+	}
+	// RC, 64 x 1 SGE: 256-byte WQEs (room for a memory-window bind), 256
+	// BBs; 100 receives of 3 SGEs: 128 WQEs of 64 bytes.
+	if buf, db := ne.u64(in, 0), ne.u64(in, 8); buf != addrOf(qb.mem) || db != uint64(uintptr(qb.db)) {
+		t.Errorf("buf %#x db %#x", buf, db)
+	}
+	if sq, rq, shift := ne.u32(in, 16), ne.u32(in, 20), ne.u32(in, 24); sq != 256 || rq != 128 || shift != 6 {
+		t.Errorf("sq_wqe_count %d rq_wqe_count %d rq_wqe_shift %d", sq, rq, shift)
+	}
+	if flags, uidx, bfreg, sqBuf, ece := ne.u32(in, 28), ne.u32(in, 32), ne.u32(in, 36), ne.u64(in, 40), ne.u32(in, 48); flags != 0 || uidx != 0xffffff || bfreg != 0 || sqBuf != 0 || ece != 0x10000000 {
+		t.Errorf("flags %#x uidx %#x bfreg_index %d sq_buf_addr %#x ece %#x", flags, uidx, bfreg, sqBuf, ece)
+	}
+	if len(qb.mem) != 256*64+128*64 {
+		t.Errorf("QP buffer of %d bytes", len(qb.mem))
+	}
+	// A register index past the context's: refused.
+	(*abi.Mlx5IbCreateQpResp)(unsafe.Pointer(&out[0])).Bfreg_index = uint32(len(c.bfs))
+	if _, err := b.Finish(provider.Created{QPNum: 5, Caps: attr.Caps}); err == nil || qb.mem != nil {
+		t.Errorf("bfreg past the end: %v", err)
+	}
+	// The kernel hands out low-latency registers first, then shares the
+	// medium ones; each QP uses the register it was told.
+	seen := map[*bfReg]int{}
+	for range 8 {
+		q, hq := h.createQP(c, attr, nil, nil, nil)
+		if q.bf != &c.bfs[hq.bfreg] {
+			t.Fatalf("QP on register %d, kernel said %d", q.bf.uuarn, hq.bfreg)
+		}
+		seen[q.bf]++
+	}
+	locked := 0
+	for bf, n := range seen {
+		if bf.mu == nil && n != 1 {
+			t.Errorf("lock-free register %d shared by %d QPs", bf.uuarn, n)
+		}
+		if bf.mu != nil {
+			locked++
+		}
+	}
+	if locked == 0 {
+		t.Error("no QP got a shared (medium) register")
+	}
+	// A QP on an SRQ has no receive queue.
+	q, _ := h.createQP(c, provider.QPInitAttr{Type: provider.QPTypeUD, Caps: provider.QPCaps{MaxSendWR: 4, MaxSendSGE: 1, MaxRecvWR: 4}, HasSRQ: true}, nil, nil, nil)
+	if q.rq != nil || q.sq == nil {
+		t.Error("QP on an SRQ")
+	}
+}
+
+func TestSRQUdata(t *testing.T) {
+	h := newHCA(t)
+	c := h.openContext()
+	b, err := c.NewSRQ(provider.SRQInitAttr{MaxWR: 100, MaxSGE: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb := b.(*srqBuilder)
+	in, out := b.Udata()
+	if len(in) != abi.SizeofMlx5IbCreateSrq || len(out) != abi.SizeofMlx5IbCreateSrqResp {
+		t.Fatalf("udata %d/%d", len(in), len(out))
+	}
+	if buf, db, flags, uidx := ne.u64(in, 0), ne.u64(in, 8), ne.u32(in, 16), ne.u32(in, 24); buf != addrOf(sb.mem) || db != uint64(uintptr(sb.db)) || flags != 0 || uidx != 0xffffff {
+		t.Errorf("buf %#x db %#x flags %#x uidx %#x", buf, db, flags, uidx)
+	}
+	if sb.size.nwqe != 128 || sb.size.wqeShift != 5 {
+		t.Errorf("SRQ of %d WQEs of %d bytes", sb.size.nwqe, 1<<sb.size.wqeShift)
+	}
+	if _, err := b.Finish(provider.Created{}); err == nil || sb.mem != nil {
+		t.Error("SRQ number 0 accepted")
+	}
+	if _, err := c.NewSRQ(provider.SRQInitAttr{MaxWR: modelMaxSRQWR + 1, MaxSGE: 1}); !errors.Is(err, unix.EINVAL) {
+		t.Errorf("SRQ deeper than the device: %v", err)
+	}
+}
+
+func TestAH(t *testing.T) {
+	h := newHCA(t)
+	c := h.openContext()
+	attr := provider.AHAttr{DLID: 0x12, SL: 9, SrcPathBits: 0x81, StaticRate: 3, PortNum: 1}
+	ib := h.createAH(c, attr, false, [6]byte{})
+	if getBE16(unsafe.Pointer(&ib.av[avOffRLID])) != 0x12 || ib.av[avOffRateSL] != 8<<4|9 || ib.av[avOffFlMLID] != 1 || ib.av[avOffGrhGidFl] != 0 {
+		t.Errorf("IB AV % x", ib.av)
+	}
+	if ib.ProviderAH() != ib {
+		t.Error("ProviderAH")
+	}
+	// RoCE needs a GRH; the kernel answered the MAC.
+	b, _ := c.NewAH(attr)
+	_, out := b.Udata()
+	(*abi.Mlx5IbCreateAhResp)(unsafe.Pointer(&out[0])).Response_length = 10
+	if _, err := b.Finish(provider.Created{}); !errors.Is(err, unix.EINVAL) {
+		t.Errorf("RoCE AH without GRH: %v", err)
+	}
+	attr.IsGlobal, attr.FlowLabel = true, 0x12345
+	roce := h.createAH(c, attr, true, [6]byte{1, 2, 3, 4, 5, 6})
+	if getBE16(unsafe.Pointer(&roce.av[avOffRLID])) != 0xe341 || roce.av[avOffRateSL] != 8<<4|1<<1 || roce.av[avOffRMAC] != 1 || getBE32(unsafe.Pointer(&roce.av[avOffGrhGidFl]))>>30 != 0 {
+		t.Errorf("RoCE AV % x", roce.av)
+	}
+}
+
+func TestDoorbellRecordPages(t *testing.T) {
+	a := dbAllocator{line: 64, pageSize: 4096}
+	var recs []unsafe.Pointer
+	for range 65 {
+		r, err := a.alloc()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if uintptr(r)%64 != 0 {
+			t.Fatalf("record %p not on a cache line", r)
+		}
+		recs = append(recs, r)
+	}
+	if len(a.pages) != 2 {
+		t.Fatalf("%d pages for 65 records of 64 bytes", len(a.pages))
+	}
+	a.free(recs[64])
+	if len(a.pages) != 1 {
+		t.Error("empty page kept")
+	}
+	a.free(recs[3])
+	r, _ := a.alloc()
+	if r != recs[3] {
+		t.Error("freed record not reused")
+	}
+	a.close()
+}

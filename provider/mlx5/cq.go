@@ -1,0 +1,215 @@
+package mlx5
+
+import (
+	"fmt"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rdmago/rdma/provider"
+	"github.com/rdmago/rdma/uverbs/abi"
+	"github.com/rdmago/rdma/wr"
+)
+
+type cqBuilder struct {
+	ctx  *Context
+	ncqe uint32
+	mem  []byte
+	db   unsafe.Pointer
+	cmd  abi.Mlx5IbCreateCq
+	resp abi.Mlx5IbCreateCqResp
+}
+
+// NewCQ allocates a CQ buffer of the next power of two above cqe entries
+// of 64 bytes, every entry marked invalid, and its doorbell record, and
+// returns the builder whose driver data (struct mlx5_ib_create_cq) names
+// them. The kernel sizes the CQ the same way from the cqe the core sends.
+func (c *Context) NewCQ(cqe int) (provider.Builder[provider.CQ], error) {
+	if cqe < 1 || cqe >= maxCQEntries {
+		return nil, fmt.Errorf("mlx5: CQ of %d entries: %w", cqe, unix.EINVAL)
+	}
+	ncqe := roundUpPow2(uint32(cqe) + 1)
+	mem, err := allocQueueMem(int(ncqe)*cqe64Size, c.pageSize)
+	if err != nil {
+		return nil, fmt.Errorf("mlx5: CQ buffer: %w", err)
+	}
+	for i := 0; i < int(ncqe); i++ {
+		mem[i*cqe64Size+cqeOffOpOwn] = cqeInvalidOpOwn
+	}
+	db, err := c.db.alloc()
+	if err != nil {
+		freeQueueMem(mem)
+		return nil, fmt.Errorf("mlx5: CQ doorbell record: %w", err)
+	}
+	b := &cqBuilder{ctx: c, ncqe: ncqe, mem: mem, db: db}
+	b.cmd.Buf_addr = addrOf(mem)
+	b.cmd.Db_addr = uint64(uintptr(db))
+	b.cmd.Cqe_size = cqe64Size
+	return b, nil
+}
+
+func (b *cqBuilder) Udata() (in, out []byte) { return bytesOf(&b.cmd), bytesOf(&b.resp) }
+
+func (b *cqBuilder) Abort() {
+	freeQueueMem(b.mem)
+	b.ctx.db.free(b.db)
+	b.mem, b.db = nil, nil
+}
+
+func (b *cqBuilder) Finish(c provider.Created) (provider.CQ, error) {
+	if c.CQE+1 != b.ncqe {
+		b.Abort()
+		return nil, fmt.Errorf("mlx5: kernel made a CQ of %d entries over a buffer of %d: %w", c.CQE+1, b.ncqe, unix.EPROTO)
+	}
+	cq := &CQ{
+		ctx:  b.ctx,
+		mem:  b.mem,
+		db:   (*[2]uint32)(b.db),
+		cqn:  b.resp.Cqn,
+		ring: cqRing{buf: unsafe.Pointer(&b.mem[0]), ncqe: b.ncqe},
+	}
+	b.ctx.cqMu.Lock()
+	b.ctx.cqs[cq] = struct{}{}
+	b.ctx.cqMu.Unlock()
+	return cq, nil
+}
+
+// CQ is an mlx5 completion queue.
+type CQ struct {
+	ctx   *Context
+	mu    spinLock
+	mem   []byte
+	db    *[2]uint32 // doorbell record: consumer index, arm word (big-endian)
+	cqn   uint32
+	ring  cqRing
+	armSN uint32
+}
+
+// Poll consumes up to len(wc) completions, as rdma-core's poll_cq does:
+// take each software-owned CQE in order, order the reads of its contents
+// after the owner check, decode it, and finally publish the new consumer
+// index in the doorbell record so the device may reuse the entries.
+func (cq *CQ) Poll(wc []wr.Completion) int {
+	cq.mu.lock()
+	if cq.mem == nil {
+		cq.mu.unlock()
+		return 0
+	}
+	r := resources{t: &cq.ctx.t}
+	n := 0
+	start := cq.ring.consIndex
+	for n < len(wc) {
+		cqe := cq.ring.swOwned(cq.ring.consIndex)
+		if cqe == nil {
+			break
+		}
+		cq.ring.consIndex++
+		fromDeviceBarrier()
+		if decodeCQE(cqe, &wc[n], &r) {
+			n++
+		}
+	}
+	if cq.ring.consIndex != start {
+		setRecord(&cq.db[cqSetCI], cq.ring.consIndex&cqeConsIndexMask)
+	}
+	cq.mu.unlock()
+	return n
+}
+
+// ReqNotify arms the CQ from user space (mlx5_arm_cq): the arm word goes
+// into the doorbell record, then, ordered after it, a 64-bit doorbell to
+// the UAR carrying the same word and the CQ number. The sequence number
+// tells the device this arm from the previous one; CQEvent advances it.
+func (cq *CQ) ReqNotify(solicitedOnly bool) error {
+	cq.mu.lock()
+	defer cq.mu.unlock()
+	if cq.mem == nil {
+		return errClosed
+	}
+	cmd := uint32(cqDBReqNot)
+	if solicitedOnly {
+		cmd = cqDBReqNotSol
+	}
+	word := (cq.armSN&3)<<28 | cmd | cq.ring.consIndex&cqeConsIndexMask
+	setRecord(&cq.db[cqArmDB], word)
+	wcFlush() // mmio_wc_start: the record before the doorbell
+	mmioWrite64(cq.ctx.cqDB, beWord64(uint64(word)<<32|uint64(cq.cqn)))
+	wcFlush()
+	return nil
+}
+
+// CQEvent records that a completion event for this CQ was read from its
+// channel (rdma-core's mlx5_cq_event, which libibverbs calls from
+// ibv_get_cq_event): the next arm carries the next sequence number.
+func (cq *CQ) CQEvent() {
+	cq.mu.lock()
+	cq.armSN++
+	cq.mu.unlock()
+}
+
+// beWord64 returns the value whose native in-memory bytes are v big-endian.
+func beWord64(v uint64) uint64 { return toBE64(v) }
+
+// clean removes the CQEs of QP qpn, which was destroyed, from the ring
+// (__mlx5_cq_clean): later CQEs move up over them, keeping the owner bits
+// of the entries they land in, and the consumer index skips the freed
+// entries. Receives on an SRQ give their WQEs back to it.
+func (cq *CQ) clean(qpn uint32) {
+	cq.mu.lock()
+	defer cq.mu.unlock()
+	if cq.mem == nil {
+		return
+	}
+	r := &cq.ring
+	prod := r.consIndex
+	for r.swOwned(prod) != nil {
+		prod++
+		if prod == r.consIndex+r.ncqe-1 {
+			break
+		}
+	}
+	fromDeviceBarrier()
+	var nfreed uint32
+	for int32(prod-r.consIndex) > 0 {
+		prod--
+		cqe := r.entry(prod)
+		if getBE32(at(cqe, cqeOffSopDropQPN))&cqeQPNMask == qpn {
+			switch *(*uint8)(at(cqe, cqeOffOpOwn)) >> cqeOpcodeShift {
+			case cqeRespWrImm, cqeRespSend, cqeRespSendIm, cqeRespSendIn, cqeRespErr:
+				if srqn := getBE32(at(cqe, cqeOffSrqnUidx)) & cqeSrqnUidxMask; srqn != 0 {
+					if srq := cq.ctx.t.srqs.get(srqn); srq != nil {
+						srq.release(getBE16(at(cqe, cqeOffWQECounter)))
+					}
+				}
+			}
+			nfreed++
+		} else if nfreed > 0 {
+			dst := r.entry(prod + nfreed)
+			owner := *(*uint8)(at(dst, cqeOffOpOwn)) & cqeOwnerMask
+			memmove(dst, cqe, cqe64Size)
+			p := (*uint8)(at(dst, cqeOffOpOwn))
+			*p = owner | *p&^cqeOwnerMask
+		}
+	}
+	if nfreed > 0 {
+		r.consIndex += nfreed
+		publishRecord(&cq.db[cqSetCI], r.consIndex&cqeConsIndexMask) // after the moved CQEs
+	}
+}
+
+// Close frees the buffer and the doorbell record. The core calls it after
+// the kernel destroyed the CQ.
+func (cq *CQ) Close() error {
+	cq.ctx.cqMu.Lock()
+	delete(cq.ctx.cqs, cq)
+	cq.ctx.cqMu.Unlock()
+	cq.mu.lock()
+	defer cq.mu.unlock()
+	if cq.mem == nil {
+		return nil
+	}
+	err := freeQueueMem(cq.mem)
+	cq.ctx.db.free(unsafe.Pointer(cq.db))
+	cq.mem, cq.db = nil, nil
+	return err
+}

@@ -1,0 +1,281 @@
+package mlx5
+
+import (
+	"encoding/binary"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/rdmago/rdma/wr"
+)
+
+// cqRing is a completion queue's buffer: a power-of-two ring of 64-byte
+// CQEs that the device produces and the library consumes. The device owns
+// an entry until it writes it with the owner bit of the current pass over
+// the ring: bit log2(ncqe) of the free-running producer index. So entry n
+// (free-running consumer index) is software's when its opcode is not
+// "invalid" (the value every entry starts with) and its owner bit equals
+// !!(n & ncqe).
+type cqRing struct {
+	buf       unsafe.Pointer
+	ncqe      uint32 // entries, a power of two
+	consIndex uint32 // free-running
+}
+
+func (r *cqRing) entry(n uint32) unsafe.Pointer {
+	return unsafe.Add(r.buf, uintptr(n&(r.ncqe-1))*cqe64Size)
+}
+
+// loadOpOwn reads a CQE's op_own byte (the last one) with an atomic load
+// of the word that holds it: the device writes it last, and the load must
+// happen anew on every poll.
+func loadOpOwn(cqe unsafe.Pointer) uint8 {
+	var b [4]byte
+	binary.NativeEndian.PutUint32(b[:], atomic.LoadUint32((*uint32)(at(cqe, cqeOffWQECounter))))
+	return b[3]
+}
+
+// swOwned returns entry n if software owns it, else nil.
+func (r *cqRing) swOwned(n uint32) unsafe.Pointer {
+	cqe := r.entry(n)
+	if swOwns(loadOpOwn(cqe), n, r.ncqe) {
+		return cqe
+	}
+	return nil
+}
+
+// swOwns reports whether a CQE with op_own at free-running index n of a
+// ring of ncqe entries is software's: valid, and written in this pass.
+func swOwns(opOwn uint8, n, ncqe uint32) bool {
+	var pass uint8
+	if n&ncqe != 0 {
+		pass = 1
+	}
+	return opOwn>>cqeOpcodeShift != cqeInvalid && opOwn&cqeOwnerMask == pass
+}
+
+// syndromeStatus maps an error CQE's syndrome to a work completion status
+// as rdma-core's mlx5_handle_error_cqe does.
+func syndromeStatus(synd uint8) wr.Status {
+	switch synd {
+	case syndLocalLengthErr:
+		return wr.LocLenErr
+	case syndLocalQPOpErr:
+		return wr.LocQPOpErr
+	case syndLocalProtErr:
+		return wr.LocProtErr
+	case syndWRFlushErr:
+		return wr.WRFlushErr
+	case syndMWBindErr:
+		return wr.MWBindErr
+	case syndBadRespErr:
+		return wr.BadRespErr
+	case syndLocalAccessErr:
+		return wr.LocAccessErr
+	case syndRemoteInvalReqErr:
+		return wr.RemInvReqErr
+	case syndRemoteAccessErr:
+		return wr.RemAccessErr
+	case syndRemoteOpErr:
+		return wr.RemOpErr
+	case syndTransportRetryErr:
+		return wr.RetryExcErr
+	case syndRNRRetryErr:
+		return wr.RNRRetryExcErr
+	case syndRemoteAbortedErr:
+		return wr.RemAbortErr
+	}
+	return wr.GeneralErr
+}
+
+// resources finds the QP or SRQ a CQE names, remembering the last ones
+// found, as rdma-core's cur_rsc and cur_srq do within one poll.
+type resources struct {
+	t   *tables
+	qp  *QP
+	srq *SRQ
+}
+
+func (r *resources) qpByNum(qpn uint32) *QP {
+	if r.qp == nil || r.qp.num != qpn {
+		r.qp = r.t.qps.get(qpn)
+	}
+	return r.qp
+}
+
+func (r *resources) srqByNum(srqn uint32) *SRQ {
+	if r.srq == nil || r.srq.num != srqn {
+		r.srq = r.t.srqs.get(srqn)
+	}
+	return r.srq
+}
+
+// decodeCQE turns the software-owned CQE at cqe into c, and retires the
+// work request it completes from its queue (the send queue's tail moves
+// past the WQE, a receive queue's tail by one, an SRQ WQE returns to the
+// free list). It follows rdma-core's mlx5_parse_cqe for CQE version 0,
+// where a CQE names its QP by number and, for receives on an SRQ, the
+// SRQ by number. It reports false for a CQE that completes nothing the
+// caller should see: a QP or SRQ this context does not know (destroyed),
+// and CQE kinds this provider never asks for (resize, tag matching,
+// signature errors).
+func decodeCQE(cqe unsafe.Pointer, c *wr.Completion, r *resources) bool {
+	opOwn := *(*uint8)(at(cqe, cqeOffOpOwn))
+	sopDropQPN := getBE32(at(cqe, cqeOffSopDropQPN))
+	qpn := sopDropQPN & cqeQPNMask
+	*c = wr.Completion{QPNum: qpn}
+
+	switch opcode := opOwn >> cqeOpcodeShift; opcode {
+	case cqeReq:
+		qp := r.qpByNum(qpn)
+		if qp == nil || qp.sq == nil {
+			return false
+		}
+		switch uint8(sopDropQPN >> 24) {
+		case opRDMAWriteImm:
+			c.Flags |= wr.WCWithImm
+			c.Opcode = wr.WCRDMAWrite
+		case opRDMAWrite:
+			c.Opcode = wr.WCRDMAWrite
+		case opSendImm:
+			c.Flags |= wr.WCWithImm
+			c.Opcode = wr.WCSend
+		case opSend, opSendInval:
+			c.Opcode = wr.WCSend
+		case opRDMARead:
+			c.Opcode = wr.WCRDMARead
+			c.ByteLen = getBE32(at(cqe, cqeOffByteCnt))
+		case opAtomicCS:
+			c.Opcode = wr.WCCompSwap
+			c.ByteLen = atomicOperandSz
+		case opAtomicFA:
+			c.Opcode = wr.WCFetchAdd
+			c.ByteLen = atomicOperandSz
+		case opTSO:
+			c.Opcode = wr.WCTSO
+		}
+		completeSend(qp.sq, cqe, c)
+
+	case cqeRespWrImm, cqeRespSend, cqeRespSendIm, cqeRespSendIn:
+		c.ByteLen = getBE32(at(cqe, cqeOffByteCnt))
+		if !completeRecv(cqe, c, r, qpn) {
+			return false
+		}
+		immInvalPkey := getBE32(at(cqe, cqeOffImmInvalPkey))
+		switch opcode {
+		case cqeRespWrImm:
+			c.Opcode = wr.WCRecvRDMAWithImm
+			c.Flags |= wr.WCWithImm
+			c.Imm = immInvalPkey
+		case cqeRespSend:
+			c.Opcode = wr.WCRecv
+		case cqeRespSendIm:
+			c.Opcode = wr.WCRecv
+			c.Flags |= wr.WCWithImm
+			c.Imm = immInvalPkey
+		case cqeRespSendIn:
+			c.Opcode = wr.WCRecv
+			c.Flags |= wr.WCWithInv
+			c.Imm = immInvalPkey
+		}
+		flagsRQPN := getBE32(at(cqe, cqeOffFlagsRQPN))
+		c.SLID = getBE16(at(cqe, cqeOffSLID))
+		c.SL = uint8(flagsRQPN>>24) & 0xf
+		c.SrcQP = flagsRQPN & 0xffffff
+		c.DLIDPathBits = *(*uint8)(at(cqe, cqeOffMLPath)) & 0x7f
+		if (flagsRQPN>>28)&3 != 0 {
+			c.Flags |= wr.WCGRH
+		}
+		c.PKeyIndex = uint16(immInvalPkey)
+
+	case cqeReqErr, cqeRespErr:
+		c.Status = syndromeStatus(*(*uint8)(at(cqe, errOffSyndrome)))
+		c.VendorErr = uint32(*(*uint8)(at(cqe, errOffVendorSynd)))
+		if opcode == cqeReqErr {
+			qp := r.qpByNum(qpn)
+			if qp == nil || qp.sq == nil {
+				return false
+			}
+			completeSend(qp.sq, cqe, c)
+		} else if !completeRecv(cqe, c, r, qpn) {
+			return false
+		}
+
+	default:
+		return false
+	}
+	return true
+}
+
+// completeSend takes the ID of the send WQE a CQE names and moves the
+// send queue's tail past it: a completion retires every unsignaled WQE
+// before it too.
+func completeSend(sq *sendQueue, cqe unsafe.Pointer, c *wr.Completion) {
+	id, head := sq.retired(uint32(getBE16(at(cqe, cqeOffWQECounter))))
+	c.ID = id
+	sq.tail.Store(head + 1)
+}
+
+// completeRecv takes the ID of the receive a responder CQE completes: the
+// SRQ WQE it names, which returns to the SRQ's free list, or the oldest
+// outstanding WQE of the QP's receive queue.
+func completeRecv(cqe unsafe.Pointer, c *wr.Completion, r *resources, qpn uint32) bool {
+	if srqn := getBE32(at(cqe, cqeOffSrqnUidx)) & cqeSrqnUidxMask; srqn != 0 {
+		srq := r.srqByNum(srqn)
+		if srq == nil {
+			return false
+		}
+		srq.complete(getBE16(at(cqe, cqeOffWQECounter)), c)
+		return true
+	}
+	qp := r.qpByNum(qpn)
+	if qp == nil || qp.rq == nil {
+		return false
+	}
+	rq := qp.rq
+	t := rq.tail.Load()
+	c.ID = rq.id(t)
+	rq.tail.Store(t + 1)
+	return true
+}
+
+// table maps 24-bit QP and SRQ numbers to objects without locks on the
+// lookup path: two levels of 4096 atomic pointers, the second allocated
+// when first needed (rdma-core's qp_table and srq_table).
+type table[T any] struct {
+	mu  sync.Mutex
+	top [1 << 12]atomic.Pointer[[1 << 12]atomic.Pointer[T]]
+}
+
+func (t *table[T]) get(n uint32) *T {
+	l := t.top[(n>>12)&0xfff].Load()
+	if l == nil {
+		return nil
+	}
+	return l[n&0xfff].Load()
+}
+
+func (t *table[T]) set(n uint32, v *T) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	i := (n >> 12) & 0xfff
+	l := t.top[i].Load()
+	if l == nil {
+		l = new([1 << 12]atomic.Pointer[T])
+		t.top[i].Store(l)
+	}
+	l[n&0xfff].Store(v)
+}
+
+// remove clears n if it still maps to v.
+func (t *table[T]) remove(n uint32, v *T) {
+	if l := t.top[(n>>12)&0xfff].Load(); l != nil {
+		l[n&0xfff].CompareAndSwap(v, nil)
+	}
+}
+
+// tables are a context's QP and SRQ maps.
+type tables struct {
+	qps  table[QP]
+	srqs table[SRQ]
+}

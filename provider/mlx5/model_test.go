@@ -1,0 +1,850 @@
+package mlx5
+
+// TEST ONLY. hca is an in-memory model of a ConnectX adapter and of the
+// kernel's mlx5_ib driver, so the provider's data path can run end to end
+// without hardware. It is not an emulator of the real device: it follows
+// the PRM rules the provider relies on, and checks them, and nothing else.
+//
+// As the kernel it answers the create commands: it reads the provider's
+// driver data (struct mlx5_ib_create_cq/_qp/_srq, the context request),
+// checks it as mlx5_ib does, assigns numbers and BlueFlame registers, and
+// writes the driver response. It serves the mmap of UAR pages
+// (provider.Kernel) from plain memory it keeps.
+//
+// As the device it reacts to doorbells: it reads a QP's send counter from
+// its doorbell record and consumes the WQEs up to it from the send queue
+// buffer (control segment's WQE index, QP number and ds count; segments
+// across the end of the ring), checks the doorbell the provider wrote to
+// the QP's BlueFlame register (the WQE's first 8 bytes, or the whole WQE
+// copied by BlueFlame, in alternating halves), moves data between memory
+// regions the test registered with it, takes receive WQEs from receive
+// queues and SRQs (up to their doorbell counters), and writes CQEs with
+// the owner bit of the pass, checking the consumer index in the CQ's
+// doorbell record so it never overruns the ring. Arming through the UAR is
+// recorded and fires one event.
+//
+// Atomics treat remote memory as big-endian 64-bit words, which is the
+// model's choice, not a statement about the hardware.
+
+import (
+	"encoding/binary"
+	"sync"
+	"testing"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rdmago/rdma/provider"
+	"github.com/rdmago/rdma/uverbs/abi"
+	"github.com/rdmago/rdma/wr"
+)
+
+const (
+	modelBfRegSize   = 512
+	modelVendorSynd  = 0x32
+	modelPoison      = 0xd5
+	modelMaxSQDesc   = 512
+	modelMaxRQDesc   = 512
+	modelMaxWQEBB    = 1 << 16
+	modelMaxRecvWR   = 1 << 15
+	modelMaxSRQWR    = 1 << 15
+	grhSize          = 40
+	modelUDQKeyCheck = true
+)
+
+type hca struct {
+	t        testing.TB
+	mu       sync.Mutex
+	pageSize int
+	uars     map[int64][]byte // UAR pages by mmap offset
+	mmaps    []int64          // offsets asked for, in order
+	munmaps  int
+	totBf    uint32
+	lowLat   uint32
+	bfCount  []int // QPs per BlueFlame register (kernel numbering)
+	bfHalf   map[int]uintptr
+	cqeVer   uint8
+	ece      bool
+	noWC     bool // answer bf_reg_size 0: no BlueFlame
+	nextNum  uint32
+	cqs      map[uint32]*hwCQ
+	qps      map[uint32]*hwQP
+	srqs     map[uint32]*hwSRQ
+	mrs      map[uint32]*hwMR
+	nextKey  uint32
+	doorbell []dbRecord // every doorbell seen
+	events   []uint32   // CQNs of completion events raised
+}
+
+// dbRecord is one doorbell the model read from a BlueFlame register.
+type dbRecord struct {
+	qpn       uint32
+	blueFlame bool // the whole WQE was copied
+	bytes     int  // bytes written to the register
+	half      uintptr
+}
+
+func newHCA(t testing.TB) *hca {
+	return &hca{t: t, pageSize: unix.Getpagesize(), uars: map[int64][]byte{}, bfHalf: map[int]uintptr{},
+		cqs: map[uint32]*hwCQ{}, qps: map[uint32]*hwQP{}, srqs: map[uint32]*hwSRQ{}, mrs: map[uint32]*hwMR{},
+		nextNum: 0x100, nextKey: 0x1000}
+}
+
+// provider.Kernel
+
+func (h *hca) Mmap(offset int64, length int, prot int) ([]byte, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.mmaps = append(h.mmaps, offset)
+	if prot&unix.PROT_WRITE == 0 || length != h.pageSize || offset%int64(h.pageSize) != 0 {
+		return nil, unix.EINVAL
+	}
+	pg := offset / int64(h.pageSize)
+	cmd, idx := (pg>>mmapCmdShift)&0xff, pg&0xff
+	if cmd != mmapRegularPagesCmd || uint32(idx) >= h.totBf/nonFPBfregsPerUAR {
+		return nil, unix.EINVAL // uar_mmap: index past the static UARs
+	}
+	mem, err := unix.Mmap(-1, 0, length, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		return nil, err
+	}
+	for i := range mem {
+		mem[i] = modelPoison
+	}
+	h.uars[offset] = mem
+	return mem, nil
+}
+
+func (h *hca) Munmap(b []byte) error {
+	h.mu.Lock()
+	h.munmaps++
+	h.mu.Unlock()
+	return nil // the model keeps reading its pages
+}
+
+func (h *hca) Write([]byte) error {
+	h.t.Error("mlx5 wrote a command through Kernel.Write; it has no system-call doorbells")
+	return unix.EINVAL
+}
+
+// --- the kernel side: create commands ---
+
+// openContext runs the context creation as the core does.
+func (h *hca) openContext() *Context {
+	h.t.Helper()
+	b, err := Driver{}.NewContext(h)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	in, out := b.Udata()
+	if err := h.allocUcontext(in, out); err != nil {
+		b.Abort()
+		h.t.Fatalf("alloc ucontext: %v", err)
+	}
+	p, err := b.Finish(provider.Created{})
+	if err != nil {
+		h.t.Fatalf("context finish: %v", err)
+	}
+	return p.(*Context)
+}
+
+// allocUcontext is mlx5_ib_alloc_ucontext for the static-UAR path.
+func (h *hca) allocUcontext(in, out []byte) error {
+	if len(in) < int(unsafe.Offsetof(abi.Mlx5IbAllocUcontextReqV2{}.Max_cqe_version)) || len(out) < abi.SizeofMlx5IbAllocUcontextResp {
+		return unix.EINVAL
+	}
+	req := *(*abi.Mlx5IbAllocUcontextReqV2)(unsafe.Pointer(&in[0]))
+	if req.Flags != 0 || req.Comp_mask != 0 || req.Reserved0 != 0 || req.Reserved1 != 0 || req.Reserved2 != 0 {
+		return unix.EOPNOTSUPP
+	}
+	tot := uint32(alignUp(int(req.Total_num_bfregs), nonFPBfregsPerUAR))
+	if req.Num_low_latency_bfregs > tot-1 {
+		return unix.EINVAL
+	}
+	if req.Lib_caps&abi.MLX5_LIB_CAP_DYN_UAR != 0 {
+		h.t.Error("context asked for dynamic UARs, which provider.Kernel cannot allocate")
+	}
+	h.totBf, h.lowLat = tot, req.Num_low_latency_bfregs
+	h.bfCount = make([]int, tot)
+	h.cqeVer = min(req.Max_cqe_version, 1)
+	r := (*abi.Mlx5IbAllocUcontextResp)(unsafe.Pointer(&out[0]))
+	*r = abi.Mlx5IbAllocUcontextResp{
+		Qp_tab_size: 1 << 18, Bf_reg_size: modelBfRegSize, Tot_bfregs: tot, Cache_line_size: 64,
+		Max_sq_desc_sz: modelMaxSQDesc, Max_rq_desc_sz: modelMaxRQDesc, Max_send_wqebb: modelMaxWQEBB,
+		Max_recv_wr: modelMaxRecvWR, Max_srq_recv_wr: modelMaxSRQWR, Num_ports: 1,
+		Response_length: abi.SizeofMlx5IbAllocUcontextResp, Cqe_version: h.cqeVer,
+		Cmds_supp_uhw: abi.MLX5_USER_CMDS_SUPP_UHW_CREATE_AH | abi.MLX5_USER_CMDS_SUPP_UHW_QUERY_DEVICE,
+		Log_uar_size:  12, Num_uars_per_page: uint32(h.pageSize / adapterPageSize),
+	}
+	if h.noWC {
+		r.Bf_reg_size = 0
+	}
+	if h.ece {
+		r.Comp_mask |= abi.MLX5_IB_ALLOC_UCONTEXT_RESP_MASK_ECE
+	}
+	return nil
+}
+
+func (h *hca) num() uint32 { h.nextNum += 7; return h.nextNum }
+
+type hwCQ struct {
+	cqn    uint32
+	buf    unsafe.Pointer
+	ncqe   uint32
+	db     *[2]uint32
+	pi     uint32
+	armed  uint32 // 0, or the arm command (REQ_NOT or REQ_NOT_SOL)+1
+	armSN  uint32
+	fired  map[uint32]bool // arm sequence numbers that raised an event
+	events int
+}
+
+func (h *hca) createCQ(c *Context, cqe int) (*CQ, *hwCQ) {
+	h.t.Helper()
+	b, err := c.NewCQ(cqe)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	in, out := b.Udata()
+	cmd := *(*abi.Mlx5IbCreateCq)(unsafe.Pointer(&in[0]))
+	entries := roundUpPow2(uint32(cqe) + 1) // mlx5_ib_create_cq
+	if cmd.Cqe_size != 64 || cmd.Buf_addr%uint64(h.pageSize) != 0 || cmd.Db_addr%8 != 0 || cmd.Flags != 0 || len(out) < abi.SizeofMlx5IbCreateCqResp {
+		b.Abort()
+		h.t.Fatalf("create CQ driver data %+v", cmd)
+	}
+	hw := &hwCQ{cqn: h.num(), buf: userMem(cmd.Buf_addr), ncqe: entries, db: (*[2]uint32)(userMem(cmd.Db_addr)), fired: map[uint32]bool{}}
+	for i := uint32(0); i < entries; i++ {
+		if op := *(*uint8)(unsafe.Add(hw.buf, uintptr(i)*64+63)); op != cqeInvalidOpOwn {
+			h.t.Fatalf("CQE %d starts as %#x, not invalid", i, op)
+		}
+	}
+	(*abi.Mlx5IbCreateCqResp)(unsafe.Pointer(&out[0])).Cqn = hw.cqn
+	p, err := b.Finish(provider.Created{Handle: hw.cqn, CQE: entries - 1})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.cqs[hw.cqn] = hw
+	return p.(*CQ), hw
+}
+
+type hwQP struct {
+	qpn      uint32
+	typ      provider.QPType
+	sq       unsafe.Pointer
+	sqCnt    uint32 // BBs
+	rq       unsafe.Pointer
+	rqCnt    uint32
+	rqShift  uint32
+	db       *[2]uint32
+	bfreg    int // kernel (gross) index
+	sendCQ   *hwCQ
+	recvCQ   *hwCQ
+	srq      *hwSRQ
+	peer     *hwQP // RC/UC
+	qkey     uint32
+	sqCI     uint32 // BBs consumed
+	rqCI     uint32 // receive WQEs consumed
+	err      bool   // in the error state
+	lastCtrl []byte // the last WQE processed, for doorbell checks
+}
+
+// allocBfreg is mlx5_ib's alloc_bfreg: a free low-latency register, else
+// the least used medium one, else register 0. It returns the kernel's
+// (adjusted) index.
+func (h *hca) allocBfreg() int {
+	n := -1
+	first := int(h.totBf - h.lowLat)
+	for i := first; i < int(h.totBf); i++ {
+		if h.bfCount[i] == 0 {
+			n = i
+			break
+		}
+	}
+	if n < 0 && first > 1 {
+		n = 1
+		for i := 1; i < first; i++ {
+			if h.bfCount[i] < h.bfCount[n] {
+				n = i
+			}
+		}
+	}
+	if n < 0 {
+		n = 0
+	}
+	h.bfCount[n]++
+	return n/nonFPBfregsPerUAR*bfregsPerUAR + n%nonFPBfregsPerUAR
+}
+
+func (h *hca) createQP(c *Context, attr provider.QPInitAttr, send, recv *hwCQ, srq *hwSRQ) (*QP, *hwQP) {
+	h.t.Helper()
+	p, hw, err := h.tryCreateQP(c, attr, send, recv, srq)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return p, hw
+}
+
+func (h *hca) tryCreateQP(c *Context, attr provider.QPInitAttr, send, recv *hwCQ, srq *hwSRQ) (*QP, *hwQP, error) {
+	b, err := c.NewQP(attr)
+	if err != nil {
+		return nil, nil, err
+	}
+	in, out := b.Udata()
+	cmd := *(*abi.Mlx5IbCreateQp)(unsafe.Pointer(&in[0]))
+	// mlx5_ib's checks on a user QP (create_user_qp, set_rq_size,
+	// set_user_buf_size, get_qp_user_index).
+	if cmd.Sq_wqe_count&(cmd.Sq_wqe_count-1) != 0 || cmd.Rq_wqe_count&(cmd.Rq_wqe_count-1) != 0 ||
+		cmd.Sq_wqe_count > modelMaxWQEBB || cmd.Buf_addr%uint64(h.pageSize) != 0 || cmd.Db_addr%8 != 0 ||
+		cmd.Flags&^(abi.MLX5_QP_FLAG_SCATTER_CQE) != 0 || cmd.Sq_buf_addr != 0 ||
+		(h.cqeVer == 0 && cmd.Uidx != defaultUIDX) || (attr.HasSRQ && cmd.Rq_wqe_count != 0) {
+		b.Abort()
+		h.t.Fatalf("create QP driver data %+v", cmd)
+	}
+	if cmd.Flags&abi.MLX5_QP_FLAG_SCATTER_CQE != 0 {
+		h.t.Error("scatter to CQE requested; the provider does not copy data out of CQEs")
+	}
+	if h.ece != (cmd.Ece_options == eceTrigger) {
+		h.t.Errorf("ECE options %#x with ECE offered %v", cmd.Ece_options, h.ece)
+	}
+	hw := &hwQP{qpn: h.num(), typ: attr.Type, sqCnt: cmd.Sq_wqe_count, rqCnt: cmd.Rq_wqe_count, rqShift: cmd.Rq_wqe_shift,
+		db: (*[2]uint32)(userMem(cmd.Db_addr)), sendCQ: send, recvCQ: recv, srq: srq}
+	hw.rq = userMem(cmd.Buf_addr)
+	hw.sq = unsafe.Add(hw.rq, uintptr(cmd.Rq_wqe_count)<<cmd.Rq_wqe_shift)
+	hw.bfreg = h.allocBfreg()
+	(*abi.Mlx5IbCreateQpResp)(unsafe.Pointer(&out[0])).Bfreg_index = uint32(hw.bfreg)
+	prov, err := b.Finish(provider.Created{Handle: hw.qpn, QPNum: hw.qpn, Caps: attr.Caps})
+	if err != nil {
+		return nil, nil, err
+	}
+	h.qps[hw.qpn] = hw
+	return prov.(*QP), hw, nil
+}
+
+// destroyQP is the kernel's destroy, then the provider's Close, in the
+// core's order.
+func (h *hca) destroyQP(p *QP, hw *hwQP) {
+	delete(h.qps, hw.qpn)
+	if err := p.Close(); err != nil {
+		h.t.Error(err)
+	}
+}
+
+type hwSRQ struct {
+	srqn  uint32
+	buf   unsafe.Pointer
+	shift uint32
+	nwqe  uint32
+	db    *uint32
+	ci    uint32 // WQEs consumed
+	next  uint16 // the WQE the device takes next
+}
+
+func (h *hca) createSRQ(c *Context, attr provider.SRQInitAttr) (*SRQ, *hwSRQ) {
+	h.t.Helper()
+	b, err := c.NewSRQ(attr)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	in, out := b.Udata()
+	cmd := *(*abi.Mlx5IbCreateSrq)(unsafe.Pointer(&in[0]))
+	// create_srq_user: the kernel's own sizing of the buffer.
+	desc := max(roundUpPow2(srqNextSegSize+attr.MaxSGE*dataSegSize), 32)
+	nwqe := roundUpPow2(attr.MaxWR + 1)
+	if cmd.Buf_addr%uint64(h.pageSize) != 0 || (h.cqeVer == 0 && cmd.Uidx != defaultUIDX) || cmd.Flags != 0 {
+		b.Abort()
+		h.t.Fatalf("create SRQ driver data %+v", cmd)
+	}
+	hw := &hwSRQ{srqn: h.num() & 0xffff, buf: userMem(cmd.Buf_addr), shift: ilog2(desc), nwqe: nwqe, db: (*uint32)(userMem(cmd.Db_addr))}
+	(*abi.Mlx5IbCreateSrqResp)(unsafe.Pointer(&out[0])).Srqn = hw.srqn
+	p, err := b.Finish(provider.Created{Handle: hw.srqn, Caps: provider.QPCaps{MaxRecvWR: nwqe - 1, MaxRecvSGE: attr.MaxSGE}})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.srqs[hw.srqn] = hw
+	return p.(*SRQ), hw
+}
+
+// createAH is mlx5_ib_create_ah: it answers the destination MAC on RoCE.
+func (h *hca) createAH(c *Context, attr provider.AHAttr, roce bool, dmac [6]byte) *AH {
+	h.t.Helper()
+	b, err := c.NewAH(attr)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	_, out := b.Udata()
+	if roce {
+		r := (*abi.Mlx5IbCreateAhResp)(unsafe.Pointer(&out[0]))
+		r.Response_length = uint32(unsafe.Offsetof(r.Dmac)) + 6
+		r.Dmac = dmac
+	}
+	p, err := b.Finish(provider.Created{Handle: 1})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return p.(*AH)
+}
+
+type hwMR struct {
+	addr   uint64
+	buf    []byte
+	access wr.Access
+	key    uint32
+}
+
+// regMR registers Go memory with the model and returns its key (lkey =
+// rkey, as mlx5 gives).
+func (h *hca) regMR(b []byte, access wr.Access) uint32 {
+	h.nextKey += 0x100
+	h.mrs[h.nextKey] = &hwMR{addr: uint64(uintptr(unsafe.Pointer(&b[0]))), buf: b, access: access, key: h.nextKey}
+	return h.nextKey
+}
+
+// lookup returns the bytes of a region under key, or nil when the key or
+// the range or the access is wrong.
+func (h *hca) lookup(key uint32, addr uint64, n uint32, need wr.Access) []byte {
+	m := h.mrs[key]
+	if m == nil || addr < m.addr || addr+uint64(n) > m.addr+uint64(len(m.buf)) || m.access&need != need {
+		return nil
+	}
+	off := addr - m.addr
+	return m.buf[off : off+uint64(n)]
+}
+
+func connect(a, b *hwQP) { a.peer, b.peer = b, a }
+
+// --- the device side ---
+
+// bfReg returns the BlueFlame register pair of kernel register index n.
+func (h *hca) bfReg(n int) []byte {
+	uar := n / bfregsPerUAR
+	perPage := h.pageSize / adapterPageSize
+	page := h.uars[uarMmapOffset(uar/perPage, h.pageSize)]
+	off := (uar%perPage)*adapterPageSize + bfOffset + n%bfregsPerUAR*modelBfRegSize
+	return page[off : off+modelBfRegSize]
+}
+
+// run is the device reacting to every doorbell rung since the last run:
+// CQ arms, then each QP's new send WQEs.
+func (h *hca) run() {
+	h.t.Helper()
+	for _, cq := range h.cqs {
+		h.checkArm(cq)
+	}
+	for _, q := range h.qps {
+		h.runSQ(q)
+	}
+}
+
+func (h *hca) checkArm(cq *hwCQ) {
+	reg := h.uars[uarMmapOffset(0, h.pageSize)][cqDoorbellOffset : cqDoorbellOffset+8]
+	v := binary.BigEndian.Uint64(reg)
+	if reg[0] == modelPoison && reg[7] == modelPoison {
+		return
+	}
+	if uint32(v) != cq.cqn {
+		return // another CQ's arm
+	}
+	for i := range reg {
+		reg[i] = modelPoison
+	}
+	word := uint32(v >> 32)
+	if rec := getBE32(unsafe.Pointer(&cq.db[cqArmDB])); rec != word {
+		h.t.Errorf("CQ %#x armed with %#x but its doorbell record says %#x", cq.cqn, word, rec)
+	}
+	sn := word >> 28 & 3
+	if cq.fired[sn] && cq.armSN == sn {
+		h.t.Errorf("CQ %#x re-armed with sequence number %d, which already fired", cq.cqn, sn)
+	}
+	cq.armSN = sn
+	cq.armed = (word&cqDBReqNotSol)>>24 + 1
+}
+
+func (h *hca) runSQ(q *hwQP) {
+	pi := getBE32(unsafe.Pointer(&q.db[sndDBR])) & 0xffff
+	if uint16(q.sqCI) == uint16(pi) {
+		return
+	}
+	for uint16(q.sqCI) != uint16(pi) {
+		wqe := h.readWQE(q)
+		q.sqCI += (uint32(len(wqe)) + sendWQEBB - 1) / sendWQEBB
+		q.lastCtrl = wqe
+		h.execute(q, wqe)
+	}
+	h.checkDoorbell(q)
+}
+
+// readWQE gathers the WQE at the consumer counter, following the ring's
+// end to its start, after checking its control segment.
+func (h *hca) readWQE(q *hwQP) []byte {
+	idx := q.sqCI & (q.sqCnt - 1)
+	ctrl := unsafe.Add(q.sq, uintptr(idx)<<sendWQEShift)
+	w0, w1 := getBE32(ctrl), getBE32(at(ctrl, 4))
+	if uint16(w0>>8) != uint16(q.sqCI) {
+		h.t.Errorf("QP %#x WQE at BB %d carries index %#x, want %#x", q.qpn, idx, uint16(w0>>8), uint16(q.sqCI))
+	}
+	if w1>>8 != q.qpn {
+		h.t.Errorf("QP %#x WQE names QP %#x", q.qpn, w1>>8)
+	}
+	ds := w1 & 0x3f
+	if ds == 0 || ds*16 > modelMaxSQDesc {
+		h.t.Fatalf("QP %#x WQE of %d units", q.qpn, ds)
+	}
+	out := make([]byte, ds*16)
+	end := uintptr(q.sqCnt) << sendWQEShift
+	for off := uintptr(0); off < uintptr(len(out)); off += 16 {
+		pos := (uintptr(idx)<<sendWQEShift + off) % end
+		copy(out[off:off+16], unsafe.Slice((*byte)(unsafe.Add(q.sq, pos)), 16))
+	}
+	return out
+}
+
+// checkDoorbell reads the BlueFlame half the provider should have written
+// for the last WQE: its first 8 bytes (a plain doorbell) or the whole WQE.
+func (h *hca) checkDoorbell(q *hwQP) {
+	reg := h.bfReg(q.bfreg)
+	half := h.bfHalf[q.bfreg]
+	buf := reg[half : half+modelBfRegSize/2]
+	if q.bfreg == 0 {
+		buf = reg[:64]
+	}
+	rec := dbRecord{qpn: q.qpn, half: half}
+	for i, b := range buf {
+		if b != modelPoison {
+			rec.bytes = i + 1
+		}
+	}
+	switch {
+	case rec.bytes == 0:
+		h.t.Errorf("QP %#x: send counter moved but no doorbell in register %d half %d", q.qpn, q.bfreg, half)
+	case rec.bytes <= 8:
+		if string(buf[:8]) != string(q.lastCtrl[:8]) {
+			h.t.Errorf("QP %#x doorbell % x, want the WQE's first 8 bytes % x", q.qpn, buf[:8], q.lastCtrl[:8])
+		}
+	default:
+		rec.blueFlame = true
+		n := alignUp(len(q.lastCtrl), 64)
+		if rec.bytes > n || string(buf[:len(q.lastCtrl)]) != string(q.lastCtrl) {
+			h.t.Errorf("QP %#x BlueFlame copy of %d bytes differs from its %d-byte WQE", q.qpn, rec.bytes, len(q.lastCtrl))
+		}
+	}
+	for i := range buf {
+		buf[i] = modelPoison
+	}
+	if q.bfreg != 0 {
+		h.bfHalf[q.bfreg] ^= modelBfRegSize / 2
+	}
+	h.doorbell = append(h.doorbell, rec)
+}
+
+// --- executing WQEs ---
+
+type sendOp struct {
+	opcode  uint8
+	fmCeSe  uint8
+	imm     uint32
+	wqeIdx  uint16
+	raddr   uint64
+	rkey    uint32
+	swapAdd uint64
+	compare uint64
+	dqpn    uint32
+	qkey    uint32
+	av      []byte
+	inline  []byte
+	gather  [][3]uint64 // length, lkey, addr
+}
+
+func parseWQE(q *hwQP, wqe []byte) sendOp {
+	be := binary.BigEndian
+	op := sendOp{opcode: uint8(be.Uint32(wqe)), wqeIdx: uint16(be.Uint32(wqe) >> 8), fmCeSe: wqe[11], imm: be.Uint32(wqe[12:])}
+	rest := wqe[16:]
+	switch q.typ {
+	case provider.QPTypeRC, provider.QPTypeUC:
+		switch op.opcode {
+		case opRDMAWrite, opRDMAWriteImm, opRDMARead:
+			op.raddr, op.rkey = be.Uint64(rest), be.Uint32(rest[8:])
+			rest = rest[16:]
+		case opAtomicCS, opAtomicFA:
+			op.raddr, op.rkey = be.Uint64(rest), be.Uint32(rest[8:])
+			op.swapAdd, op.compare = be.Uint64(rest[16:]), be.Uint64(rest[24:])
+			rest = rest[32:]
+		}
+	case provider.QPTypeUD:
+		op.av = rest[:datagramSize]
+		op.qkey, op.dqpn = be.Uint32(rest), be.Uint32(rest[8:])
+		rest = rest[datagramSize:]
+	}
+	if len(rest) >= 4 && be.Uint32(rest)&inlineSeg != 0 {
+		n := be.Uint32(rest) &^ inlineSeg
+		op.inline = rest[4 : 4+n]
+		return op
+	}
+	for ; len(rest) >= 16; rest = rest[16:] {
+		op.gather = append(op.gather, [3]uint64{uint64(be.Uint32(rest)), uint64(be.Uint32(rest[4:])), be.Uint64(rest[8:])})
+	}
+	return op
+}
+
+// gather collects a request's local data, or reports a protection error.
+func (h *hca) gather(op *sendOp) ([]byte, bool) {
+	if op.inline != nil {
+		return append([]byte(nil), op.inline...), true
+	}
+	var data []byte
+	for _, g := range op.gather {
+		b := h.lookup(uint32(g[1]), g[2], uint32(g[0]), 0)
+		if b == nil {
+			return nil, false
+		}
+		data = append(data, b...)
+	}
+	return data, true
+}
+
+func (h *hca) execute(q *hwQP, wqe []byte) {
+	op := parseWQE(q, wqe)
+	if q.err {
+		h.reqCQE(q, &op, 0, syndWRFlushErr, true)
+		return
+	}
+	syn := h.perform(q, &op)
+	if syn != 0 {
+		h.reqCQE(q, &op, 0, syn, true)
+		h.fail(q)
+		return
+	}
+	if op.fmCeSe&ctrlCQUpdate != 0 {
+		var n uint32
+		if op.opcode == opRDMARead {
+			for _, g := range op.gather {
+				n += uint32(g[0])
+			}
+		}
+		h.reqCQE(q, &op, n, 0, false)
+	}
+}
+
+// perform moves the data and returns 0 or an error syndrome.
+func (h *hca) perform(q *hwQP, op *sendOp) uint8 {
+	be := binary.BigEndian
+	switch op.opcode {
+	case opSend, opSendImm:
+		data, ok := h.gather(op)
+		if !ok {
+			return syndLocalProtErr
+		}
+		dst := q.peer
+		if q.typ == provider.QPTypeUD {
+			if op.dqpn&extendedUDAV == 0 {
+				h.t.Errorf("UD WQE without the extended-AV bit: %#x", op.dqpn)
+			}
+			dst = h.qps[op.dqpn&0xffffff]
+			if dst == nil || (modelUDQKeyCheck && dst.qkey != op.qkey) {
+				return 0 // UD: silently dropped
+			}
+			data = append(make([]byte, grhSize), data...)
+		}
+		if dst == nil {
+			return syndRemoteOpErr
+		}
+		resp := cqeRespSend
+		if op.opcode == opSendImm {
+			resp = cqeRespSendIm
+		}
+		return h.deliver(q, dst, data, uint8(resp), op, uint32(len(data)))
+	case opRDMAWrite, opRDMAWriteImm:
+		data, ok := h.gather(op)
+		if !ok {
+			return syndLocalProtErr
+		}
+		dst := h.lookup(op.rkey, op.raddr, uint32(len(data)), wr.RemoteWrite)
+		if dst == nil {
+			return syndRemoteAccessErr
+		}
+		copy(dst, data)
+		if op.opcode == opRDMAWriteImm {
+			return h.deliver(q, q.peer, nil, cqeRespWrImm, op, uint32(len(data)))
+		}
+	case opRDMARead:
+		var n uint32
+		for _, g := range op.gather {
+			n += uint32(g[0])
+		}
+		src := h.lookup(op.rkey, op.raddr, n, wr.RemoteRead)
+		if src == nil {
+			return syndRemoteAccessErr
+		}
+		for _, g := range op.gather {
+			b := h.lookup(uint32(g[1]), g[2], uint32(g[0]), wr.LocalWrite)
+			if b == nil {
+				return syndLocalProtErr
+			}
+			src = src[copy(b, src):]
+		}
+	case opAtomicCS, opAtomicFA:
+		if len(op.gather) != 1 || op.gather[0][0] != 8 {
+			return syndLocalLengthErr
+		}
+		local := h.lookup(uint32(op.gather[0][1]), op.gather[0][2], 8, wr.LocalWrite)
+		if local == nil {
+			return syndLocalProtErr
+		}
+		remote := h.lookup(op.rkey, op.raddr, 8, wr.RemoteAtomic)
+		if remote == nil || op.raddr&7 != 0 {
+			return syndRemoteAccessErr
+		}
+		old := be.Uint64(remote)
+		copy(local, remote)
+		if op.opcode == opAtomicFA {
+			be.PutUint64(remote, old+op.swapAdd)
+		} else if old == op.compare {
+			be.PutUint64(remote, op.swapAdd)
+		}
+	default:
+		return syndLocalQPOpErr
+	}
+	return 0
+}
+
+// deliver lands a message at dst: takes its next receive WQE, scatters the
+// data and writes the responder CQE. An RC receiver without a posted
+// receive makes the requester fail with RNR retries exceeded.
+func (h *hca) deliver(src, dst *hwQP, data []byte, respOp uint8, op *sendOp, msgLen uint32) uint8 {
+	var scat unsafe.Pointer
+	var slots int
+	var srqIdx uint16
+	if dst.srq != nil {
+		s := dst.srq
+		if uint16(getBE32(unsafe.Pointer(s.db))) == uint16(s.ci) {
+			return rnr(src)
+		}
+		srqIdx = s.next
+		w := unsafe.Add(s.buf, uintptr(srqIdx)<<s.shift)
+		s.next = srqNext(w)
+		s.ci++
+		scat = at(w, srqNextSegSize)
+		slots = (1<<s.shift - srqNextSegSize) / dataSegSize
+	} else {
+		if uint16(getBE32(unsafe.Pointer(&dst.db[rcvDBR]))) == uint16(dst.rqCI) {
+			return rnr(src)
+		}
+		scat = unsafe.Add(dst.rq, uintptr(dst.rqCI&(dst.rqCnt-1))<<dst.rqShift)
+		slots = 1 << dst.rqShift / dataSegSize
+		dst.rqCI++
+	}
+	left := data
+	for i := 0; i < slots && len(left) > 0; i++ {
+		seg := unsafe.Add(scat, uintptr(i)*dataSegSize)
+		n, key, addr := getBE32(seg), getBE32(at(seg, 4)), getBE64(at(seg, 8))
+		if key == invalidLKey {
+			break
+		}
+		b := h.lookup(key, addr, min(n, uint32(len(left))), wr.LocalWrite)
+		if b == nil {
+			h.respCQE(dst, src, 0, syndLocalProtErr, srqIdx, op, 0)
+			return syndRemoteOpErr
+		}
+		left = left[copy(b, left):]
+	}
+	if len(left) > 0 {
+		h.respCQE(dst, src, 0, syndLocalLengthErr, srqIdx, op, 0)
+		return syndRemoteInvalReqErr
+	}
+	h.respCQE(dst, src, respOp, 0, srqIdx, op, msgLen)
+	return 0
+}
+
+func rnr(src *hwQP) uint8 {
+	if src.typ == provider.QPTypeUD {
+		return 0
+	}
+	return syndRNRRetryErr
+}
+
+// fail moves a QP to the error state: every receive it holds is flushed.
+func (h *hca) fail(q *hwQP) {
+	if q.err {
+		return
+	}
+	q.err = true
+	if q.srq != nil {
+		return
+	}
+	for uint16(getBE32(unsafe.Pointer(&q.db[rcvDBR]))) != uint16(q.rqCI) {
+		q.rqCI++
+		h.push(q.recvCQ, func(c unsafe.Pointer) {
+			putBE32(at(c, cqeOffSopDropQPN), q.qpn)
+			*(*uint8)(at(c, errOffSyndrome)) = syndWRFlushErr
+			*(*uint8)(at(c, errOffVendorSynd)) = modelVendorSynd
+		}, cqeRespErr, false)
+	}
+}
+
+func (h *hca) reqCQE(q *hwQP, op *sendOp, byteCnt uint32, synd uint8, isErr bool) {
+	opcode := uint8(cqeReq)
+	if isErr {
+		opcode = cqeReqErr
+	}
+	h.push(q.sendCQ, func(c unsafe.Pointer) {
+		putBE32(at(c, cqeOffSopDropQPN), uint32(op.opcode)<<24|q.qpn)
+		putBE16(at(c, cqeOffWQECounter), op.wqeIdx)
+		putBE32(at(c, cqeOffByteCnt), byteCnt)
+		if isErr {
+			*(*uint8)(at(c, errOffSyndrome)) = synd
+			*(*uint8)(at(c, errOffVendorSynd)) = modelVendorSynd
+		}
+	}, opcode, false)
+}
+
+func (h *hca) respCQE(dst, src *hwQP, respOp, synd uint8, srqIdx uint16, op *sendOp, byteCnt uint32) {
+	opcode := respOp
+	if synd != 0 {
+		opcode = cqeRespErr
+	}
+	h.push(dst.recvCQ, func(c unsafe.Pointer) {
+		putBE32(at(c, cqeOffSopDropQPN), dst.qpn)
+		putBE32(at(c, cqeOffByteCnt), byteCnt)
+		if dst.srq != nil {
+			putBE32(at(c, cqeOffSrqnUidx), dst.srq.srqn)
+			putBE16(at(c, cqeOffWQECounter), srqIdx)
+		}
+		if synd != 0 {
+			*(*uint8)(at(c, errOffSyndrome)) = synd
+			*(*uint8)(at(c, errOffVendorSynd)) = modelVendorSynd
+			return
+		}
+		var g uint32
+		if dst.typ == provider.QPTypeUD {
+			g = 1 << 28 // the 40 bytes of GRH precede the data
+		}
+		putBE32(at(c, cqeOffFlagsRQPN), g|src.qpn)
+		if respOp == cqeRespSendIm || respOp == cqeRespWrImm {
+			putBE32(at(c, cqeOffImmInvalPkey), op.imm)
+		}
+	}, opcode, op.fmCeSe&ctrlSolicited != 0)
+}
+
+// push writes one CQE: everything, then the op_own byte with the owner
+// bit of the pass, as the device does. It refuses to overrun the ring
+// (the consumer index comes from the CQ's doorbell record).
+func (h *hca) push(cq *hwCQ, fill func(unsafe.Pointer), opcode uint8, solicited bool) {
+	ci := getBE32(unsafe.Pointer(&cq.db[cqSetCI]))
+	if (cq.pi-ci)&0xffffff >= cq.ncqe {
+		h.t.Fatalf("CQ %#x overrun: producer %d, consumer %d, %d entries", cq.cqn, cq.pi, ci, cq.ncqe)
+	}
+	c := unsafe.Add(cq.buf, uintptr(cq.pi&(cq.ncqe-1))*cqe64Size)
+	clear(unsafe.Slice((*byte)(c), cqe64Size-1))
+	fill(c)
+	var owner uint8
+	if cq.pi&cq.ncqe != 0 {
+		owner = 1
+	}
+	*(*uint8)(at(c, cqeOffOpOwn)) = opcode<<cqeOpcodeShift | owner
+	cq.pi++
+	if cq.armed != 0 && (cq.armed == 1 || solicited || opcode == cqeReqErr || opcode == cqeRespErr) {
+		cq.armed = 0
+		cq.fired[cq.armSN] = true
+		cq.events++
+		h.events = append(h.events, cq.cqn)
+	}
+}

@@ -1,0 +1,321 @@
+package mlx5
+
+import (
+	"fmt"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rdmago/rdma/provider"
+	"github.com/rdmago/rdma/uverbs/abi"
+	"github.com/rdmago/rdma/wr"
+)
+
+// eceTrigger asks the kernel for enhanced connection establishment
+// version 1 on a QP, as rdma-core does when the context offers it.
+const eceTrigger = 0x10000000
+
+type qpBuilder struct {
+	ctx  *Context
+	attr provider.QPInitAttr
+	sq   sqSize
+	rq   rqSize
+	mem  []byte
+	db   unsafe.Pointer
+	cmd  abi.Mlx5IbCreateQp
+	resp abi.Mlx5IbCreateQpResp
+}
+
+// NewQP sizes the QP's queues as rdma-core does, allocates one buffer for
+// both (receive queue first, then the send queue) and a doorbell record,
+// and returns the builder whose driver data (struct mlx5_ib_create_qp)
+// names them. The kernel picks the QP's BlueFlame register and answers
+// with its index.
+func (c *Context) NewQP(attr provider.QPInitAttr) (provider.Builder[provider.QP], error) {
+	switch attr.Type {
+	case provider.QPTypeRC, provider.QPTypeUC, provider.QPTypeUD:
+	default:
+		return nil, fmt.Errorf("mlx5: QP type %d: %w", attr.Type, unix.EOPNOTSUPP)
+	}
+	sq, err := calcSQ(&c.lim, attr.Type, attr.Caps)
+	if err != nil {
+		return nil, fmt.Errorf("mlx5: send queue for %+v: %w", attr.Caps, err)
+	}
+	rq, err := calcRQ(&c.lim, attr.Caps, attr.HasSRQ)
+	if err != nil {
+		return nil, fmt.Errorf("mlx5: receive queue for %+v: %w", attr.Caps, err)
+	}
+	size := int(sq.bytes + rq.bytes)
+	if size == 0 {
+		return nil, fmt.Errorf("mlx5: QP with neither send nor receive queue: %w", unix.EINVAL)
+	}
+	mem, err := allocQueueMem(size, c.pageSize)
+	if err != nil {
+		return nil, fmt.Errorf("mlx5: QP buffer: %w", err)
+	}
+	db, err := c.db.alloc()
+	if err != nil {
+		freeQueueMem(mem)
+		return nil, fmt.Errorf("mlx5: QP doorbell record: %w", err)
+	}
+	b := &qpBuilder{ctx: c, attr: attr, sq: sq, rq: rq, mem: mem, db: db}
+	b.cmd.Buf_addr = addrOf(mem)
+	b.cmd.Db_addr = uint64(uintptr(db))
+	b.cmd.Sq_wqe_count = sq.wqeCnt
+	b.cmd.Rq_wqe_count = rq.wqeCnt
+	b.cmd.Rq_wqe_shift = rq.wqeShift
+	b.cmd.Uidx = defaultUIDX
+	if c.ece {
+		b.cmd.Ece_options = eceTrigger
+	}
+	return b, nil
+}
+
+func (b *qpBuilder) Udata() (in, out []byte) { return bytesOf(&b.cmd), bytesOf(&b.resp) }
+
+func (b *qpBuilder) Abort() {
+	freeQueueMem(b.mem)
+	b.ctx.db.free(b.db)
+	b.mem, b.db = nil, nil
+}
+
+// limit is the smaller of what the provider computed and what the kernel
+// granted, when the kernel granted anything.
+func limit(computed, granted uint32) uint32 {
+	if granted > 0 && granted < computed {
+		return granted
+	}
+	return computed
+}
+
+func (b *qpBuilder) Finish(c provider.Created) (provider.QP, error) {
+	idx := b.resp.Bfreg_index
+	if int(idx) >= len(b.ctx.bfs) {
+		b.Abort()
+		return nil, fmt.Errorf("mlx5: kernel gave the QP BlueFlame register %d of %d: %w", idx, len(b.ctx.bfs), unix.EPROTO)
+	}
+	base := unsafe.Pointer(&b.mem[0])
+	qp := &QP{
+		ctx: b.ctx,
+		num: c.QPNum,
+		typ: b.attr.Type,
+		mem: b.mem,
+		db:  (*[2]uint32)(b.db),
+		bf:  &b.ctx.bfs[idx],
+
+		inlineBFOnly: !b.ctx.preferBF,
+	}
+	if qp.bf.uuarn != 0 {
+		qp.bfMax = uint32(qp.bf.bufSize)
+	}
+	if b.rq.wqeCnt > 0 {
+		qp.rq = &recvQueue{
+			start:    base,
+			wqeCnt:   b.rq.wqeCnt,
+			wqeShift: b.rq.wqeShift,
+			maxPost:  limit(b.rq.maxPost, c.Caps.MaxRecvWR),
+			maxGS:    b.rq.maxGS,
+			limitGS:  limit(b.rq.maxGS, c.Caps.MaxRecvSGE),
+			wrid:     make([]uint64, b.rq.wqeCnt),
+		}
+	}
+	if b.sq.wqeCnt > 0 {
+		start := unsafe.Add(base, b.rq.bytes)
+		qp.sq = &sendQueue{
+			start:   start,
+			qend:    unsafe.Add(start, uintptr(b.sq.wqeCnt)<<sendWQEShift),
+			wqeCnt:  b.sq.wqeCnt,
+			maxPost: limit(b.sq.maxPost, c.Caps.MaxSendWR),
+			maxGS:   limit(b.sq.maxGS, c.Caps.MaxSendSGE),
+			maxInl:  limit(b.sq.maxInline, c.Caps.MaxInlineData),
+			qpn:     c.QPNum,
+			typ:     b.attr.Type,
+			wrid:    make([]uint64, b.sq.wqeCnt),
+			wqeHead: make([]uint32, b.sq.wqeCnt),
+		}
+		if b.attr.SignalAll {
+			qp.sq.sigBits = ctrlCQUpdate
+		}
+	}
+	b.ctx.t.qps.set(c.QPNum, qp)
+	return qp, nil
+}
+
+// QP is an mlx5 queue pair.
+type QP struct {
+	ctx *Context
+	num uint32
+	typ provider.QPType
+	mem []byte
+	db  *[2]uint32 // doorbell record: receive counter, send counter (big-endian)
+	bf  *bfReg
+	// bfMax is the largest WQE, in bytes, a doorbell copies whole to the
+	// BlueFlame register: the register's half, or 0 on register 0 or
+	// without write combining. rdma-core copies inline WQEs always and
+	// others when it prefers BlueFlame (MLX5_POST_SEND_PREFER_BF, on by
+	// default); inlineBFOnly is that preference turned off.
+	bfMax        uint32
+	inlineBFOnly bool
+
+	sqMu spinLock
+	sq   *sendQueue
+	rqMu spinLock
+	rq   *recvQueue
+}
+
+// PostSend writes a WQE for each request, then publishes them all with
+// one doorbell, as rdma-core's _mlx5_post_send and post_send_db do: the
+// send counter goes into the doorbell record once the WQEs are visible to
+// the device, then the doorbell rings through the QP's BlueFlame register.
+// A single WQE of two or more units that fits a BlueFlame buffer is copied
+// there whole; otherwise the doorbell is the last WQE's first eight bytes.
+// The register's two halves are used alternately. (rdma-core stores the
+// record before taking a shared register's lock; here the record store
+// joins the doorbell in one call, under the lock, which orders the same.)
+func (qp *QP) PostSend(wrs []wr.SendWR) (int, error) {
+	sq := qp.sq
+	if sq == nil {
+		if len(wrs) == 0 {
+			return 0, nil
+		}
+		return 0, unix.EINVAL // created without a send queue
+	}
+	qp.sqMu.lock()
+	if qp.mem == nil {
+		qp.sqMu.unlock()
+		return 0, errClosed
+	}
+	var (
+		ctrl unsafe.Pointer
+		ds   uint32
+		inl  bool
+		err  error
+		n    uint32
+	)
+	for i := range wrs {
+		w := &wrs[i]
+		var av *addressVector
+		if !sq.plain(w) {
+			var e error
+			if av, e = sq.check(w); e != nil {
+				err = e
+				break
+			}
+		}
+		if sq.overflow(n) {
+			err = unix.ENOMEM
+			break
+		}
+		ctrl, ds, inl = sq.write(w, av, n)
+		n++
+	}
+	if n == 0 {
+		qp.sqMu.unlock()
+		return 0, err
+	}
+	// The doorbell, written out here: this is the hot path.
+	sq.head += n
+	rec, raw := &qp.db[sndDBR], beWord32(sq.curPost&0xffff)
+	bf := qp.bf
+	if bf.mu != nil {
+		bf.mu.lock()
+	}
+	dst := unsafe.Add(bf.reg, bf.offset)
+	switch {
+	case n != 1 || ds < 2 || ds*16 > qp.bfMax || (qp.inlineBFOnly && !inl):
+		ringDoorbell(rec, raw, dst, *(*uint64)(ctrl))
+	case ds*16 <= sendWQEBB:
+		ringBlueFlame(rec, raw, dst, ctrl)
+	default:
+		qp.blueFlameLong(rec, raw, dst, ctrl, ds)
+	}
+	bf.offset ^= bf.bufSize
+	if bf.mu != nil {
+		bf.mu.unlock()
+	}
+	qp.sqMu.unlock()
+	return int(n), err
+}
+
+// blueFlameLong rings the doorbell with a WQE of more than one block,
+// copied block by block from the send queue, across its end.
+func (qp *QP) blueFlameLong(rec *uint32, raw uint32, dst, src unsafe.Pointer, ds uint32) {
+	sq := qp.sq
+	storeRecord(rec, raw)
+	wcFlush()
+	for left := (ds*16 + sendWQEBB - 1) &^ (sendWQEBB - 1); left > 0; left -= sendWQEBB {
+		mmioCopy64(dst, src)
+		dst = unsafe.Add(dst, sendWQEBB)
+		if src = unsafe.Add(src, sendWQEBB); src == sq.qend {
+			src = sq.start
+		}
+	}
+	wcFlush()
+}
+
+// PostRecv writes receive WQEs and publishes them in the doorbell record;
+// the device reads it when a message arrives, so no doorbell rings.
+func (qp *QP) PostRecv(wrs []wr.RecvWR) (int, error) {
+	rq := qp.rq
+	if rq == nil {
+		if len(wrs) == 0 {
+			return 0, nil
+		}
+		return 0, unix.EINVAL // receives go to the SRQ
+	}
+	qp.rqMu.lock()
+	if qp.mem == nil {
+		qp.rqMu.unlock()
+		return 0, errClosed
+	}
+	var err error
+	var n uint32
+	ind := rq.head & (rq.wqeCnt - 1)
+	for i := range wrs {
+		w := &wrs[i]
+		if rq.overflow(n) {
+			err = unix.ENOMEM
+			break
+		}
+		if uint32(len(w.SGList)) > rq.limitGS {
+			err = unix.EINVAL
+			break
+		}
+		rq.write(ind, w)
+		ind = (ind + 1) & (rq.wqeCnt - 1)
+		n++
+	}
+	if n > 0 {
+		rq.head += n
+		publishRecord(&qp.db[rcvDBR], rq.head&0xffff)
+	}
+	qp.rqMu.unlock()
+	return int(n), err
+}
+
+// Close forgets the QP, removes its completions from the context's CQs
+// (they would otherwise name a QP number the kernel may reuse) and frees
+// its memory. The core calls it after the kernel destroyed the QP.
+func (qp *QP) Close() error {
+	qp.ctx.t.qps.remove(qp.num, qp)
+	qp.ctx.cqMu.Lock()
+	cqs := make([]*CQ, 0, len(qp.ctx.cqs))
+	for cq := range qp.ctx.cqs {
+		cqs = append(cqs, cq)
+	}
+	qp.ctx.cqMu.Unlock()
+	for _, cq := range cqs {
+		cq.clean(qp.num)
+	}
+	qp.sqMu.lock()
+	defer qp.sqMu.unlock()
+	qp.rqMu.lock()
+	defer qp.rqMu.unlock()
+	if qp.mem == nil {
+		return nil
+	}
+	err := freeQueueMem(qp.mem)
+	qp.ctx.db.free(unsafe.Pointer(qp.db))
+	qp.mem, qp.db = nil, nil
+	return err
+}

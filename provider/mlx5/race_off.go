@@ -1,0 +1,5 @@
+//go:build !race
+
+package mlx5
+
+const raceEnabled = false
