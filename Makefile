@@ -64,6 +64,7 @@ demo: deps build
 
 bench: deps
 	$(GOTEST) -exec "$(VM) run --kernel $(KERNEL) --" -run '^$$' -bench . -benchmem ./...
+	$(MAKE) bench-mlx5
 
 ## generate: regenerate the kernel ABI from the pinned uapi headers.
 generate:
