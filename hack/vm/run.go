@@ -40,7 +40,7 @@ func (o *runOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.kernel, "kernel", envOr("RDMAGO_VM_KERNEL", "bookworm"), "Debian suite (bookworm, trixie, sid) or an exact cached kernel release")
 	fs.StringVar(&o.accel, "accel", envOr("RDMAGO_VM_ACCEL", "auto"), "accelerator: auto (KVM when usable), kvm or tcg")
 	fs.DurationVar(&o.timeout, "timeout", 10*time.Minute, "limit for the whole run, boot included; exit status 124 when it expires")
-	fs.DurationVar(&o.bootTimeout, "boot-timeout", 60*time.Second, "limit for booting until the command starts")
+	fs.DurationVar(&o.bootTimeout, "boot-timeout", 30*time.Second, "limit for booting until the command starts (retried once)")
 	fs.StringVar(&o.mem, "mem", "2G", "guest memory (QEMU -m syntax)")
 	fs.IntVar(&o.smp, "smp", 2, "guest CPUs")
 	fs.BoolVar(&o.icount, "icount", false, "deterministic instruction-counting clock: TCG, one CPU, -icount shift=0,sleep=off")
@@ -165,6 +165,7 @@ func runVM(o runOptions, argv []string, interactive bool) int {
 		echo = os.Stderr
 	}
 	logf("kernel %s (%s), accel %s%s, running: %s", p.k.Release, p.k.Suite, accelName(accel, o.icount), whyNote(why), strings.Join(argv, " "))
+	bootRetries := 0
 	for {
 		q, err := startQEMU(p.cfg, echo)
 		if err != nil {
@@ -179,6 +180,18 @@ func runVM(o runOptions, argv []string, interactive bool) int {
 		}
 		code, kvmFailed := s.wait(sigs)
 		q.Kill()
+		if s.bootStuck && bootRetries < 1 {
+			// Nothing of the command ran. A guest that hangs while booting
+			// (seen rarely under TCG on a loaded 2-core machine, with a
+			// silent console) gets one fresh start.
+			bootRetries++
+			logf("retrying the boot once")
+			if err := resetIODir(p.ioDir); err != nil {
+				logf("%v", err)
+				return exitVMError
+			}
+			continue
+		}
 		if !kvmFailed {
 			return code
 		}
@@ -266,20 +279,22 @@ func accelName(accel string, icount bool) string {
 
 // session follows one running VM to its end.
 type session struct {
-	o       runOptions
-	k       *kernel
-	accel   string
-	q       *qemuProc
-	ioDir   string
-	start   time.Time
-	name    string // "a" or "b" in vm pair, for messages; "" in vm run
-	stdout  *tail
-	stderr  *tail
-	started time.Time // when the guest reported the command's start
-	uptime  float64   // the guest's uptime then
-	stall   string    // why the guest was given up on, when nothing else says
-	failed  string    // why vm failed the run (see fail), or ""
-	argv0   string    // the command, for messages
+	// bootStuck: the guest never started the command (boot timeout).
+	bootStuck bool
+	o         runOptions
+	k         *kernel
+	accel     string
+	q         *qemuProc
+	ioDir     string
+	start     time.Time
+	name      string // "a" or "b" in vm pair, for messages; "" in vm run
+	stdout    *tail
+	stderr    *tail
+	started   time.Time // when the guest reported the command's start
+	uptime    float64   // the guest's uptime then
+	stall     string    // why the guest was given up on, when nothing else says
+	failed    string    // why vm failed the run (see fail), or ""
+	argv0     string    // the command, for messages
 }
 
 // newSession follows q, started at start from plan p, copying the command's
@@ -396,6 +411,7 @@ func (s *session) poll() (code int, done, kvmFailed bool) {
 		return s.fail(exitTimeout, fmt.Sprintf("timed out after %v running %s", s.o.timeout, s.argv0)), true, false
 	}
 	if s.started.IsZero() && elapsed > s.o.bootTimeout {
+		s.bootStuck = true
 		return s.fail(exitVMError, fmt.Sprintf("guest did not start the command within %v", s.o.bootTimeout)), true, false
 	}
 	return 0, false, false
