@@ -11,6 +11,7 @@
 //
 //	devinfo   print the attributes of RDMA devices, as ibv_devinfo does
 //	pingpong  exchange messages with a peer, as ibv_{rc,uc,ud,srq}_pingpong do
+//	perf      perftest's bandwidth and latency tests (write, read, send, atomic)
 //	rping     ping a peer over rdma_cm with RDMA reads and writes, as rping does
 //	server    the rdma_server side of the rdma_verbs.h exchange
 //	client    the rdma_client side of the rdma_verbs.h exchange
@@ -52,6 +53,16 @@
 // prints their lines ("local address: …", "N bytes in X seconds = Y
 // Mbit/sec"). With -e it waits for completions on a completion channel
 // instead of polling.
+//
+// # perf
+//
+//	rdmago perf write_bw|write_lat|read_bw|read_lat|send_bw|send_lat|atomic_bw|atomic_lat [options] [server]
+//	rdmago ib_write_bw … (the perftest program names work too)
+//
+// perf speaks perftest's TCP exchange, so either side may be perftest's
+// program, and takes its options (-d -i -x -s -a -n -D -q -F -p -c -t -r -l
+// -Q -e --report_gbits and more) and prints its tables; --json prints the
+// same figures as JSON. The rdma_cm exchange (-R) is not supported yet.
 //
 // # rping, server, client
 //
