@@ -142,12 +142,15 @@ func containsArg(args []string, a string) bool {
 var perfAllocsRE = regexp.MustCompile(`(?m)^rdmago perf: heap allocations in the measured loops: (\d+)$`)
 
 // checkPerfAllocs checks rdmago's report of its measured loops'
-// allocations: none when the loops poll and count iterations (strict).
-// Otherwise the Go runtime may allocate a few objects once: in a timed
-// run it grows a timer heap the first time the clock's goroutine sleeps;
-// with -e it may start a thread (and allocate its m) the first time the
-// loop sleeps in the poller. Never one per iteration: a timed run does
-// tens of thousands, an -e run hundreds of waits.
+// allocations. The count is process-wide (runtime.MemStats), so it includes
+// what the Go runtime allocates for itself meanwhile: in a timed run it
+// grows a timer heap the first time the clock's goroutine sleeps; with -e
+// it may start a thread the first time the loop sleeps in the poller; and
+// on a loaded machine even a polling run by iterations has shown 6 (a clean
+// clone's CI run) where it usually shows 0. So the bound is a few, never one
+// per iteration (runs do hundreds to tens of thousands); the per-call zero
+// is what uverbs' and provider/rxe's AllocsPerRun tests prove. strict runs
+// (polling, by iterations) must stay well below one per 16 iterations.
 func checkPerfAllocs(t *testing.T, p *ppProc, strict bool) {
 	t.Helper()
 	m := perfAllocsRE.FindStringSubmatch(p.stderr.String())
@@ -155,7 +158,7 @@ func checkPerfAllocs(t *testing.T, p *ppProc, strict bool) {
 		t.Errorf("%s: no allocation report on stderr", p.label)
 		return
 	}
-	if n, _ := strconv.Atoi(m[1]); (strict && n != 0) || n > 16 {
+	if n, _ := strconv.Atoi(m[1]); n > 16 || (strict && n > 8) {
 		t.Errorf("%s: %s heap allocations in the measured loops", p.label, m[1])
 	}
 }
@@ -272,14 +275,15 @@ func perfMask(s string) []string {
 	return out
 }
 
-// dropClockWarnings removes the warning perftest prints when its CPU clock
-// calibration is noisy ("Correlation coefficient r^2: 0.87 < 0.9"): it
-// depends on the load of the machine, not on the benchmark, and rdmago
-// reads no CPU clock.
+// dropClockWarnings removes the warnings perftest prints about its CPU
+// clock: when the calibration is noisy ("Correlation coefficient r^2: 0.87
+// < 0.9") or /proc/cpuinfo disagrees with it ("Conflicting CPU frequency
+// values detected"). They depend on the machine and its load, not on the
+// benchmark, and rdmago reads no CPU clock.
 func dropClockWarnings(s string) string {
 	var b strings.Builder
 	for _, line := range strings.SplitAfter(s, "\n") {
-		if !strings.HasPrefix(line, "Correlation coefficient r^2:") {
+		if !strings.HasPrefix(line, "Correlation coefficient r^2:") && !strings.HasPrefix(line, "Conflicting CPU frequency values") {
 			b.WriteString(line)
 		}
 	}
