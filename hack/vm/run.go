@@ -181,9 +181,9 @@ func runVM(o runOptions, argv []string, interactive bool) int {
 		code, kvmFailed := s.wait(sigs)
 		q.Kill()
 		if s.bootStuck && bootRetries < 1 {
-			// Nothing of the command ran. A guest that hangs while booting
-			// (seen rarely under TCG on a loaded 2-core machine, with a
-			// silent console) gets one fresh start.
+			// Nothing of the command ran. A guest that hangs or crashes
+			// while booting (seen rarely under TCG on a loaded 2-core
+			// machine) gets one fresh start.
 			bootRetries++
 			logf("retrying the boot once")
 			if err := resetIODir(p.ioDir); err != nil {
@@ -279,7 +279,8 @@ func accelName(accel string, icount bool) string {
 
 // session follows one running VM to its end.
 type session struct {
-	// bootStuck: the guest never started the command (boot timeout).
+	// bootStuck: the guest never started the command (boot timeout, or
+	// QEMU died while booting).
 	bootStuck bool
 	o         runOptions
 	k         *kernel
@@ -379,6 +380,12 @@ func (s *session) poll() (code int, done, kvmFailed bool) {
 		}
 		if s.kvmBroken() {
 			return exitVMError, true, true
+		}
+		if _, started := readStarted(s.ioDir); !started {
+			// QEMU died before the command started (TCG has crashed here
+			// with a segmentation fault once): nothing ran, so the run
+			// may boot again.
+			s.bootStuck = true
 		}
 		return s.fail(exitVMError, s.failure()), true, false
 	default:
