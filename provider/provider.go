@@ -30,7 +30,10 @@ type Kernel interface {
 	// Munmap undoes Mmap.
 	Munmap(b []byte) error
 	// Write sends one legacy write command, header included, with write(2).
-	// It is the doorbell of providers whose doorbell is a system call.
+	// It is the doorbell of providers whose doorbell is a system call, and
+	// their CQ arming. It is for commands the kernel runs without sleeping
+	// only: it is issued as a raw system call, which keeps the calling
+	// thread's P for the duration (see docs/performance.md).
 	Write(b []byte) error
 }
 

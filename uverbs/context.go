@@ -177,7 +177,7 @@ func (k kernelPort) Mmap(offset int64, length int, prot int) ([]byte, error) {
 
 func (k kernelPort) Munmap(b []byte) error { return unix.Munmap(b) }
 
-func (k kernelPort) Write(b []byte) error { return k.c.f.write(b) }
+func (k kernelPort) Write(b []byte) error { return k.c.f.fastWrite(b) }
 
 // getContext creates the kernel's ucontext. The ioctl method is the modern
 // path; the legacy write command remains only for kernels without the ioctl

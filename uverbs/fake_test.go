@@ -97,6 +97,8 @@ func (k *fakeKernel) write(b []byte) error {
 	return k.onWrite(b)
 }
 
+func (k *fakeKernel) fastWrite(b []byte) error { return k.write(b) }
+
 func (k *fakeKernel) fd() int { return -1 }
 
 func (k *fakeKernel) Close() error { k.closed = true; return nil }

@@ -13,6 +13,8 @@ import (
 type cmdFile interface {
 	ioctl(req uint, arg unsafe.Pointer) error
 	write(b []byte) error
+	// fastWrite is write for commands the kernel runs without sleeping.
+	fastWrite(b []byte) error
 	fd() int
 	Close() error
 }
@@ -58,6 +60,32 @@ func (f *devFile) write(b []byte) error {
 		return err
 	}
 	if n != len(b) {
+		return unix.EIO
+	}
+	return nil
+}
+
+// fastWrite is write for the commands the kernel runs without sleeping: a
+// provider's doorbell (rxe's zero-request POST_SEND) and CQ arming. It is a
+// raw system call: it skips the runtime's entersyscall/exitsyscall, so the
+// thread keeps its P and sysmon never hands the P to another thread while
+// the call runs. With the ordinary wrapper a loop ringing the doorbell tens
+// of thousands of times a second made sysmon retake the P, start threads
+// and wake them: measured under QEMU's instruction-counting clock, 64-byte
+// write_bw went from 0.82x perftest's message rate to 0.95x with this call.
+// A command that may sleep (registering memory, creating objects) must use
+// write.
+func (f *devFile) fastWrite(b []byte) error {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if f.closed {
+		return ErrClosed
+	}
+	n, _, e := unix.RawSyscall(unix.SYS_WRITE, uintptr(f.raw), uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(len(b)))
+	if e != 0 {
+		return e
+	}
+	if int(n) != len(b) {
 		return unix.EIO
 	}
 	return nil
