@@ -97,8 +97,8 @@ func runPerf(t *testing.T, c perfCase, srvGo, cliGo bool, extraCli ...string) pe
 	waitListening(t, p.srv, port)
 	p.cli = startPP(t, ctx, "client", argv(cliGo, true, append(extraCli, "10.0.2.15")...))
 	cliStatus, srvStatus := p.cli.wait(), p.srv.wait()
-	t.Logf("server (status %d):\n%s%s", srvStatus, p.srv.stdout.String(), p.srv.stderr.String())
-	t.Logf("client (status %d):\n%s%s", cliStatus, p.cli.stdout.String(), p.cli.stderr.String())
+	logOnFailure(t, p.srv, srvStatus)
+	logOnFailure(t, p.cli, cliStatus)
 	if ctx.Err() != nil {
 		t.Fatalf("timed out after %v", perfRunTimeout)
 	}

@@ -51,6 +51,18 @@ type ppProc struct {
 }
 
 // startPP starts argv (rdmago when argv[0] is "rdmago") with a timeout.
+// logOnFailure logs what a process printed once the test has ended, and
+// only if it failed: a passing run's output would bury a failing one's in
+// the log (the tools print pages each), and CI shows only an excerpt.
+func logOnFailure(t *testing.T, p *ppProc, status int) {
+	t.Helper()
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("%s (status %d):\n%s%s", p.label, status, p.stdout.String(), p.stderr.String())
+		}
+	})
+}
+
 func startPP(t *testing.T, ctx context.Context, label string, argv []string) *ppProc {
 	t.Helper()
 	p := &ppProc{label: label, done: make(chan struct{})}
@@ -265,8 +277,8 @@ func runPP(t *testing.T, c ppCase, server, client func(args []string) []string) 
 	waitListening(t, srv, port)
 	cli := startPP(t, ctx, "client", client(append(c.args(port), "10.0.2.15")))
 	cliStatus, srvStatus := cli.wait(), srv.wait()
-	t.Logf("server (status %d):\n%s%s", srvStatus, srv.stdout.String(), srv.stderr.String())
-	t.Logf("client (status %d):\n%s%s", cliStatus, cli.stdout.String(), cli.stderr.String())
+	logOnFailure(t, srv, srvStatus)
+	logOnFailure(t, cli, cliStatus)
 	if ctx.Err() != nil {
 		t.Fatalf("timed out after %v", ppRunTimeout)
 	}
