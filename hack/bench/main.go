@@ -1,0 +1,416 @@
+// Command bench runs rdma-core's perftest programs and `rdmago perf` side by
+// side on one RDMA device and prints their figures and ratios. `make bench`
+// runs it inside the soft-RoCE VM; it works the same on a host with a real
+// device.
+//
+//	bench [-d rxe0] [-reps 3] [-ip 10.0.2.15] rdmago-binary table|latency|scale...
+//
+// table: the rows of docs/performance.md, each pair (perftest against
+// perftest, rdmago against rdmago) alternating -reps times. Meant for a VM
+// under QEMU's instruction-counting clock, where a figure repeats to about
+// 0.1%.
+//
+// latency: polling latency (no -e), for a wall-clock boot with two vCPUs
+// (on one vCPU a polling latency test measures the scheduler's tick); it
+// reports the median and the spread of the runs.
+//
+// scale: -q 1, 100 and 1000 QPs: the run's time, peak memory (maxrss),
+// mappings and descriptors, for each program.
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// nextPort is the TCP port of the next pair: each run takes a new one, so
+// no run waits on an earlier one's sockets.
+var nextPort = 18515
+
+var (
+	device  = flag.String("d", "rxe0", "RDMA device")
+	gidIdx  = flag.String("x", "1", "GID index")
+	reps    = flag.Int("reps", 3, "repetitions of each pair")
+	ip      = flag.String("ip", "10.0.2.15", "address the client connects to")
+	timeout = flag.Duration("timeout", 10*time.Minute, "limit for one run")
+	rdmago  string
+)
+
+func main() {
+	flag.Usage = func() {
+		fmt.Fprintln(os.Stderr, "usage: bench [flags] rdmago-binary table|latency|scale...")
+		flag.PrintDefaults()
+	}
+	flag.Parse()
+	if flag.NArg() < 2 {
+		flag.Usage()
+		os.Exit(2)
+	}
+	var err error
+	if rdmago, err = filepath.Abs(flag.Arg(0)); err != nil {
+		fatal(err)
+	}
+	for _, what := range flag.Args()[1:] {
+		switch what {
+		case "table":
+			err = table()
+		case "latency":
+			err = latency()
+		case "scale":
+			err = scale()
+		default:
+			err = fmt.Errorf("unknown part %q", what)
+		}
+		if err != nil {
+			fatal(err)
+		}
+	}
+}
+
+func fatal(err error) {
+	fmt.Fprintln(os.Stderr, "bench:", err)
+	os.Exit(1)
+}
+
+// figure says which column of a results row a line of the table reports.
+type figure int
+
+const (
+	msgRate   figure = iota // Mpps, bandwidth tests' last column
+	bandwidth               // BW average [MB/sec]
+	typical                 // t_typical [usec], latency tests
+)
+
+func (f figure) String() string {
+	return [...]string{"Mpps", "MB/s", "µs typical"}[f]
+}
+
+// higherIsBetter says which way the ratio's target points.
+func (f figure) higherIsBetter() bool { return f != typical }
+
+type row struct {
+	name string
+	test string // perftest's program without "ib_"
+	args []string
+	fig  figure
+}
+
+var tableRows = []row{
+	{"write 64 B", "write_bw", []string{"-s", "64", "-n", "5000"}, msgRate},
+	{"write 64 B, post list 16", "write_bw", []string{"-s", "64", "-n", "5008", "-l", "16"}, msgRate},
+	{"send 64 B", "send_bw", []string{"-s", "64", "-n", "5000"}, msgRate},
+	{"send 64 B, post list 16", "send_bw", []string{"-s", "64", "-n", "5008", "-l", "16"}, msgRate},
+	{"write 64 KiB", "write_bw", []string{"-s", "65536", "-n", "1000"}, bandwidth},
+	{"read 64 KiB", "read_bw", []string{"-s", "65536", "-n", "1000"}, bandwidth},
+	{"UD send 1 KiB", "send_bw", []string{"-c", "UD", "-s", "1024", "-n", "5000"}, msgRate},
+	{"atomic (fetch-and-add)", "atomic_bw", []string{"-n", "5000"}, msgRate},
+	{"send latency 8 B, -e", "send_lat", []string{"-s", "8", "-n", "1000", "-e"}, typical},
+	{"read latency 8 B, -e", "read_lat", []string{"-s", "8", "-n", "1000", "-e"}, typical},
+}
+
+var latencyRows = []row{
+	{"send latency 8 B, polling", "send_lat", []string{"-s", "8", "-n", "5000"}, typical},
+	{"read latency 8 B, polling", "read_lat", []string{"-s", "8", "-n", "5000"}, typical},
+	{"write latency 8 B, polling", "write_lat", []string{"-s", "8", "-n", "5000"}, typical},
+}
+
+// tool is one of the two implementations.
+type tool struct {
+	name string
+	argv func(test string) []string
+}
+
+var tools = []tool{
+	{"perftest", func(test string) []string { return []string{"/usr/bin/ib_" + test} }},
+	{"rdmago", func(test string) []string { return []string{rdmago, "perf", test} }},
+}
+
+// result is one run of a pair.
+type result struct {
+	row        []string // the client's last results row
+	srv, cli   *proc
+	virtualDur time.Duration // the pair's run, by the guest's clock
+}
+
+// runPair runs one server and one client of tool t with args.
+func runPair(t tool, test string, args []string) (*result, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	port := nextPort
+	nextPort++
+	common := append([]string{"-d", *device, "-x", *gidIdx, "-F", "-p", strconv.Itoa(port)}, args...)
+	start := time.Now()
+	srv, err := startProc(ctx, append(t.argv(test), common...))
+	if err != nil {
+		return nil, err
+	}
+	for !listening(port) {
+		select {
+		case <-srv.done:
+			return nil, fmt.Errorf("%s server exited before listening: %v\n%s", t.name, srv.err, srv.out())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	cli, err := startProc(ctx, append(append(t.argv(test), common...), *ip))
+	if err != nil {
+		srv.kill()
+		return nil, err
+	}
+	<-cli.done
+	select {
+	case <-srv.done:
+	case <-time.After(time.Minute):
+		srv.kill()
+		return nil, fmt.Errorf("%s %s server did not exit after its client:\n%s", t.name, test, srv.out())
+	}
+	res := &result{srv: srv, cli: cli, virtualDur: time.Since(start)}
+	for _, p := range []*proc{cli, srv} {
+		if p.err != nil {
+			return nil, fmt.Errorf("%s %s %q: %v\n%s", t.name, test, args, p.err, p.out())
+		}
+	}
+	rows := resultRows(cli.stdout.String())
+	if len(rows) == 0 {
+		return nil, fmt.Errorf("%s %s %q printed no results row:\n%s", t.name, test, args, cli.out())
+	}
+	res.row = rows[len(rows)-1]
+	return res, nil
+}
+
+func (r *result) value(f figure) (float64, error) {
+	col := map[figure]int{msgRate: 4, bandwidth: 3, typical: 4}[f]
+	if col >= len(r.row) {
+		return 0, fmt.Errorf("row %q has no column %d", r.row, col)
+	}
+	return strconv.ParseFloat(r.row[col], 64)
+}
+
+// measure runs row rw for every tool, alternating, reps times, and
+// returns each tool's figures.
+func measure(rw row, n int) ([][]float64, error) {
+	vals := make([][]float64, len(tools))
+	for i := 0; i < n; i++ {
+		for ti, t := range tools {
+			res, err := runPair(t, rw.test, rw.args)
+			if err != nil {
+				return nil, err
+			}
+			v, err := res.value(rw.fig)
+			if err != nil {
+				return nil, err
+			}
+			vals[ti] = append(vals[ti], v)
+		}
+	}
+	return vals, nil
+}
+
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// spread prints the median and, when the runs differ, their range.
+func spread(v []float64) string {
+	lo, hi := slices.Min(v), slices.Max(v)
+	m := median(v)
+	if lo == hi {
+		return fmtNum(m)
+	}
+	return fmt.Sprintf("%s (%s–%s)", fmtNum(m), fmtNum(lo), fmtNum(hi))
+}
+
+func fmtNum(v float64) string {
+	switch {
+	case v >= 100:
+		return strconv.FormatFloat(v, 'f', 1, 64)
+	case v >= 1:
+		return strconv.FormatFloat(v, 'f', 2, 64)
+	default:
+		return strconv.FormatFloat(v, 'f', 4, 64)
+	}
+}
+
+func kernelRelease() string {
+	var u syscall.Utsname
+	if syscall.Uname(&u) != nil {
+		return "?"
+	}
+	var b []byte
+	for _, c := range u.Release {
+		if c == 0 {
+			break
+		}
+		b = append(b, byte(c))
+	}
+	return string(b)
+}
+
+func printRows(title string, rows []row, n int) error {
+	fmt.Printf("\n%s: kernel %s, device %s, %d runs of each, alternating; median (range)\n\n", title, kernelRelease(), *device, n)
+	fmt.Println("| test | perftest args | unit | rdma-core (perftest) | rdmago | rdmago / rdma-core | target |")
+	fmt.Println("|---|---|---|---|---|---|---|")
+	for _, rw := range rows {
+		vals, err := measure(rw, n)
+		if err != nil {
+			return err
+		}
+		c, g := median(vals[0]), median(vals[1])
+		target := "≥ 1.00"
+		if !rw.fig.higherIsBetter() {
+			target = "≤ 1.00"
+		}
+		fmt.Printf("| %s | `ib_%s %s` | %s | %s | %s | %.3f | %s |\n", rw.name, rw.test, strings.Join(rw.args, " "),
+			rw.fig, spread(vals[0]), spread(vals[1]), g/c, target)
+	}
+	return nil
+}
+
+func table() error { return printRows("side by side", tableRows, *reps) }
+
+func latency() error { return printRows("polling latency", latencyRows, max(*reps, 5)) }
+
+// scale runs write_bw with 1, 100 and 1000 QPs and reports what each
+// side costs: the whole run's time (setup and teardown dominate at a few
+// iterations per QP), the server's peak resident memory, and its mappings
+// and descriptors sampled while it runs.
+func scale() error {
+	fmt.Printf("\nscale: write_bw -s 64 -n 10 -q N, kernel %s; server process; one run each\n\n", kernelRelease())
+	fmt.Println("| QPs | program | run time | per added QP | peak RSS | per added QP | mappings | descriptors |")
+	fmt.Println("|---|---|---|---|---|---|---|---|")
+	sampling = true
+	defer func() { sampling = false }()
+	base := map[string]*result{}
+	for _, q := range []int{1, 100, 1000} {
+		for _, t := range tools {
+			res, err := runPair(t, "write_bw", []string{"-s", "64", "-n", "10", "-q", strconv.Itoa(q)})
+			if err != nil {
+				return err
+			}
+			perQPTime, perQPMem := "", ""
+			if b := base[t.name]; b != nil {
+				perQPTime = (time.Duration(int64(res.virtualDur-b.virtualDur) / int64(q-1))).Round(time.Microsecond).String()
+				perQPMem = fmt.Sprintf("%.1f KiB", float64(res.srv.maxRSS-b.srv.maxRSS)/float64(q-1))
+			} else {
+				base[t.name] = res
+			}
+			fmt.Printf("| %d | %s | %v | %s | %d KiB | %s | %d | %d |\n", q, t.name, res.virtualDur.Round(time.Millisecond), perQPTime,
+				res.srv.maxRSS, perQPMem, res.srv.maxMaps, res.srv.maxFDs)
+		}
+	}
+	return nil
+}
+
+// sampling makes startProc watch each process's mappings and descriptors.
+// Only the scale part does: on one vCPU the sampler's work would come out
+// of the measured programs' time.
+var sampling bool
+
+// proc is a started program.
+type proc struct {
+	cmd            *exec.Cmd
+	stdout, stderr bytes.Buffer
+	done           chan struct{}
+	err            error
+	maxRSS         int64 // KiB, from wait4's rusage
+	maxMaps        int
+	maxFDs         int
+}
+
+func startProc(ctx context.Context, argv []string) (*proc, error) {
+	p := &proc{done: make(chan struct{})}
+	p.cmd = exec.CommandContext(ctx, argv[0], argv[1:]...)
+	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
+	if err := p.cmd.Start(); err != nil {
+		return nil, err
+	}
+	stop := make(chan struct{})
+	if sampling {
+		go p.sample(stop)
+	}
+	go func() {
+		p.err = p.cmd.Wait()
+		close(stop)
+		if ru, ok := p.cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+			p.maxRSS = ru.Maxrss
+		}
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// sample records the most mappings and descriptors the process holds.
+func (p *proc) sample(stop chan struct{}) {
+	dir := fmt.Sprintf("/proc/%d", p.cmd.Process.Pid)
+	for {
+		if b, err := os.ReadFile(dir + "/maps"); err == nil {
+			p.maxMaps = max(p.maxMaps, bytes.Count(b, []byte("\n")))
+		}
+		if ents, err := os.ReadDir(dir + "/fd"); err == nil {
+			p.maxFDs = max(p.maxFDs, len(ents))
+		}
+		select {
+		case <-stop:
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+func (p *proc) kill() {
+	p.cmd.Process.Kill()
+	<-p.done
+}
+
+func (p *proc) out() string { return p.stdout.String() + p.stderr.String() }
+
+// resultRows returns the rows under perftest's results heading.
+func resultRows(out string) [][]string {
+	var rows [][]string
+	in := false
+	for _, line := range strings.Split(out, "\n") {
+		switch {
+		case strings.HasPrefix(line, " #bytes"):
+			in = true
+		case strings.HasPrefix(line, "----"):
+			in = false
+		case in && strings.TrimSpace(line) != "":
+			rows = append(rows, strings.Fields(line))
+		}
+	}
+	return rows
+}
+
+// listening says whether a TCP socket listens on port; connecting to find
+// out would take the server's only connection.
+func listening(port int) bool {
+	suffix := fmt.Sprintf(":%04X", port)
+	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		b, err := os.ReadFile(f)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			fs := strings.Fields(line)
+			if len(fs) > 3 && strings.HasSuffix(fs[1], suffix) && fs[3] == "0A" {
+				return true
+			}
+		}
+	}
+	return false
+}
