@@ -118,6 +118,10 @@ type QPInitAttr struct {
 	Type   QPType
 	Caps   QPCaps
 	HasSRQ bool // receives come from a shared receive queue: no RQ
+	// SRQ is the provider's SRQ the receives come from when HasSRQ, else
+	// nil. A provider whose receive completions name the QP rather than
+	// the SRQ (mlx5 with CQE version 1) finds the SRQ's WQE through it.
+	SRQ SRQ
 	// SignalAll: every send work request completes with a completion,
 	// whatever its Signaled flag (sq_sig_all).
 	SignalAll bool

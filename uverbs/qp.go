@@ -66,7 +66,11 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 	if err != nil {
 		return nil, err
 	}
-	b, err := pc.NewQP(provider.QPInitAttr{Type: attr.Type, Caps: attr.Cap, HasSRQ: attr.SRQ != nil, SignalAll: attr.SignalAll})
+	pattr := provider.QPInitAttr{Type: attr.Type, Caps: attr.Cap, HasSRQ: attr.SRQ != nil, SignalAll: attr.SignalAll}
+	if attr.SRQ != nil {
+		pattr.SRQ = attr.SRQ.prov
+	}
+	b, err := pc.NewQP(pattr)
 	if err != nil {
 		return nil, wrapErr("create QP", err)
 	}

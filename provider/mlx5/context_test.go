@@ -53,7 +53,7 @@ func TestContextUdata(t *testing.T) {
 		if tot, low := ne.u32(in, 0), ne.u32(in, 4); tot != wantTot || low != wantLow {
 			t.Errorf("page %d: total_num_bfregs %d, num_low_latency_bfregs %d; want %d, %d", page, tot, low, wantTot, wantLow)
 		}
-		if flags, mask, cqeVer, caps := ne.u32(in, 8), ne.u32(in, 12), in[16], ne.u64(in, 24); flags != 0 || mask != 0 || cqeVer != 0 || caps != abi.MLX5_LIB_CAP_4K_UAR {
+		if flags, mask, cqeVer, caps := ne.u32(in, 8), ne.u32(in, 12), in[16], ne.u64(in, 24); flags != 0 || mask != 0 || cqeVer != 1 || caps != abi.MLX5_LIB_CAP_4K_UAR {
 			t.Errorf("flags %#x comp_mask %#x max_cqe_version %d lib_caps %#x", flags, mask, cqeVer, caps)
 		}
 	}
@@ -107,7 +107,7 @@ func TestContextRefusesAnswers(t *testing.T) {
 		edit func(*abi.Mlx5IbAllocUcontextResp)
 	}{
 		{"dynamic UARs only", func(r *abi.Mlx5IbAllocUcontextResp) { r.Tot_bfregs = 0 }},
-		{"CQE version 1", func(r *abi.Mlx5IbAllocUcontextResp) { r.Cqe_version = 1 }},
+		{"CQE version 2", func(r *abi.Mlx5IbAllocUcontextResp) { r.Cqe_version = 2 }},
 		{"registers past the UAR", func(r *abi.Mlx5IbAllocUcontextResp) { r.Bf_reg_size = 1024 }},
 		{"odd register count", func(r *abi.Mlx5IbAllocUcontextResp) { r.Tot_bfregs = 15 }},
 	} {
@@ -195,7 +195,7 @@ func TestQPUdata(t *testing.T) {
 	if sq, rq, shift := ne.u32(in, 16), ne.u32(in, 20), ne.u32(in, 24); sq != 256 || rq != 128 || shift != 6 {
 		t.Errorf("sq_wqe_count %d rq_wqe_count %d rq_wqe_shift %d", sq, rq, shift)
 	}
-	if flags, uidx, bfreg, sqBuf, ece := ne.u32(in, 28), ne.u32(in, 32), ne.u32(in, 36), ne.u64(in, 40), ne.u32(in, 48); flags != 0 || uidx != 0xffffff || bfreg != 0 || sqBuf != 0 || ece != 0x10000000 {
+	if flags, uidx, bfreg, sqBuf, ece := ne.u32(in, 28), ne.u32(in, 32), ne.u32(in, 36), ne.u64(in, 40), ne.u32(in, 48); flags != 0 || uidx != 0 || bfreg != 0 || sqBuf != 0 || ece != 0x10000000 {
 		t.Errorf("flags %#x uidx %#x bfreg_index %d sq_buf_addr %#x ece %#x", flags, uidx, bfreg, sqBuf, ece)
 	}
 	if len(qb.mem) != 256*64+128*64 {
@@ -229,8 +229,9 @@ func TestQPUdata(t *testing.T) {
 		t.Error("no QP got a shared (medium) register")
 	}
 	// A QP on an SRQ has no receive queue.
-	q, _ := h.createQP(c, provider.QPInitAttr{Type: provider.QPTypeUD, Caps: provider.QPCaps{MaxSendWR: 4, MaxSendSGE: 1, MaxRecvWR: 4}, HasSRQ: true}, nil, nil, nil)
-	if q.rq != nil || q.sq == nil {
+	srq, hsrq := h.createSRQ(c, provider.SRQInitAttr{MaxWR: 4, MaxSGE: 1})
+	q, _ := h.createQP(c, provider.QPInitAttr{Type: provider.QPTypeUD, Caps: provider.QPCaps{MaxSendWR: 4, MaxSendSGE: 1, MaxRecvWR: 4}, HasSRQ: true}, nil, nil, hsrq)
+	if q.rq != nil || q.sq == nil || q.srq != srq {
 		t.Error("QP on an SRQ")
 	}
 }
@@ -247,7 +248,7 @@ func TestSRQUdata(t *testing.T) {
 	if len(in) != abi.SizeofMlx5IbCreateSrq || len(out) != abi.SizeofMlx5IbCreateSrqResp {
 		t.Fatalf("udata %d/%d", len(in), len(out))
 	}
-	if buf, db, flags, uidx := ne.u64(in, 0), ne.u64(in, 8), ne.u32(in, 16), ne.u32(in, 24); buf != addrOf(sb.mem) || db != uint64(uintptr(sb.db)) || flags != 0 || uidx != 0xffffff {
+	if buf, db, flags, uidx := ne.u64(in, 0), ne.u64(in, 8), ne.u32(in, 16), ne.u32(in, 24); buf != addrOf(sb.mem) || db != uint64(uintptr(sb.db)) || flags != 0 || uidx != 0 {
 		t.Errorf("buf %#x db %#x flags %#x uidx %#x", buf, db, flags, uidx)
 	}
 	if sb.size.nwqe != 128 || sb.size.wqeShift != 5 {
@@ -312,4 +313,74 @@ func TestDoorbellRecordPages(t *testing.T) {
 		t.Error("freed record not reused")
 	}
 	a.close()
+}
+
+// TestUserIndexes: under CQE version 1 (the model's default) every QP and
+// SRQ gets its own user index, freed ones are reused, and a failed
+// creation gives its index back; under version 0 they all send
+// MLX5_IB_DEFAULT_UIDX and QPs are found by number.
+func TestUserIndexes(t *testing.T) {
+	h := newHCA(t)
+	c := h.openContext()
+	if c.cqeVersion != 1 {
+		t.Fatalf("CQE version %d", c.cqeVersion)
+	}
+	cq, hcq := h.createCQ(c, 8)
+	_ = cq
+	caps := provider.QPCaps{MaxSendWR: 4, MaxSendSGE: 1, MaxRecvWR: 4, MaxRecvSGE: 1}
+	srq, hsrq := h.createSRQ(c, provider.SRQInitAttr{MaxWR: 4, MaxSGE: 1})
+	a, ha := h.createQP(c, provider.QPInitAttr{Type: provider.QPTypeRC, Caps: caps}, hcq, hcq, nil)
+	b, hb := h.createQP(c, provider.QPInitAttr{Type: provider.QPTypeRC, Caps: caps, HasSRQ: true}, hcq, hcq, hsrq)
+	if srq.uidx != 0 || a.rsn != 1 || b.rsn != 2 || ha.uidx != 1 || hb.uidx != 2 || b.srq != srq {
+		t.Fatalf("user indexes: SRQ %d, QPs %d %d (kernel saw %d %d)", srq.uidx, a.rsn, b.rsn, ha.uidx, hb.uidx)
+	}
+	if c.t.uidx.get(1) != a || c.t.qps.get(ha.qpn) != nil {
+		t.Error("QP not found by user index, or found by number")
+	}
+	h.destroyQP(a, ha)
+	if c.t.uidx.get(1) != nil {
+		t.Error("destroyed QP still found")
+	}
+	a2, ha2 := h.createQP(c, provider.QPInitAttr{Type: provider.QPTypeRC, Caps: caps}, hcq, hcq, nil)
+	if a2.rsn != 1 || ha2.uidx != 1 {
+		t.Errorf("freed user index not reused: %d", a2.rsn)
+	}
+	qb, err := c.NewQP(provider.QPInitAttr{Type: provider.QPTypeRC, Caps: caps})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := qb.(*qpBuilder).cmd.Uidx
+	qb.Abort()
+	if v, _ := c.uidx.alloc(); v != u {
+		t.Errorf("aborted QP's index %d not reused (got %d)", u, v)
+	}
+	// An SRQ that is not mlx5's cannot serve a QP under version 1.
+	if _, err := c.NewQP(provider.QPInitAttr{Type: provider.QPTypeRC, Caps: caps, HasSRQ: true}); !errors.Is(err, unix.EINVAL) {
+		t.Errorf("QP on an unknown SRQ: %v", err)
+	}
+
+	h0 := newHCA(t)
+	h0.oldCQE = true
+	c0 := h0.openContext()
+	_, hcq0 := h0.createCQ(c0, 8)
+	srq0, _ := h0.createSRQ(c0, provider.SRQInitAttr{MaxWR: 4, MaxSGE: 1})
+	q0, hq0 := h0.createQP(c0, provider.QPInitAttr{Type: provider.QPTypeRC, Caps: caps}, hcq0, hcq0, nil)
+	if c0.cqeVersion != 0 || srq0.uidx != defaultUIDX || q0.rsn != hq0.qpn || hq0.uidx != defaultUIDX || c0.t.qps.get(hq0.qpn) != q0 {
+		t.Errorf("CQE version 0: version %d, SRQ index %#x, QP rsn %#x index %#x", c0.cqeVersion, srq0.uidx, q0.rsn, hq0.uidx)
+	}
+}
+
+// TestModelCQEVersion0 runs the end-to-end model tests against a device
+// of CQE version 0 (older ConnectX and kernels), where CQEs name QPs and
+// SRQs by number.
+func TestModelCQEVersion0(t *testing.T) {
+	modelOldCQE = true
+	defer func() { modelOldCQE = false }()
+	for name, f := range map[string]func(*testing.T){
+		"SendRecv": TestModelSendRecv, "RDMAAndAtomics": TestModelRDMAAndAtomics, "RingWrap": TestModelRingWrap,
+		"Errors": TestModelErrors, "SRQ": TestModelSRQ, "UD": TestModelUD, "DestroyCleansCQ": TestModelDestroyCleansCQ,
+		"Refusals": TestModelRefusals, "HotPathAllocs": TestModelHotPathAllocs,
+	} {
+		t.Run(name, f)
+	}
 }

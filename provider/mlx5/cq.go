@@ -95,7 +95,7 @@ func (cq *CQ) Poll(wc []wr.Completion) int {
 		cq.mu.unlock()
 		return 0
 	}
-	r := resources{t: &cq.ctx.t}
+	r := resources{t: &cq.ctx.t, v1: cq.ctx.cqeVersion == cqeVersion1}
 	n := 0
 	start := cq.ring.consIndex
 	for n < len(wc) {
@@ -150,16 +150,20 @@ func (cq *CQ) CQEvent() {
 // beWord64 returns the value whose native in-memory bytes are v big-endian.
 func beWord64(v uint64) uint64 { return toBE64(v) }
 
-// clean removes the CQEs of QP qpn, which was destroyed, from the ring
+// clean removes the CQEs of a destroyed QP from the ring
 // (__mlx5_cq_clean): later CQEs move up over them, keeping the owner bits
 // of the entries they land in, and the consumer index skips the freed
-// entries. Receives on an SRQ give their WQEs back to it.
-func (cq *CQ) clean(qpn uint32) {
+// entries. Receives on an SRQ give their WQEs back to it. With CQE
+// version 1 the QP's CQEs carry its user index (rsn) and its receives are
+// on its own SRQ; with version 0 they carry its number, and a receive on
+// an SRQ names the SRQ.
+func (cq *CQ) clean(qp *QP) {
 	cq.mu.lock()
 	defer cq.mu.unlock()
 	if cq.mem == nil {
 		return
 	}
+	v1 := cq.ctx.cqeVersion == cqeVersion1
 	r := &cq.ring
 	prod := r.consIndex
 	for r.swOwned(prod) != nil {
@@ -173,21 +177,33 @@ func (cq *CQ) clean(qpn uint32) {
 	for int32(prod-r.consIndex) > 0 {
 		prod--
 		cqe := r.entry(prod)
-		if getBE32(at(cqe, cqeOffSopDropQPN))&cqeQPNMask == qpn {
-			switch *(*uint8)(at(cqe, cqeOffOpOwn)) >> cqeOpcodeShift {
+		cqe64 := cqe
+		srqnUidx := getBE32(at(cqe64, cqeOffSrqnUidx)) & cqeSrqnUidxMask
+		var mine bool
+		if v1 {
+			mine = srqnUidx == qp.rsn
+		} else {
+			mine = getBE32(at(cqe64, cqeOffSopDropQPN))&cqeQPNMask == qp.num
+		}
+		if mine {
+			switch *(*uint8)(at(cqe64, cqeOffOpOwn)) >> cqeOpcodeShift {
 			case cqeRespWrImm, cqeRespSend, cqeRespSendIm, cqeRespSendIn, cqeRespErr:
-				if srqn := getBE32(at(cqe, cqeOffSrqnUidx)) & cqeSrqnUidxMask; srqn != 0 {
-					if srq := cq.ctx.t.srqs.get(srqn); srq != nil {
-						srq.release(getBE16(at(cqe, cqeOffWQECounter)))
-					}
+				var srq *SRQ
+				if v1 {
+					srq = qp.srq
+				} else if srqnUidx != 0 {
+					srq = cq.ctx.t.srqs.get(srqnUidx)
+				}
+				if srq != nil {
+					srq.release(getBE16(at(cqe64, cqeOffWQECounter)))
 				}
 			}
 			nfreed++
 		} else if nfreed > 0 {
 			dst := r.entry(prod + nfreed)
-			owner := *(*uint8)(at(dst, cqeOffOpOwn)) & cqeOwnerMask
-			memmove(dst, cqe, cqe64Size)
 			p := (*uint8)(at(dst, cqeOffOpOwn))
+			owner := *p & cqeOwnerMask
+			memmove(dst, cqe, cqe64Size)
 			*p = owner | *p&^cqeOwnerMask
 		}
 	}

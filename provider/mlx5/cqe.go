@@ -89,16 +89,26 @@ func syndromeStatus(synd uint8) wr.Status {
 }
 
 // resources finds the QP or SRQ a CQE names, remembering the last ones
-// found, as rdma-core's cur_rsc and cur_srq do within one poll.
+// found, as rdma-core's cur_rsc and cur_srq do within one poll. With CQE
+// version 1 a CQE names its QP by user index (srqn_uidx), and a receive on
+// an SRQ names the QP, whose SRQ holds the WQE; with version 0 it names
+// the QP by number and, for receives on an SRQ, the SRQ by number.
 type resources struct {
 	t   *tables
+	v1  bool
 	qp  *QP
 	srq *SRQ
 }
 
-func (r *resources) qpByNum(qpn uint32) *QP {
-	if r.qp == nil || r.qp.num != qpn {
-		r.qp = r.t.qps.get(qpn)
+// qpByRsn finds a QP by its resource number: the user index with CQE
+// version 1, the QP number with version 0.
+func (r *resources) qpByRsn(rsn uint32) *QP {
+	if r.qp == nil || r.qp.rsn != rsn {
+		if r.v1 {
+			r.qp = r.t.uidx.get(rsn)
+		} else {
+			r.qp = r.t.qps.get(rsn)
+		}
 	}
 	return r.qp
 }
@@ -110,12 +120,19 @@ func (r *resources) srqByNum(srqn uint32) *SRQ {
 	return r.srq
 }
 
+// reqQP is the QP a requester CQE names.
+func (r *resources) reqQP(cqe unsafe.Pointer, qpn uint32) *QP {
+	if r.v1 {
+		return r.qpByRsn(getBE32(at(cqe, cqeOffSrqnUidx)) & cqeSrqnUidxMask)
+	}
+	return r.qpByRsn(qpn)
+}
+
 // decodeCQE turns the software-owned CQE at cqe into c, and retires the
 // work request it completes from its queue (the send queue's tail moves
 // past the WQE, a receive queue's tail by one, an SRQ WQE returns to the
-// free list). It follows rdma-core's mlx5_parse_cqe for CQE version 0,
-// where a CQE names its QP by number and, for receives on an SRQ, the
-// SRQ by number. It reports false for a CQE that completes nothing the
+// free list). It follows rdma-core's mlx5_parse_cqe for both CQE
+// versions (see resources). It reports false for a CQE that completes nothing the
 // caller should see: a QP or SRQ this context does not know (destroyed),
 // and CQE kinds this provider never asks for (resize, tag matching,
 // signature errors).
@@ -127,7 +144,7 @@ func decodeCQE(cqe unsafe.Pointer, c *wr.Completion, r *resources) bool {
 
 	switch opcode := opOwn >> cqeOpcodeShift; opcode {
 	case cqeReq:
-		qp := r.qpByNum(qpn)
+		qp := r.reqQP(cqe, qpn)
 		if qp == nil || qp.sq == nil {
 			return false
 		}
@@ -192,7 +209,7 @@ func decodeCQE(cqe unsafe.Pointer, c *wr.Completion, r *resources) bool {
 		c.Status = syndromeStatus(*(*uint8)(at(cqe, errOffSyndrome)))
 		c.VendorErr = uint32(*(*uint8)(at(cqe, errOffVendorSynd)))
 		if opcode == cqeReqErr {
-			qp := r.qpByNum(qpn)
+			qp := r.reqQP(cqe, qpn)
 			if qp == nil || qp.sq == nil {
 				return false
 			}
@@ -220,15 +237,27 @@ func completeSend(sq *sendQueue, cqe unsafe.Pointer, c *wr.Completion) {
 // SRQ WQE it names, which returns to the SRQ's free list, or the oldest
 // outstanding WQE of the QP's receive queue.
 func completeRecv(cqe unsafe.Pointer, c *wr.Completion, r *resources, qpn uint32) bool {
-	if srqn := getBE32(at(cqe, cqeOffSrqnUidx)) & cqeSrqnUidxMask; srqn != 0 {
-		srq := r.srqByNum(srqn)
+	srqnUidx := getBE32(at(cqe, cqeOffSrqnUidx)) & cqeSrqnUidxMask
+	var qp *QP
+	if r.v1 {
+		// get_resp_ctx_v1: the QP by user index; its SRQ, if it has one.
+		if qp = r.qpByRsn(srqnUidx); qp == nil {
+			return false
+		}
+		if qp.srq != nil {
+			qp.srq.complete(getBE16(at(cqe, cqeOffWQECounter)), c)
+			return true
+		}
+	} else if srqnUidx != 0 {
+		srq := r.srqByNum(srqnUidx)
 		if srq == nil {
 			return false
 		}
 		srq.complete(getBE16(at(cqe, cqeOffWQECounter)), c)
 		return true
+	} else {
+		qp = r.qpByRsn(qpn)
 	}
-	qp := r.qpByNum(qpn)
 	if qp == nil || qp.rq == nil {
 		return false
 	}
@@ -274,8 +303,40 @@ func (t *table[T]) remove(n uint32, v *T) {
 	}
 }
 
-// tables are a context's QP and SRQ maps.
+// tables are a context's QP and SRQ maps: QPs by number (CQE version 0)
+// or by user index (version 1), SRQs by number.
 type tables struct {
 	qps  table[QP]
+	uidx table[QP]
 	srqs table[SRQ]
+}
+
+// uidxAllocator hands out the 24-bit user indexes that QPs and SRQs carry
+// under CQE version 1 (rdma-core's mlx5_store_uidx), reusing freed ones
+// first and never MLX5_IB_DEFAULT_UIDX, which the kernel refuses.
+type uidxAllocator struct {
+	mu   sync.Mutex
+	free []uint32
+	next uint32
+}
+
+func (a *uidxAllocator) alloc() (uint32, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if n := len(a.free); n > 0 {
+		u := a.free[n-1]
+		a.free = a.free[:n-1]
+		return u, true
+	}
+	if a.next >= defaultUIDX {
+		return 0, false
+	}
+	a.next++
+	return a.next - 1, true
+}
+
+func (a *uidxAllocator) release(u uint32) {
+	a.mu.Lock()
+	a.free = append(a.free, u)
+	a.mu.Unlock()
 }

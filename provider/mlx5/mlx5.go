@@ -71,15 +71,13 @@ type ctxBuilder struct {
 // if pages are larger, of which 4 (or more, so that at most 12 are
 // shared) are low-latency ones a single QP owns.
 //
-// Two requests differ from rdma-core's. lib_caps asks for 4K UARs but not
-// dynamic UARs: those are allocated per QP through driver-specific ioctl
-// methods (MLX5_IB_METHOD_UAR_OBJ_ALLOC) that provider.Kernel does not
-// carry, so the kernel allocates the static registers up front and
-// assigns one to each QP, the path rdma-core takes on kernels without
-// dynamic UARs. max_cqe_version is 0: with version 1, a receive CQE on a
-// QP attached to an SRQ names the QP, and finding the SRQ takes the QP's
-// SRQ, which provider.QPInitAttr does not name; with version 0 the CQE
-// names the SRQ itself.
+// lib_caps asks for 4K UARs but not dynamic UARs: those are allocated per
+// QP through driver-specific ioctl methods (MLX5_IB_METHOD_UAR_OBJ_ALLOC)
+// that provider.Kernel does not carry, so the kernel allocates the static
+// registers up front and assigns one to each QP, the path rdma-core takes
+// on kernels without dynamic UARs. max_cqe_version is 1, as rdma-core
+// asks: the kernel answers the smaller of that and what the device does,
+// and the provider handles both (see decodeCQE).
 func newContextBuilder(k provider.Kernel, pageSize int) *ctxBuilder {
 	tot := uint32(max(defTotalUUARs, pageSize/adapterPageSize*nonFPBfregsPerUAR))
 	tot = uint32(alignUp(int(tot), nonFPBfregsPerUAR))
@@ -87,7 +85,7 @@ func newContextBuilder(k provider.Kernel, pageSize int) *ctxBuilder {
 	b := &ctxBuilder{k: k, pageSize: pageSize, totUUARs: tot, lowLat: low}
 	b.req.Total_num_bfregs = tot
 	b.req.Num_low_latency_bfregs = low
-	b.req.Max_cqe_version = 0
+	b.req.Max_cqe_version = cqeVersion1
 	b.req.Lib_caps = abi.MLX5_LIB_CAP_4K_UAR
 	return b
 }
@@ -117,7 +115,8 @@ type Context struct {
 	k        provider.Kernel
 	pageSize int
 	lim      limits
-	// From the context response.
+	// From the context response. cqeVersion 1: CQEs name QPs by the user
+	// index the provider gave them (srqn_uidx), not by QP number.
 	cqeVersion  uint8
 	bfRegSize   uint32
 	totUUARs    uint32
@@ -133,6 +132,7 @@ type Context struct {
 	cqDB  unsafe.Pointer
 	db    dbAllocator
 	t     tables
+	uidx  uidxAllocator
 	cqMu  sync.Mutex
 	cqs   map[*CQ]struct{}
 	close sync.Once
@@ -142,8 +142,8 @@ func newContext(k provider.Kernel, pageSize int, r *abi.Mlx5IbAllocUcontextResp,
 	if r.Tot_bfregs == 0 {
 		return nil, fmt.Errorf("mlx5: the kernel allocated no static BlueFlame registers (it granted only dynamic UARs): %w", unix.EOPNOTSUPP)
 	}
-	if r.Cqe_version != 0 {
-		return nil, fmt.Errorf("mlx5: kernel chose CQE version %d, asked for 0: %w", r.Cqe_version, unix.EPROTO)
+	if r.Cqe_version > cqeVersion1 {
+		return nil, fmt.Errorf("mlx5: kernel chose CQE version %d, asked for at most %d: %w", r.Cqe_version, cqeVersion1, unix.EPROTO)
 	}
 	c := &Context{
 		k:        k,

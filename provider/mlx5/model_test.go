@@ -64,6 +64,7 @@ type hca struct {
 	bfCount  []int // QPs per BlueFlame register (kernel numbering)
 	bfHalf   map[int]uintptr
 	cqeVer   uint8
+	oldCQE   bool // a device of CQE version 0 only
 	ece      bool
 	noWC     bool // answer bf_reg_size 0: no BlueFlame
 	nextNum  uint32
@@ -84,8 +85,12 @@ type dbRecord struct {
 	half      uintptr
 }
 
+// modelOldCQE makes newHCA model a device of CQE version 0 only; the
+// variant tests set it to run the end-to-end tests on that path too.
+var modelOldCQE bool
+
 func newHCA(t testing.TB) *hca {
-	return &hca{t: t, pageSize: unix.Getpagesize(), uars: map[int64][]byte{}, bfHalf: map[int]uintptr{},
+	return &hca{oldCQE: modelOldCQE, t: t, pageSize: unix.Getpagesize(), uars: map[int64][]byte{}, bfHalf: map[int]uintptr{},
 		cqs: map[uint32]*hwCQ{}, qps: map[uint32]*hwQP{}, srqs: map[uint32]*hwSRQ{}, mrs: map[uint32]*hwMR{},
 		nextNum: 0x100, nextKey: 0x1000}
 }
@@ -166,7 +171,10 @@ func (h *hca) allocUcontext(in, out []byte) error {
 	}
 	h.totBf, h.lowLat = tot, req.Num_low_latency_bfregs
 	h.bfCount = make([]int, tot)
-	h.cqeVer = min(req.Max_cqe_version, 1)
+	h.cqeVer = min(req.Max_cqe_version, 1) // MLX5_CAP_GEN(cqe_version)
+	if h.oldCQE {
+		h.cqeVer = 0
+	}
 	r := (*abi.Mlx5IbAllocUcontextResp)(unsafe.Pointer(&out[0]))
 	*r = abi.Mlx5IbAllocUcontextResp{
 		Qp_tab_size: 1 << 18, Bf_reg_size: modelBfRegSize, Tot_bfregs: tot, Cache_line_size: 64,
@@ -237,6 +245,7 @@ type hwQP struct {
 	rqShift  uint32
 	db       *[2]uint32
 	bfreg    int // kernel (gross) index
+	uidx     uint32
 	sendCQ   *hwCQ
 	recvCQ   *hwCQ
 	srq      *hwSRQ
@@ -285,6 +294,9 @@ func (h *hca) createQP(c *Context, attr provider.QPInitAttr, send, recv *hwCQ, s
 }
 
 func (h *hca) tryCreateQP(c *Context, attr provider.QPInitAttr, send, recv *hwCQ, srq *hwSRQ) (*QP, *hwQP, error) {
+	if attr.HasSRQ && attr.SRQ == nil && srq != nil {
+		attr.SRQ = srq.prov // as the core passes it
+	}
 	b, err := c.NewQP(attr)
 	if err != nil {
 		return nil, nil, err
@@ -296,7 +308,7 @@ func (h *hca) tryCreateQP(c *Context, attr provider.QPInitAttr, send, recv *hwCQ
 	if cmd.Sq_wqe_count&(cmd.Sq_wqe_count-1) != 0 || cmd.Rq_wqe_count&(cmd.Rq_wqe_count-1) != 0 ||
 		cmd.Sq_wqe_count > modelMaxWQEBB || cmd.Buf_addr%uint64(h.pageSize) != 0 || cmd.Db_addr%8 != 0 ||
 		cmd.Flags&^(abi.MLX5_QP_FLAG_SCATTER_CQE) != 0 || cmd.Sq_buf_addr != 0 ||
-		(h.cqeVer == 0 && cmd.Uidx != defaultUIDX) || (attr.HasSRQ && cmd.Rq_wqe_count != 0) {
+		!h.validUidx(cmd.Uidx) || (attr.HasSRQ && cmd.Rq_wqe_count != 0) {
 		b.Abort()
 		h.t.Fatalf("create QP driver data %+v", cmd)
 	}
@@ -307,7 +319,7 @@ func (h *hca) tryCreateQP(c *Context, attr provider.QPInitAttr, send, recv *hwCQ
 		h.t.Errorf("ECE options %#x with ECE offered %v", cmd.Ece_options, h.ece)
 	}
 	hw := &hwQP{qpn: h.num(), typ: attr.Type, sqCnt: cmd.Sq_wqe_count, rqCnt: cmd.Rq_wqe_count, rqShift: cmd.Rq_wqe_shift,
-		db: (*[2]uint32)(userMem(cmd.Db_addr)), sendCQ: send, recvCQ: recv, srq: srq}
+		db: (*[2]uint32)(userMem(cmd.Db_addr)), sendCQ: send, recvCQ: recv, srq: srq, uidx: cmd.Uidx}
 	hw.rq = userMem(cmd.Buf_addr)
 	hw.sq = unsafe.Add(hw.rq, uintptr(cmd.Rq_wqe_count)<<cmd.Rq_wqe_shift)
 	hw.bfreg = h.allocBfreg()
@@ -320,6 +332,25 @@ func (h *hca) tryCreateQP(c *Context, attr provider.QPInitAttr, send, recv *hwCQ
 	return prov.(*QP), hw, nil
 }
 
+// validUidx is mlx5_ib's verify_assign_uidx: with CQE version 1 a QP or
+// SRQ needs a 24-bit user index other than the default; with version 0 the
+// provider sends the default. The model also refuses an index in use.
+func (h *hca) validUidx(u uint32) bool {
+	if h.cqeVer == 0 {
+		return u == defaultUIDX
+	}
+	if u == defaultUIDX || u&^cqeSrqnUidxMask != 0 {
+		return false
+	}
+	for _, q := range h.qps {
+		if q.uidx == u {
+			h.t.Errorf("user index %#x given twice", u)
+			return false
+		}
+	}
+	return true
+}
+
 // destroyQP is the kernel's destroy, then the provider's Close, in the
 // core's order.
 func (h *hca) destroyQP(p *QP, hw *hwQP) {
@@ -330,6 +361,7 @@ func (h *hca) destroyQP(p *QP, hw *hwQP) {
 }
 
 type hwSRQ struct {
+	prov  *SRQ
 	srqn  uint32
 	buf   unsafe.Pointer
 	shift uint32
@@ -350,7 +382,7 @@ func (h *hca) createSRQ(c *Context, attr provider.SRQInitAttr) (*SRQ, *hwSRQ) {
 	// create_srq_user: the kernel's own sizing of the buffer.
 	desc := max(roundUpPow2(srqNextSegSize+attr.MaxSGE*dataSegSize), 32)
 	nwqe := roundUpPow2(attr.MaxWR + 1)
-	if cmd.Buf_addr%uint64(h.pageSize) != 0 || (h.cqeVer == 0 && cmd.Uidx != defaultUIDX) || cmd.Flags != 0 {
+	if cmd.Buf_addr%uint64(h.pageSize) != 0 || !h.validUidx(cmd.Uidx) || cmd.Flags != 0 {
 		b.Abort()
 		h.t.Fatalf("create SRQ driver data %+v", cmd)
 	}
@@ -360,6 +392,7 @@ func (h *hca) createSRQ(c *Context, attr provider.SRQInitAttr) (*SRQ, *hwSRQ) {
 	if err != nil {
 		h.t.Fatal(err)
 	}
+	hw.prov = p.(*SRQ)
 	h.srqs[hw.srqn] = hw
 	return p.(*SRQ), hw
 }
@@ -787,6 +820,9 @@ func (h *hca) reqCQE(q *hwQP, op *sendOp, byteCnt uint32, synd uint8, isErr bool
 	}
 	h.push(q.sendCQ, func(c unsafe.Pointer) {
 		putBE32(at(c, cqeOffSopDropQPN), uint32(op.opcode)<<24|q.qpn)
+		if h.cqeVer == 1 {
+			putBE32(at(c, cqeOffSrqnUidx), q.uidx)
+		}
 		putBE16(at(c, cqeOffWQECounter), op.wqeIdx)
 		putBE32(at(c, cqeOffByteCnt), byteCnt)
 		if isErr {
@@ -804,8 +840,13 @@ func (h *hca) respCQE(dst, src *hwQP, respOp, synd uint8, srqIdx uint16, op *sen
 	h.push(dst.recvCQ, func(c unsafe.Pointer) {
 		putBE32(at(c, cqeOffSopDropQPN), dst.qpn)
 		putBE32(at(c, cqeOffByteCnt), byteCnt)
-		if dst.srq != nil {
+		switch {
+		case h.cqeVer == 1:
+			putBE32(at(c, cqeOffSrqnUidx), dst.uidx) // the QP, even on an SRQ
+		case dst.srq != nil:
 			putBE32(at(c, cqeOffSrqnUidx), dst.srq.srqn)
+		}
+		if dst.srq != nil {
 			putBE16(at(c, cqeOffWQECounter), srqIdx)
 		}
 		if synd != 0 {

@@ -154,6 +154,7 @@ const (
 	mmapCmdShift         = 8                     // MLX5_IB_MMAP_CMD_SHIFT
 	mmapRegularPagesCmd  = 0                     // MLX5_MMAP_GET_REGULAR_PAGES_CMD
 	defaultUIDX          = 0xffffff              // MLX5_IB_DEFAULT_UIDX: "no user index" (CQE version 0)
+	cqeVersion1          = 1                     // MLX5_CQE_VERSION_V1
 	qpcPageOffsetQuanta  = 64                    // MLX5_QPC_PAGE_OFFSET_QUANTA
 	roceUDPEncapPortMin  = 0xc000                // IB_ROCE_UDP_ENCAP_VALID_PORT_MIN
 	roceUDPEncapPortMax  = 0xffff

@@ -20,6 +20,7 @@ type qpBuilder struct {
 	attr provider.QPInitAttr
 	sq   sqSize
 	rq   rqSize
+	srq  *SRQ
 	mem  []byte
 	db   unsafe.Pointer
 	cmd  abi.Mlx5IbCreateQp
@@ -65,6 +66,22 @@ func (c *Context) NewQP(attr provider.QPInitAttr) (provider.Builder[provider.QP]
 	b.cmd.Rq_wqe_count = rq.wqeCnt
 	b.cmd.Rq_wqe_shift = rq.wqeShift
 	b.cmd.Uidx = defaultUIDX
+	if c.cqeVersion == cqeVersion1 {
+		// The kernel refuses the default index under CQE version 1: the
+		// QP's CQEs will carry this one.
+		u, ok := c.uidx.alloc()
+		if !ok {
+			b.Abort()
+			return nil, fmt.Errorf("mlx5: no free user index for the QP: %w", unix.ENOMEM)
+		}
+		b.cmd.Uidx = u
+	}
+	if attr.HasSRQ {
+		if b.srq, _ = attr.SRQ.(*SRQ); b.srq == nil && c.cqeVersion == cqeVersion1 {
+			b.Abort()
+			return nil, fmt.Errorf("mlx5: QP on an SRQ that is not an mlx5 SRQ (%T): %w", attr.SRQ, unix.EINVAL)
+		}
+	}
 	if c.ece {
 		b.cmd.Ece_options = eceTrigger
 	}
@@ -74,6 +91,9 @@ func (c *Context) NewQP(attr provider.QPInitAttr) (provider.Builder[provider.QP]
 func (b *qpBuilder) Udata() (in, out []byte) { return bytesOf(&b.cmd), bytesOf(&b.resp) }
 
 func (b *qpBuilder) Abort() {
+	if b.ctx.cqeVersion == cqeVersion1 && b.mem != nil {
+		b.ctx.uidx.release(b.cmd.Uidx)
+	}
 	freeQueueMem(b.mem)
 	b.ctx.db.free(b.db)
 	b.mem, b.db = nil, nil
@@ -98,6 +118,8 @@ func (b *qpBuilder) Finish(c provider.Created) (provider.QP, error) {
 	qp := &QP{
 		ctx: b.ctx,
 		num: c.QPNum,
+		rsn: c.QPNum,
+		srq: b.srq,
 		typ: b.attr.Type,
 		mem: b.mem,
 		db:  (*[2]uint32)(b.db),
@@ -137,7 +159,12 @@ func (b *qpBuilder) Finish(c provider.Created) (provider.QP, error) {
 			qp.sq.sigBits = ctrlCQUpdate
 		}
 	}
-	b.ctx.t.qps.set(c.QPNum, qp)
+	if b.ctx.cqeVersion == cqeVersion1 {
+		qp.rsn = b.cmd.Uidx
+		b.ctx.t.uidx.set(qp.rsn, qp)
+	} else {
+		b.ctx.t.qps.set(c.QPNum, qp)
+	}
 	return qp, nil
 }
 
@@ -145,6 +172,10 @@ func (b *qpBuilder) Finish(c provider.Created) (provider.QP, error) {
 type QP struct {
 	ctx *Context
 	num uint32
+	// rsn is what the QP's CQEs name it by: its user index with CQE
+	// version 1, else its number (rdma-core's rsc.rsn).
+	rsn uint32
+	srq *SRQ // the SRQ its receives come from, or nil
 	typ provider.QPType
 	mem []byte
 	db  *[2]uint32 // doorbell record: receive counter, send counter (big-endian)
@@ -297,22 +328,30 @@ func (qp *QP) PostRecv(wrs []wr.RecvWR) (int, error) {
 // (they would otherwise name a QP number the kernel may reuse) and frees
 // its memory. The core calls it after the kernel destroyed the QP.
 func (qp *QP) Close() error {
-	qp.ctx.t.qps.remove(qp.num, qp)
+	v1 := qp.ctx.cqeVersion == cqeVersion1
+	if v1 {
+		qp.ctx.t.uidx.remove(qp.rsn, qp)
+	} else {
+		qp.ctx.t.qps.remove(qp.num, qp)
+	}
 	qp.ctx.cqMu.Lock()
 	cqs := make([]*CQ, 0, len(qp.ctx.cqs))
 	for cq := range qp.ctx.cqs {
 		cqs = append(cqs, cq)
 	}
 	qp.ctx.cqMu.Unlock()
-	for _, cq := range cqs {
-		cq.clean(qp.num)
-	}
 	qp.sqMu.lock()
 	defer qp.sqMu.unlock()
 	qp.rqMu.lock()
 	defer qp.rqMu.unlock()
 	if qp.mem == nil {
 		return nil
+	}
+	for _, cq := range cqs {
+		cq.clean(qp)
+	}
+	if v1 {
+		qp.ctx.uidx.release(qp.rsn) // no CQE names it any more
 	}
 	err := freeQueueMem(qp.mem)
 	qp.ctx.db.free(unsafe.Pointer(qp.db))

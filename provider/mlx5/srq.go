@@ -42,12 +42,25 @@ func (c *Context) NewSRQ(attr provider.SRQInitAttr) (provider.Builder[provider.S
 	b.cmd.Buf_addr = addrOf(mem)
 	b.cmd.Db_addr = uint64(uintptr(db))
 	b.cmd.Uidx = defaultUIDX
+	if c.cqeVersion == cqeVersion1 {
+		// The kernel wants a user index under CQE version 1 (an XRC SRQ's
+		// CQEs would carry it); receives on a plain SRQ name the QP.
+		u, ok := c.uidx.alloc()
+		if !ok {
+			b.Abort()
+			return nil, fmt.Errorf("mlx5: no free user index for the SRQ: %w", unix.ENOMEM)
+		}
+		b.cmd.Uidx = u
+	}
 	return b, nil
 }
 
 func (b *srqBuilder) Udata() (in, out []byte) { return bytesOf(&b.cmd), bytesOf(&b.resp) }
 
 func (b *srqBuilder) Abort() {
+	if b.ctx.cqeVersion == cqeVersion1 && b.mem != nil {
+		b.ctx.uidx.release(b.cmd.Uidx)
+	}
 	freeQueueMem(b.mem)
 	b.ctx.db.free(b.db)
 	b.mem, b.db = nil, nil
@@ -58,7 +71,7 @@ func (b *srqBuilder) Finish(c provider.Created) (provider.SRQ, error) {
 		b.Abort()
 		return nil, fmt.Errorf("mlx5: kernel answered SRQ number %#x: %w", b.resp.Srqn, unix.EPROTO)
 	}
-	s := &SRQ{ctx: b.ctx, num: b.resp.Srqn, mem: b.mem, db: (*uint32)(b.db)}
+	s := &SRQ{ctx: b.ctx, num: b.resp.Srqn, uidx: b.cmd.Uidx, mem: b.mem, db: (*uint32)(b.db)}
 	s.ring = srqRing{
 		start:    unsafe.Pointer(&b.mem[0]),
 		wqeShift: b.size.wqeShift,
@@ -76,6 +89,7 @@ func (b *srqBuilder) Finish(c provider.Created) (provider.SRQ, error) {
 type SRQ struct {
 	ctx  *Context
 	num  uint32
+	uidx uint32 // its user index (CQE version 1), else MLX5_IB_DEFAULT_UIDX
 	mu   spinLock
 	mem  []byte
 	db   *uint32 // doorbell record: WQEs posted (big-endian)
@@ -141,6 +155,9 @@ func (s *SRQ) Close() error {
 	err := freeQueueMem(s.mem)
 	s.ctx.db.free(unsafe.Pointer(s.db))
 	s.mem, s.db = nil, nil
+	if s.ctx.cqeVersion == cqeVersion1 {
+		s.ctx.uidx.release(s.uidx)
+	}
 	return err
 }
 
