@@ -198,6 +198,10 @@ type perfOptions struct {
 	limitMR    float64
 	limitMROn  bool
 	server     string // the host to connect to: client mode when set
+	// rdmaCM (-R): the QPs are connected with rdma_cm, and, as perftest
+	// then does, the exchange runs over an rdma_cm connection of its own
+	// instead of TCP (see perf_cm.go).
+	rdmaCM bool
 
 	// Learnt from the device and the peer.
 	transport string
@@ -280,7 +284,7 @@ var perfOpts = []perfOpt{
 	{"q", "qp", true, "=<num of qp's>  Num of qp's(default 1)", perfBWOnly},
 	{"Q", "cq-mod", true, "  Generate Cqe only after <--cq-mod> completion", perfBWOnly},
 	{"r", "rx-depth", true, "=<dep>  Rx queue size (default 512).", perfSendOnly},
-	{"R", "rdma_cm", false, "  Connect QPs with rdma_cm and run test on those QPs (not supported yet by rdmago)", perfAll},
+	{"R", "rdma_cm", false, "  Connect QPs with rdma_cm and run test on those QPs", perfAll},
 	{"s", "size", true, "", perfNotAtomic}, // help by test, in perfUsage
 	{"S", "sl", true, "=<sl>  SL (default 0)", perfAll},
 	{"t", "tx-depth", true, "=<dep>  Size of tx queue (default 128)", perfBWOnly},
@@ -671,10 +675,8 @@ func perfParse(argv0 string, t perfTest, args []string) (perfOptions, perfStop) 
 		},
 		"z": func(string) error { return unsupported("-z (data exchange over rdma_cm)") },
 		"R": func(string) error {
-			if stop.kind == perfGo {
-				stop = perfStop{kind: perfFail, msg: fmt.Sprintf("%s: -R (connecting the QPs with rdma_cm) is not supported yet: it comes with package cm; use the TCP exchange (no -R)\n", argv0)}
-			}
-			return errPerfStop
+			o.rdmaCM = true
+			return nil
 		},
 		"s": func(v string) error {
 			factor := uint64(1)
@@ -867,6 +869,18 @@ func perfForceDependencies(o perfOptions) (perfOptions, perfStop) {
 	}
 	if o.runAll {
 		o.size = 8388608
+	}
+	if o.rdmaCM {
+		// perftest's own refusals, in its words.
+		if o.conn == perfUC {
+			return fail(perfResultLine+" UC is not supported in librdmacm\n", "")
+		}
+		// perftest connects UD QPs through rdma_cm too (the peer's QP
+		// number and Q_Key from the ESTABLISHED event, an address handle
+		// learnt from a first receive); rdmago does not.
+		if o.conn == perfUD {
+			return fail("", "rdmago perf: -R with UD QPs (-c UD) is not supported; use RC, or UD without -R\n")
+		}
 	}
 	if t.verb == perfAtomic && o.size != 8 {
 		return fail(perfResultLine+"Message size cannot be changed for Atomic tests \n", "")

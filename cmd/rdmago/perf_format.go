@@ -148,8 +148,18 @@ func perfTestInfo(o *perfOptions) string {
 	} else {
 		fmt.Fprintf(&b, " Outstand reads  : %d\n", o.outReads)
 	}
-	b.WriteString(" rdma_cm QPs\t : OFF\n")
-	b.WriteString(" Data ex. method : Ethernet\n")
+	if !o.rdmaCM {
+		b.WriteString(" rdma_cm QPs\t : OFF\n")
+		b.WriteString(" Data ex. method : Ethernet\n")
+	} else {
+		b.WriteString(" rdma_cm QPs\t : ON\n")
+		b.WriteString(" Data ex. method : rdma_cm\n")
+		if !o.client() {
+			b.WriteString(perfResultLine)
+			b.WriteString(" Waiting for client rdma_cm QP to connect\n")
+			b.WriteString(" Please run the same command with the IB/RoCE interface IP\n")
+		}
+	}
 	b.WriteString(perfResultLine)
 	return b.String()
 }
@@ -160,7 +170,13 @@ func perfAddrLines(side string, d perfDest, o *perfOptions) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, " %s address: LID %s QPN %s PSN %s", side,
 		perfAltHex(uint64(uint16(d.LID)), 4), perfAltHex(uint64(d.QPN), 6), perfAltHex(uint64(d.PSN), 6))
-	switch o.test.verb {
+	// perftest prints by the verb of its exchange's parameters, which
+	// with rdma_cm are those of its SEND connection: no keys then.
+	verb := o.test.verb
+	if o.rdmaCM {
+		verb = perfSend
+	}
+	switch verb {
 	case perfRead:
 		fmt.Fprintf(&b, " OUT %s", perfAltHex(uint64(d.OutReads), 4))
 		fallthrough

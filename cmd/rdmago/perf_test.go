@@ -7,6 +7,7 @@ package main
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io"
@@ -65,6 +66,22 @@ func TestPerfDestEncode(t *testing.T) {
 		if _, err := d.encode(true); err == nil {
 			t.Errorf("encode(%+v): no error", d)
 		}
+	}
+}
+
+// TestPerfDestStruct checks the address as it crosses rdma_cm: struct
+// pingpong_dest, big-endian, as perftest's rdma_write_keys sends it.
+func TestPerfDestStruct(t *testing.T) {
+	d := perfDest{LID: 0x12, OutReads: 16, QPN: 0x11, PSN: 0xabcdef, RKey: 0x1234,
+		VAddr: 0x55d0c1e2f000, GID: [16]byte{10: 0xff, 11: 0xff, 12: 10, 13: 0, 14: 2, 15: 15}}
+	m := d.encodeStruct()
+	want := "00000012" + "00000010" + "00000011" + "00abcdef" + "00001234" + "00000000" + "000055d0c1e2f000" +
+		"00000000000000000000ffff0a00020f" + "00000000" + "00000000"
+	if got := hex.EncodeToString(m); got != want {
+		t.Errorf("encodeStruct = %s, want %s", got, want)
+	}
+	if got := decodePerfDestStruct(m); got != d {
+		t.Errorf("decodePerfDestStruct = %+v, want %+v", got, d)
 	}
 }
 
@@ -371,7 +388,8 @@ func TestPerfParseErrors(t *testing.T) {
 		{"read_lat", []string{"-D", "2", "-e"}, perfResultLine, "Duration mode doesn't work with events.\n", false},
 		{"write_bw", []string{"-D", "2", "-f", "1"}, perfResultLine, "please check that DURATION > 2*MARGIN\n", false},
 		{"send_lat", []string{"-X", "1"}, "", " Events must be enabled to select a completion vector\n", false},
-		{"write_bw", []string{"-R"}, "", "-R (connecting the QPs with rdma_cm) is not supported yet", false},
+		{"write_bw", []string{"-R", "-c", "UC"}, perfResultLine + " UC is not supported in librdmacm\n", "", false},
+		{"send_bw", []string{"-R", "-c", "UD"}, "", "rdmago perf: -R with UD QPs (-c UD) is not supported", false},
 		{"write_bw", []string{"-b"}, "", "-b (bidirectional bandwidth) is not supported by rdmago", false},
 		{"write_bw", []string{"--odp"}, "", "--odp is not supported by rdmago", false},
 		{"write_bw", []string{"-k"}, "", "rdmago perf: invalid option -- 'k'\n Invalid Command or flag.\n", true},
@@ -489,6 +507,22 @@ func TestPerfHeader(t *testing.T) {
 	o.transport, o.linkType, o.curMTU, o.outReads = "IB", "Ethernet", 3, 128
 	if d := cmp.Diff(cReadLatClient, perfTestInfo(&o)); d != "" {
 		t.Errorf("read_lat client header (-perftest +rdmago):\n%s", d)
+	}
+
+	// With -R (perftest 4.5-0.17's ib_write_bw -R on the VM).
+	o = perfWriteBWOptions(true)
+	o.inline, o.rdmaCM = 0, true
+	cm := strings.Replace(cWriteBWClient, " rdma_cm QPs\t : OFF\n Data ex. method : Ethernet\n", " rdma_cm QPs\t : ON\n Data ex. method : rdma_cm\n", 1)
+	if d := cmp.Diff(cm, perfTestInfo(&o)); d != "" {
+		t.Errorf("write_bw -R client header (-perftest +rdmago):\n%s", d)
+	}
+	o = perfWriteBWOptions(false)
+	o.inline, o.rdmaCM = 0, true
+	cm = strings.Replace(cm, " TX depth        : 128\n", "", 1)
+	cm = strings.Replace(cm, " Data ex. method : rdma_cm\n", " Data ex. method : rdma_cm\n"+perfResultLine+
+		" Waiting for client rdma_cm QP to connect\n Please run the same command with the IB/RoCE interface IP\n", 1)
+	if d := cmp.Diff(cm, perfTestInfo(&o)); d != "" {
+		t.Errorf("write_bw -R server header (-perftest +rdmago):\n%s", d)
 	}
 
 	// The lines that depend on the test and options.

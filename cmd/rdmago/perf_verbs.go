@@ -29,6 +29,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/rdmago/rdma/cm"
 	"github.com/rdmago/rdma/mr"
 	"github.com/rdmago/rdma/provider"
 	"github.com/rdmago/rdma/qp"
@@ -57,6 +58,15 @@ type perfRun struct {
 	netConn     net.Conn
 	conn        *perfConn
 	peerVersion string
+	// With -R: the exchange's rdma_cm connection and the test's IDs, one
+	// per QP (see perf_cm.go).
+	cmComm *perfCMStream
+	cmIDs  []*cm.ID
+
+	// devCtx is the context this run opened when, with -R, the verbs
+	// objects live on rdma_cm's own context of the device (uctx then);
+	// nil otherwise.
+	devCtx *uverbs.Context
 
 	uctx   *uverbs.Context
 	ch     *uverbs.CompChannel
@@ -153,12 +163,18 @@ func (r *perfRun) main(ctx context.Context) int {
 	if r.full() && !o.client() {
 		r.print(perfWaitingBanner)
 	}
-	if status := r.establish(ctx); status != 0 {
-		return status
+	if o.rdmaCM {
+		if status := r.establishCM(ctx); status != 0 {
+			return status
+		}
+	} else {
+		if status := r.establish(ctx); status != 0 {
+			return status
+		}
+		defer r.netConn.Close()
+		stop := context.AfterFunc(ctx, func() { r.netConn.Close() })
+		defer stop()
 	}
-	defer r.netConn.Close()
-	stop := context.AfterFunc(ctx, func() { r.netConn.Close() })
-	defer stop()
 
 	if r.peerVersion, err = r.conn.versions(); errors.Is(err, errPerfOldPeer) {
 		return r.failf("Current implementation is not compatible with versions older than 5.70")
@@ -171,8 +187,18 @@ func (r *perfRun) main(ctx context.Context) int {
 	if status := r.checkMTU(); status != 0 {
 		return status
 	}
+	if o.rdmaCM {
+		// perftest too makes its buffer, CQs and QPs on the context
+		// rdma_cm opened (cma_id->verbs): rdma_cm's QPs must be.
+		r.devCtx, r.uctx = r.uctx, r.cmComm.id.Verbs()
+	}
 	if status := r.init(); status != 0 {
 		return status
+	}
+	if o.rdmaCM {
+		if status := r.connectCM(ctx); status != 0 {
+			return status
+		}
 	}
 	if status := r.setUpConnection(); status != 0 {
 		return status
@@ -526,7 +552,8 @@ func (r *perfRun) init() int {
 	}
 	caps := provider.QPCaps{MaxSendWR: uint32(o.txDepth), MaxSendSGE: 1,
 		MaxRecvWR: uint32(o.rxDepth), MaxRecvSGE: 1, MaxInlineData: uint32(o.inline)}
-	for i := 0; i < o.numQPs; i++ {
+	// With -R, connectCM makes the QPs on their rdma_cm IDs.
+	for i := 0; i < o.numQPs && !o.rdmaCM; i++ {
 		q, err := r.pd.CreateQP(uverbs.QPInitAttr{Type: typ, SendCQ: r.sendCQ, RecvCQ: r.recvCQ, Cap: caps})
 		if err != nil {
 			return r.failf("Unable to create QP.\nFailed to create QP.\n Couldn't create IB resources")
@@ -750,10 +777,7 @@ func (r *perfRun) exchangeRDMA() int {
 			return r.stepFailf(err, "Failed to exchange data between server and clients")
 		}
 	}
-	if status := r.checkGIDs(); status != 0 {
-		return status
-	}
-	if status := r.connect(); status != 0 {
+	if status := r.connectQPs(); status != 0 {
 		return status
 	}
 	if status := r.printAddrs(); status != 0 {
@@ -770,16 +794,24 @@ func (r *perfRun) exchangeSend() int {
 			return r.stepFailf(err, "Failed to exchange data between server and clients")
 		}
 	}
-	if status := r.checkGIDs(); status != 0 {
-		return status
-	}
-	if status := r.connect(); status != 0 {
+	if status := r.connectQPs(); status != 0 {
 		return status
 	}
 	if status := r.sync(); status != 0 {
 		return status
 	}
 	return r.printAddrs()
+}
+
+// connectQPs checks the GIDs and connects the QPs, unless rdma_cm did.
+func (r *perfRun) connectQPs() int {
+	if r.o.rdmaCM {
+		return 0
+	}
+	if status := r.checkGIDs(); status != 0 {
+		return status
+	}
+	return r.connect()
 }
 
 // connect is ctx_connect: each QP to RTR towards its peer, and to RTS on
@@ -1862,6 +1894,7 @@ func (r *perfRun) pollRecv(ctx context.Context, duration bool) (*wr.Completion, 
 // failure with its message.
 func (r *perfRun) close() int {
 	status := 0
+	r.disconnectCM()
 	for i, q := range r.qps {
 		if r.ahs[i] != nil && r.ahs[i].Close() != nil {
 			fmt.Fprintf(r.stderr, "Failed to destroy AH\n")
@@ -1896,11 +1929,20 @@ func (r *perfRun) close() int {
 			status = 1
 		}
 	}
-	if err := r.uctx.Close(); err != nil {
+	r.releaseCM()
+	if err := r.ownCtx().Close(); err != nil {
 		fmt.Fprintf(r.stderr, "Failed to close device context\n")
 		status = 1
 	}
 	return status
+}
+
+// ownCtx is the device context this run opened, to be closed by it.
+func (r *perfRun) ownCtx() *uverbs.Context {
+	if r.devCtx != nil {
+		return r.devCtx
+	}
+	return r.uctx
 }
 
 // release frees whatever is left, on every path (Close is idempotent).
@@ -1927,8 +1969,9 @@ func (r *perfRun) release() {
 	if r.ch != nil {
 		r.ch.Close()
 	}
-	if r.uctx != nil {
-		r.uctx.Close()
+	r.releaseCM()
+	if c := r.ownCtx(); c != nil {
+		c.Close()
 	}
 	if r.mem != nil {
 		r.mem.Free()

@@ -94,7 +94,11 @@ func runPerf(t *testing.T, c perfCase, srvGo, cliGo bool, extraCli ...string) pe
 		cancel()
 		p.srv.wait()
 	}()
-	waitListening(t, p.srv, port)
+	if containsArg(c.args, "-R") {
+		waitCMListening(t, p.srv, port)
+	} else {
+		waitListening(t, p.srv, port)
+	}
 	p.cli = startPP(t, ctx, "client", argv(cliGo, true, append(extraCli, "10.0.2.15")...))
 	cliStatus, srvStatus := p.cli.wait(), p.srv.wait()
 	logOnFailure(t, p.srv, srvStatus)
@@ -366,6 +370,35 @@ func TestDevicePerfVariants(t *testing.T) {
 	}
 }
 
+// TestDevicePerfRDMACM runs the benchmarks with -R (QPs connected and
+// the exchange carried by rdma_cm) with perftest as the server and
+// rdmago as the client, the other way round, and rdmago on both sides.
+func TestDevicePerfRDMACM(t *testing.T) {
+	for _, c := range []perfCase{
+		{test: "write_bw", args: []string{"-R", "-s", "64"}, iters: 200, size: 64, qps: 1},
+		{test: "write_lat", args: []string{"-R"}, iters: 200, size: 2, qps: 1},
+		{test: "read_bw", args: []string{"-R", "-s", "64"}, iters: 200, size: 64, qps: 1},
+		{test: "read_lat", args: []string{"-R"}, iters: 200, size: 2, qps: 1, clientOnly: true},
+		{test: "send_bw", args: []string{"-R", "-s", "64"}, iters: 200, size: 64, qps: 1},
+		{test: "send_lat", args: []string{"-R"}, iters: 200, size: 2, qps: 1},
+		{test: "atomic_bw", args: []string{"-R"}, iters: 200, size: 8, qps: 1},
+		{test: "write_bw", args: []string{"-R", "-q", "3", "-s", "128"}, iters: 200, size: 128, qps: 3},
+	} {
+		t.Run(c.name(), func(t *testing.T) {
+			a := runPerf(t, c, false, true) // perftest serves
+			b := runPerf(t, c, true, false) // rdmago serves
+			g := runPerf(t, c, true, true)
+			comparePerf(t, "client", a.cli, b.cli)
+			comparePerf(t, "server", b.srv, a.srv)
+			if c.test != "send_bw" && strings.HasSuffix(c.test, "_bw") {
+				for _, p := range []perfPair{a, b, g} {
+					checkSameBWRow(t, p)
+				}
+			}
+		})
+	}
+}
+
 // TestDevicePerfEvents runs rdmago with -e (waiting on a completion
 // channel) against perftest without it, both ways, and against itself
 // with it. perftest's own -e is not used: its send_lat takes one event per
@@ -459,14 +492,14 @@ func TestDevicePerfJSON(t *testing.T) {
 }
 
 // TestDevicePerfFailures checks refusals that need a device: a GID index
-// past the table, a UD message larger than the MTU, and -R.
+// past the table, a UD message larger than the MTU, and -R with UD.
 func TestDevicePerfFailures(t *testing.T) {
 	testenv.RequireDevice(t)
 	for _, tc := range []struct {
 		args []string
 		want string
 	}{
-		{[]string{"write_bw", "-d", testenv.DeviceName(), "-R"}, "-R (connecting the QPs with rdma_cm) is not supported yet"},
+		{[]string{"send_bw", "-d", testenv.DeviceName(), "-R", "-c", "UD"}, "-R with UD QPs (-c UD) is not supported"},
 		{[]string{"write_bw", "-d", "rdmago_no_such_device"}, "IB device rdmago_no_such_device not found\n Unable to find the Infiniband/RoCE device\n"},
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), perfRunTimeout)

@@ -219,6 +219,10 @@ type perfConn struct {
 	// peerVersion is the peer's version once exchanged; it selects the
 	// formats of the later steps.
 	peerVersion float64
+	// cm: the exchange runs over rdma_cm (perfCMStream), one message per
+	// write; the addresses then cross as perftest's struct itself, not
+	// as text, and there is no final "done".
+	cm bool
 }
 
 // perfStepError is a failed step; Text is the line perftest prints for it.
@@ -355,6 +359,14 @@ func cStrtol10(s string) int64 {
 // handshake exchanges one address message (ctx_hand_shake); withGID says
 // whether the local side uses a GID, which decides the format for both.
 func (c *perfConn) handshake(my perfDest, withGID bool) (perfDest, error) {
+	if c.cm {
+		mine := my.encodeStruct()
+		theirs := make([]byte, len(mine))
+		if err := c.xchg(mine, theirs); err != nil {
+			return perfDest{}, err
+		}
+		return decodePerfDestStruct(theirs), nil
+	}
 	mine, err := my.encode(withGID)
 	if err != nil {
 		return perfDest{}, err
@@ -420,8 +432,50 @@ func (c *perfConn) bwReport(my perfBWReport) (perfBWReport, error) {
 	return rem, nil
 }
 
-// done writes the final "done" (ctx_close_connection's last write).
+// done writes the final "done" (ctx_close_connection's last write); over
+// rdma_cm perftest writes none.
 func (c *perfConn) done() error {
+	if c.cm {
+		return nil
+	}
 	_, err := c.rw.Write(perfDone[:])
 	return err
+}
+
+// perfDestStructSize is sizeof(struct pingpong_dest) on the 64-bit
+// targets: five ints, padding, the 8-byte address, the GID, the SRQ number
+// and the GID index.
+const perfDestStructSize = 56
+
+// encodeStruct returns d as perftest's rdma_write_keys sends it over
+// rdma_cm: struct pingpong_dest with each number big-endian, the GID as
+// is. The GID index, which only perftest's own side uses, is 0.
+func (d perfDest) encodeStruct() []byte {
+	m := make([]byte, perfDestStructSize)
+	be := binary.BigEndian
+	be.PutUint32(m[0:], d.LID)
+	be.PutUint32(m[4:], d.OutReads)
+	be.PutUint32(m[8:], d.QPN)
+	be.PutUint32(m[12:], d.PSN)
+	be.PutUint32(m[16:], d.RKey)
+	be.PutUint64(m[24:], d.VAddr)
+	copy(m[32:48], d.GID[:])
+	be.PutUint32(m[48:], d.SRQN)
+	return m
+}
+
+// decodePerfDestStruct reads an address sent by encodeStruct, taking the
+// fields rdma_read_keys takes (not the SRQ number).
+func decodePerfDestStruct(m []byte) perfDest {
+	be := binary.BigEndian
+	d := perfDest{
+		LID:      be.Uint32(m[0:]),
+		OutReads: be.Uint32(m[4:]),
+		QPN:      be.Uint32(m[8:]),
+		PSN:      be.Uint32(m[12:]),
+		RKey:     be.Uint32(m[16:]),
+		VAddr:    be.Uint64(m[24:]),
+	}
+	copy(d.GID[:], m[32:48])
+	return d
 }
