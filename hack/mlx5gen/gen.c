@@ -1035,6 +1035,64 @@ static void cqe_vectors(void)
 	printf("}\n\n");
 }
 
+/* 128-byte CQEs (MLX5_CQE_SIZE=128, mlx5dv_cq_init_attr.cqe_size): each
+ * entry is 128 bytes and its struct mlx5_cqe64 is the second half; the
+ * first half holds data the device scatters into the CQE when asked to.
+ * mlx5_alloc_cq_buf zeroes the ring and marks each entry's mlx5_cqe64
+ * invalid; get_sw_cqe looks at entry n & (ncqe - 1), at byte 64 of it. */
+enum { RING128 = 4, CQE128 = 128 };
+
+static void cqe128_vectors(void)
+{
+	static uint8_t ring[RING128 * CQE128];
+	/* What the device wrote, by entry: a CQE case and its owner bit.
+	 * Entry 3 stays as allocated (invalid). */
+	static const struct {
+		int cqe_case; /* index into cqes, -1: none */
+		uint8_t owner;
+	} written[RING128] = { { 0, 0 }, { 13, 0 }, { 10, 1 }, { -1, 0 } };
+
+	memset(ring, 0, sizeof(ring));
+	for (int i = 0; i < RING128; i++)
+		((struct mlx5_cqe64 *)(ring + i * CQE128) + 1)->op_own = MLX5_CQE_INVALID << 4;
+	printf("// cqe128Init is a ring of %d 128-byte CQEs as mlx5_alloc_cq_buf\n"
+	       "// leaves it (cqe_sz 128).\n",
+	       RING128);
+	printf("var cqe128Init = ");
+	bytes(ring, sizeof(ring));
+	printf("\n\n");
+
+	for (int i = 0; i < RING128; i++) {
+		struct mlx5_cqe64 *c64 = (struct mlx5_cqe64 *)(ring + i * CQE128) + 1;
+
+		if (written[i].cqe_case < 0)
+			continue;
+		prefill(ring + i * CQE128, 64, 0x40 + i); /* scattered data */
+		build_cqe(&cqes[written[i].cqe_case], c64);
+		mlx5dv_set_cqe_owner(c64, written[i].owner);
+	}
+	printf("// cqe128Ring is that ring after the device wrote entries 0 and 1\n"
+	       "// in pass 0 and entry 2 in pass 1, data in their first halves.\n");
+	printf("var cqe128Ring = ");
+	bytes(ring, sizeof(ring));
+	printf("\n\n");
+
+	/* Polls at consumer indexes over two passes: the offset in the ring of
+	 * the mlx5_cqe64 get_sw_cqe returns (-1: none) and the CQE case it is. */
+	printf("var cqe128Polls = []cqe128Poll{\n");
+	for (uint32_t n = 0; n < 2 * RING128; n++) {
+		uint8_t *e = ring + (n & (RING128 - 1)) * CQE128;
+		struct mlx5_cqe64 *c64 = (struct mlx5_cqe64 *)e + 1;
+		int owned = mlx5dv_get_cqe_opcode(c64) != MLX5_CQE_INVALID &&
+			    !((c64->op_own & MLX5_CQE_OWNER_MASK) ^ !!(n & RING128));
+		int k = written[n & (RING128 - 1)].cqe_case;
+
+		printf("\t{n: %u, off: %d, name: \"%s\"},\n", n, owned ? (int)((uint8_t *)c64 - ring) : -1,
+		       owned ? cqes[k].name : "");
+	}
+	printf("}\n\n");
+}
+
 /* ---------- queue sizes (verbs.c) ---------- */
 
 struct limits {
@@ -1210,6 +1268,7 @@ int main(void)
 	send_wqes();
 	recv_wqes();
 	cqe_vectors();
+	cqe128_vectors();
 	size_vectors();
 	return 0;
 }

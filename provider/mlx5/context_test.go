@@ -2,6 +2,7 @@ package mlx5
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"unsafe"
 
@@ -165,6 +166,58 @@ func TestCQUdata(t *testing.T) {
 	if b.(*cqBuilder).mem != nil || len(c.db.pages) != 0 {
 		t.Error("Abort kept memory")
 	}
+}
+
+// TestCQE128Udata: MLX5_CQE_SIZE=128 makes CQs of 128-byte entries, each
+// marked invalid in its second half, where the 64-byte CQE is; sizes
+// other than 64 and 128 refuse CQ creation, as rdma-core's get_cqe_size.
+func TestCQE128Udata(t *testing.T) {
+	t.Setenv("MLX5_CQE_SIZE", "128")
+	h := newHCA(t)
+	c := h.openContext()
+	b, err := c.NewCQ(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cb := b.(*cqBuilder)
+	in, _ := b.Udata()
+	if size := ne.u32(in, 16); size != 128 || cb.ncqe != 4 || cb.size != 128 {
+		t.Errorf("cqe_size %d, %d entries of %d", size, cb.ncqe, cb.size)
+	}
+	for i := 0; i < 4*128; i++ {
+		want := byte(0)
+		if i%128 == 127 {
+			want = cqeInvalidOpOwn
+		}
+		if cb.mem[i] != want {
+			t.Fatalf("CQ buffer byte %d is %#x, want %#x", i, cb.mem[i], want)
+		}
+	}
+	b.Abort()
+	for _, v := range []string{"256", "32", "x"} {
+		t.Setenv("MLX5_CQE_SIZE", v)
+		c := newHCA(t).openContext()
+		if _, err := c.NewCQ(3); !errors.Is(err, unix.EINVAL) {
+			t.Errorf("MLX5_CQE_SIZE=%s: %v", v, err)
+		}
+	}
+}
+
+// TestModelCQE128 runs the end-to-end model tests with 128-byte CQEs, on
+// devices of both CQE versions.
+func TestModelCQE128(t *testing.T) {
+	t.Setenv("MLX5_CQE_SIZE", "128")
+	for _, old := range []bool{false, true} {
+		modelOldCQE = old
+		for name, f := range map[string]func(*testing.T){
+			"SendRecv": TestModelSendRecv, "RDMAAndAtomics": TestModelRDMAAndAtomics, "RingWrap": TestModelRingWrap,
+			"Errors": TestModelErrors, "SRQ": TestModelSRQ, "UD": TestModelUD, "Arm": TestModelArm,
+			"DestroyCleansCQ": TestModelDestroyCleansCQ, "HotPathAllocs": TestModelHotPathAllocs,
+		} {
+			t.Run(fmt.Sprintf("%s/v%d", name, map[bool]int{false: 1, true: 0}[old]), f)
+		}
+	}
+	modelOldCQE = false
 }
 
 func TestQPUdata(t *testing.T) {

@@ -14,37 +14,44 @@ import (
 type cqBuilder struct {
 	ctx  *Context
 	ncqe uint32
+	size int
 	mem  []byte
 	db   unsafe.Pointer
 	cmd  abi.Mlx5IbCreateCq
 	resp abi.Mlx5IbCreateCqResp
 }
 
-// NewCQ allocates a CQ buffer of the next power of two above cqe entries
-// of 64 bytes, every entry marked invalid, and its doorbell record, and
-// returns the builder whose driver data (struct mlx5_ib_create_cq) names
-// them. The kernel sizes the CQ the same way from the cqe the core sends.
+// NewCQ allocates a CQ buffer of the next power of two above cqe entries,
+// every entry marked invalid, and its doorbell record, and returns the
+// builder whose driver data (struct mlx5_ib_create_cq) names them. The
+// kernel sizes the CQ the same way from the cqe the core sends. Entries
+// are 64 bytes, or 128 when the context was opened with MLX5_CQE_SIZE=128
+// (rdma-core's get_cqe_size; the kernel takes either size for a user CQ).
 func (c *Context) NewCQ(cqe int) (provider.Builder[provider.CQ], error) {
 	if cqe < 1 || cqe >= maxCQEntries {
 		return nil, fmt.Errorf("mlx5: CQ of %d entries: %w", cqe, unix.EINVAL)
 	}
+	size := c.cqeSize
+	if size != cqe64Size && size != cqe128Size {
+		return nil, fmt.Errorf("mlx5: CQE size %d (MLX5_CQE_SIZE): %w", size, unix.EINVAL)
+	}
 	ncqe := roundUpPow2(uint32(cqe) + 1)
-	mem, err := allocQueueMem(int(ncqe)*cqe64Size, c.pageSize)
+	mem, err := allocQueueMem(int(ncqe)*size, c.pageSize)
 	if err != nil {
 		return nil, fmt.Errorf("mlx5: CQ buffer: %w", err)
 	}
 	for i := 0; i < int(ncqe); i++ {
-		mem[i*cqe64Size+cqeOffOpOwn] = cqeInvalidOpOwn
+		mem[(i+1)*size-cqe64Size+cqeOffOpOwn] = cqeInvalidOpOwn
 	}
 	db, err := c.db.alloc()
 	if err != nil {
 		freeQueueMem(mem)
 		return nil, fmt.Errorf("mlx5: CQ doorbell record: %w", err)
 	}
-	b := &cqBuilder{ctx: c, ncqe: ncqe, mem: mem, db: db}
+	b := &cqBuilder{ctx: c, ncqe: ncqe, size: size, mem: mem, db: db}
 	b.cmd.Buf_addr = addrOf(mem)
 	b.cmd.Db_addr = uint64(uintptr(db))
-	b.cmd.Cqe_size = cqe64Size
+	b.cmd.Cqe_size = uint32(size)
 	return b, nil
 }
 
@@ -66,7 +73,7 @@ func (b *cqBuilder) Finish(c provider.Created) (provider.CQ, error) {
 		mem:  b.mem,
 		db:   (*[2]uint32)(b.db),
 		cqn:  b.resp.Cqn,
-		ring: cqRing{buf: unsafe.Pointer(&b.mem[0]), ncqe: b.ncqe},
+		ring: newCQRing(unsafe.Pointer(&b.mem[0]), b.ncqe, b.size),
 	}
 	b.ctx.cqMu.Lock()
 	b.ctx.cqs[cq] = struct{}{}
@@ -177,7 +184,7 @@ func (cq *CQ) clean(qp *QP) {
 	for int32(prod-r.consIndex) > 0 {
 		prod--
 		cqe := r.entry(prod)
-		cqe64 := cqe
+		cqe64 := r.cqe64(cqe)
 		srqnUidx := getBE32(at(cqe64, cqeOffSrqnUidx)) & cqeSrqnUidxMask
 		var mine bool
 		if v1 {
@@ -201,9 +208,9 @@ func (cq *CQ) clean(qp *QP) {
 			nfreed++
 		} else if nfreed > 0 {
 			dst := r.entry(prod + nfreed)
-			p := (*uint8)(at(dst, cqeOffOpOwn))
+			p := (*uint8)(at(r.cqe64(dst), cqeOffOpOwn))
 			owner := *p & cqeOwnerMask
-			memmove(dst, cqe, cqe64Size)
+			memmove(dst, cqe, r.size())
 			*p = owner | *p&^cqeOwnerMask
 		}
 	}

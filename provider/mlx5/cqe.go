@@ -9,21 +9,44 @@ import (
 	"github.com/rdmago/rdma/wr"
 )
 
-// cqRing is a completion queue's buffer: a power-of-two ring of 64-byte
-// CQEs that the device produces and the library consumes. The device owns
-// an entry until it writes it with the owner bit of the current pass over
-// the ring: bit log2(ncqe) of the free-running producer index. So entry n
-// (free-running consumer index) is software's when its opcode is not
-// "invalid" (the value every entry starts with) and its owner bit equals
-// !!(n & ncqe).
+// cqRing is a completion queue's buffer: a power-of-two ring of 64- or
+// 128-byte CQEs that the device produces and the library consumes. In a
+// 128-byte entry the CQE proper (struct mlx5_cqe64) is the second half;
+// the first is room for data the device scatters into the CQE, which this
+// provider never asks for (rdma-core's get_sw_cqe and mlx5_alloc_cq_buf).
+// The device owns an entry until it writes it with the owner bit of the
+// current pass over the ring: bit log2(ncqe) of the free-running producer
+// index. So entry n (free-running consumer index) is software's when its
+// opcode is not "invalid" (the value every entry starts with) and its
+// owner bit equals !!(n & ncqe).
 type cqRing struct {
 	buf       unsafe.Pointer
 	ncqe      uint32 // entries, a power of two
 	consIndex uint32 // free-running
+	shift     uint8  // log2 of the entry size: 6 or 7
+	off64     uint8  // where the 64-byte CQE is in an entry: 0 or 64
 }
 
+// newCQRing describes a ring of ncqe entries of size bytes (64 or 128).
+func newCQRing(buf unsafe.Pointer, ncqe uint32, size int) cqRing {
+	r := cqRing{buf: buf, ncqe: ncqe, shift: 6}
+	if size == cqe128Size {
+		r.shift, r.off64 = 7, cqe128Size-cqe64Size
+	}
+	return r
+}
+
+// size is the entry size in bytes.
+func (r *cqRing) size() uintptr { return 1 << r.shift }
+
+// entry returns entry n, the whole 64 or 128 bytes.
 func (r *cqRing) entry(n uint32) unsafe.Pointer {
-	return unsafe.Add(r.buf, uintptr(n&(r.ncqe-1))*cqe64Size)
+	return unsafe.Add(r.buf, uintptr(n&(r.ncqe-1))<<r.shift)
+}
+
+// cqe64 returns the 64-byte CQE of an entry.
+func (r *cqRing) cqe64(entry unsafe.Pointer) unsafe.Pointer {
+	return unsafe.Add(entry, r.off64)
 }
 
 // loadOpOwn reads a CQE's op_own byte (the last one) with an atomic load
@@ -35,9 +58,10 @@ func loadOpOwn(cqe unsafe.Pointer) uint8 {
 	return b[3]
 }
 
-// swOwned returns entry n if software owns it, else nil.
+// swOwned returns the 64-byte CQE of entry n if software owns it, else
+// nil.
 func (r *cqRing) swOwned(n uint32) unsafe.Pointer {
-	cqe := r.entry(n)
+	cqe := unsafe.Add(r.buf, uintptr(n&(r.ncqe-1))<<r.shift+uintptr(r.off64))
 	if swOwns(loadOpOwn(cqe), n, r.ncqe) {
 		return cqe
 	}

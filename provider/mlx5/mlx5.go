@@ -25,6 +25,8 @@ package mlx5
 import (
 	"errors"
 	"fmt"
+	"os"
+	"strconv"
 	"sync"
 	"unsafe"
 
@@ -123,6 +125,9 @@ type Context struct {
 	lowLatUUARs uint32
 	uarsPerPage uint32
 	ece         bool
+	// cqeSize is the CQE size of new CQs: 64, or 128 with MLX5_CQE_SIZE=128;
+	// anything else refuses CQ creation, as in rdma-core.
+	cqeSize int
 	// preferBF copies every single small WQE to the BlueFlame register,
 	// inline or not (rdma-core's MLX5_POST_SEND_PREFER_BF default).
 	preferBF bool
@@ -162,6 +167,7 @@ func newContext(k provider.Kernel, pageSize int, r *abi.Mlx5IbAllocUcontextResp,
 		uarsPerPage: r.Num_uars_per_page,
 		ece:         r.Comp_mask&abi.MLX5_IB_ALLOC_UCONTEXT_RESP_MASK_ECE != 0,
 		preferBF:    true,
+		cqeSize:     cqeSizeFromEnv(),
 		cqs:         map[*CQ]struct{}{},
 	}
 	if r.Log_uar_size == 0 && r.Num_uars_per_page == 0 { // kernels before 4K UARs
@@ -212,6 +218,20 @@ func newContext(k provider.Kernel, pageSize int, r *abi.Mlx5IbAllocUcontextResp,
 	// kernel gives every CQ of a context without dynamic UARs.
 	c.cqDB = unsafe.Pointer(&c.uars[0][cqDoorbellOffset])
 	return c, nil
+}
+
+// cqeSizeFromEnv reads MLX5_CQE_SIZE as rdma-core's get_cqe_size does: 64
+// when unset, else the number given (valid: 64 or 128).
+func cqeSizeFromEnv() int {
+	v, ok := os.LookupEnv("MLX5_CQE_SIZE")
+	if !ok {
+		return cqe64Size
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return 0 // refused at CQ creation
+	}
+	return n
 }
 
 // uarMmapOffset is where the kernel maps UAR page idx of the context

@@ -197,6 +197,7 @@ func (h *hca) num() uint32 { h.nextNum += 7; return h.nextNum }
 
 type hwCQ struct {
 	cqn    uint32
+	size   int // CQE size: 64 or 128
 	buf    unsafe.Pointer
 	ncqe   uint32
 	db     *[2]uint32
@@ -216,13 +217,17 @@ func (h *hca) createCQ(c *Context, cqe int) (*CQ, *hwCQ) {
 	in, out := b.Udata()
 	cmd := *(*abi.Mlx5IbCreateCq)(unsafe.Pointer(&in[0]))
 	entries := roundUpPow2(uint32(cqe) + 1) // mlx5_ib_create_cq
-	if cmd.Cqe_size != 64 || cmd.Buf_addr%uint64(h.pageSize) != 0 || cmd.Db_addr%8 != 0 || cmd.Flags != 0 || len(out) < abi.SizeofMlx5IbCreateCqResp {
+	if (cmd.Cqe_size != 64 && cmd.Cqe_size != 128) || cmd.Buf_addr%uint64(h.pageSize) != 0 || cmd.Db_addr%8 != 0 || cmd.Flags != 0 || len(out) < abi.SizeofMlx5IbCreateCqResp {
 		b.Abort()
 		h.t.Fatalf("create CQ driver data %+v", cmd)
 	}
-	hw := &hwCQ{cqn: h.num(), buf: userMem(cmd.Buf_addr), ncqe: entries, db: (*[2]uint32)(userMem(cmd.Db_addr)), fired: map[uint32]bool{}}
+	if int(cmd.Cqe_size) != cqeSizeFromEnv() {
+		h.t.Errorf("CQ of %d-byte CQEs; MLX5_CQE_SIZE asks for %d", cmd.Cqe_size, cqeSizeFromEnv())
+	}
+	hw := &hwCQ{cqn: h.num(), size: int(cmd.Cqe_size), buf: userMem(cmd.Buf_addr), ncqe: entries, db: (*[2]uint32)(userMem(cmd.Db_addr)), fired: map[uint32]bool{}}
 	for i := uint32(0); i < entries; i++ {
-		if op := *(*uint8)(unsafe.Add(hw.buf, uintptr(i)*64+63)); op != cqeInvalidOpOwn {
+		// The op_own byte ends the entry: the 64-byte CQE is the last 64.
+		if op := *(*uint8)(unsafe.Add(hw.buf, uintptr(i+1)*uintptr(hw.size)-1)); op != cqeInvalidOpOwn {
 			h.t.Fatalf("CQE %d starts as %#x, not invalid", i, op)
 		}
 	}
@@ -873,7 +878,15 @@ func (h *hca) push(cq *hwCQ, fill func(unsafe.Pointer), opcode uint8, solicited 
 	if (cq.pi-ci)&0xffffff >= cq.ncqe {
 		h.t.Fatalf("CQ %#x overrun: producer %d, consumer %d, %d entries", cq.cqn, cq.pi, ci, cq.ncqe)
 	}
-	c := unsafe.Add(cq.buf, uintptr(cq.pi&(cq.ncqe-1))*cqe64Size)
+	e := unsafe.Add(cq.buf, uintptr(cq.pi&(cq.ncqe-1))*uintptr(cq.size))
+	c := unsafe.Add(e, cq.size-cqe64Size)
+	if cq.size == cqe128Size {
+		// The first half carries scattered data only when the QP asked
+		// for it; the model fills it with noise the provider must skip.
+		for i := range cqe64Size {
+			*(*uint8)(unsafe.Add(e, i)) = uint8(cq.pi) ^ 0xa5 ^ uint8(i)
+		}
+	}
 	clear(unsafe.Slice((*byte)(c), cqe64Size-1))
 	fill(c)
 	var owner uint8

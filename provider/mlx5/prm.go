@@ -53,7 +53,8 @@ const (
 	umrKLMSegSize   = 16 // struct mlx5_wqe_umr_klm_seg
 	rwqeSigSize     = 16 // struct mlx5_rwqe_sig
 	cqe64Size       = 64 // struct mlx5_cqe64
-	atomicOperandSz = 8  // MLX5_ATOMIC_SIZE
+	cqe128Size      = 128
+	atomicOperandSz = 8 // MLX5_ATOMIC_SIZE
 )
 
 // Data segment and inline segment markers.

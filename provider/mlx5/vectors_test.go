@@ -107,6 +107,15 @@ type cqeVector struct {
 	srqFreed int
 }
 
+// cqe128Poll is one poll of the 128-byte CQE ring: the offset of the
+// 64-byte CQE software owns at consumer index n (-1: none) and the
+// cqeVectors case it holds.
+type cqe128Poll struct {
+	n    uint32
+	off  int
+	name string
+}
+
 type ownerVector struct {
 	opOwn                     uint8
 	n, ncqe                   uint32

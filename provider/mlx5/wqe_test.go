@@ -344,7 +344,7 @@ func TestCQEOwnership(t *testing.T) {
 	// On a real ring: an entry is software's only in the pass its owner
 	// bit names, and the ring's view of it follows the consumer index.
 	mem := make([]byte, 4*cqe64Size)
-	r := cqRing{buf: unsafe.Pointer(&mem[0]), ncqe: 4}
+	r := newCQRing(unsafe.Pointer(&mem[0]), 4, cqe64Size)
 	for i := range 4 {
 		mem[i*cqe64Size+cqeOffOpOwn] = cqeInvalidOpOwn
 	}
@@ -358,6 +358,56 @@ func TestCQEOwnership(t *testing.T) {
 	mem[cqeOffOpOwn] |= 1 // pass 1
 	if r.swOwned(0) != nil || r.swOwned(4) == nil || r.swOwned(8) != nil {
 		t.Error("pass-1 entry: wrong owner")
+	}
+}
+
+// TestCQE128Vectors: a new CQ of 128-byte CQEs is the ring
+// mlx5_alloc_cq_buf makes, and polling a ring the device wrote finds each
+// CQE in the second half of its entry in the pass its owner bit names,
+// as get_sw_cqe does, and decodes it as the 64-byte vector of that CQE.
+func TestCQE128Vectors(t *testing.T) {
+	t.Setenv("MLX5_CQE_SIZE", "128")
+	h := newHCA(t)
+	c := h.openContext()
+	b, err := c.NewCQ(len(cqe128Init)/cqe128Size - 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := b.(*cqBuilder).mem[:len(cqe128Init)]; !bytes.Equal(got, cqe128Init[:]) {
+		t.Errorf("new 128-byte CQ ring:\n got %x\nwant %x", got, cqe128Init)
+	}
+	b.Abort()
+
+	byName := map[string]cqeVector{}
+	for _, v := range cqeVectors {
+		byName[v.name] = v
+	}
+	mem, err := allocQueueMem(len(cqe128Ring), c.pageSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer freeQueueMem(mem)
+	copy(mem, cqe128Ring[:])
+	r := newCQRing(unsafe.Pointer(&mem[0]), uint32(len(cqe128Ring)/cqe128Size), cqe128Size)
+	for _, p := range cqe128Polls {
+		cqe := r.swOwned(p.n)
+		off := -1
+		if cqe != nil {
+			off = int(uintptr(cqe) - uintptr(unsafe.Pointer(&mem[0])))
+		}
+		if off != p.off {
+			t.Errorf("index %d: CQE at offset %d, want %d", p.n, off, p.off)
+			continue
+		}
+		if cqe == nil {
+			continue
+		}
+		v := byName[p.name]
+		res, _, _ := cqeFixture(t)
+		var wc wr.Completion
+		if ok := decodeCQE(cqe, &wc, res); ok != v.ok || wc != v.want {
+			t.Errorf("index %d (%s): decoded %v %+v, want %v %+v", p.n, p.name, ok, wc, v.ok, v.want)
+		}
 	}
 }
 
