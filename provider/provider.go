@@ -35,6 +35,46 @@ type Kernel interface {
 	// only: it is issued as a raw system call, which keeps the calling
 	// thread's P for the duration (see docs/performance.md).
 	Write(b []byte) error
+	// Invoke calls one driver-specific method of the ioctl interface
+	// (RDMA_VERBS_IOCTL): object and method are ids in the driver's
+	// namespace (mlx5's MLX5_IB_OBJECT_UAR and MLX5_IB_METHOD_UAR_OBJ_ALLOC,
+	// for instance), attrs its attributes in order, each mandatory, so a
+	// kernel that does not know one fails the call with EPROTONOSUPPORT
+	// instead of ignoring it. On success the kernel has filled every
+	// AttrPtrOut buffer and the Value of every AttrIDRNew attribute holds
+	// the new object's handle. It is for commands outside the data path
+	// (it may sleep in the kernel, and it allocates).
+	Invoke(object, method uint16, attrs []Attr) error
+}
+
+// AttrKind says how the kernel reads one attribute of a driver method
+// (the attribute types of the kernel's uverbs_attr_spec).
+type AttrKind uint8
+
+// Attribute kinds.
+const (
+	// AttrConstIn: Value, sent inline as 8 bytes (UVERBS_ATTR_CONST_IN and
+	// other inline values).
+	AttrConstIn AttrKind = iota
+	// AttrPtrIn: In, bytes the kernel reads (UVERBS_ATTR_PTR_IN).
+	AttrPtrIn
+	// AttrPtrOut: Out, bytes the kernel writes (UVERBS_ATTR_PTR_OUT).
+	AttrPtrOut
+	// AttrIDR: Value is the handle of an existing object
+	// (UVERBS_ATTR_IDR with read, write or destroy access).
+	AttrIDR
+	// AttrIDRNew: the method creates an object (UVERBS_ATTR_IDR with new
+	// access); Value receives its handle.
+	AttrIDRNew
+)
+
+// Attr is one attribute of a driver method call.
+type Attr struct {
+	ID    uint16 // the attribute id in the method's namespace
+	Kind  AttrKind
+	Value uint64 // AttrConstIn, AttrIDR, AttrIDRNew
+	In    []byte // AttrPtrIn; not empty
+	Out   []byte // AttrPtrOut; not empty
 }
 
 // Driver is one provider, registered for a kernel driver id.

@@ -179,6 +179,47 @@ func (k kernelPort) Munmap(b []byte) error { return unix.Munmap(b) }
 
 func (k kernelPort) Write(b []byte) error { return k.c.f.fastWrite(b) }
 
+// Invoke sends one driver method call, tagged with the device's driver id
+// as rdma-core's execute_ioctl tags it, and reads back the handles of the
+// objects it created.
+func (k kernelPort) Invoke(object, method uint16, attrs []provider.Attr) error {
+	op := fmt.Sprintf("driver method %#x of object %#x", method, object)
+	cmd := newCommand(object, method)
+	cmd.driverID = k.c.dev.DriverID
+	for i := range attrs {
+		a := &attrs[i]
+		switch a.Kind {
+		case provider.AttrConstIn:
+			cmd.constIn(a.ID, a.Value)
+		case provider.AttrPtrIn:
+			if len(a.In) == 0 {
+				return &Error{Op: op, Err: fmt.Errorf("empty input attribute %#x: %w", a.ID, unix.EINVAL)}
+			}
+			cmd.ptrIn(a.ID, unsafe.Pointer(&a.In[0]), len(a.In))
+		case provider.AttrPtrOut:
+			if len(a.Out) == 0 {
+				return &Error{Op: op, Err: fmt.Errorf("empty output attribute %#x: %w", a.ID, unix.EINVAL)}
+			}
+			cmd.ptrOut(a.ID, unsafe.Pointer(&a.Out[0]), len(a.Out))
+		case provider.AttrIDR:
+			cmd.idrIn(a.ID, uint32(a.Value))
+		case provider.AttrIDRNew:
+			cmd.idrNew(a.ID)
+		default:
+			return &Error{Op: op, Err: fmt.Errorf("attribute %#x of kind %d: %w", a.ID, a.Kind, unix.EINVAL)}
+		}
+	}
+	if err := cmd.execute(k.c.f, op); err != nil {
+		return err
+	}
+	for i := range attrs {
+		if attrs[i].Kind == provider.AttrIDRNew {
+			attrs[i].Value = uint64(cmd.outIDR(i))
+		}
+	}
+	return nil
+}
+
 // getContext creates the kernel's ucontext. The ioctl method is the modern
 // path; the legacy write command remains only for kernels without the ioctl
 // framework (ENOTTY) or without this method (EPROTONOSUPPORT).

@@ -10,6 +10,7 @@ import (
 
 	"github.com/rdmago/rdma/provider"
 	"github.com/rdmago/rdma/uverbs/abi"
+	"github.com/rdmago/rdma/wr"
 )
 
 // Step 4 of docs/mlx5.md: the builders' driver data, byte for byte as the
@@ -54,14 +55,16 @@ func TestContextUdata(t *testing.T) {
 		if tot, low := ne.u32(in, 0), ne.u32(in, 4); tot != wantTot || low != wantLow {
 			t.Errorf("page %d: total_num_bfregs %d, num_low_latency_bfregs %d; want %d, %d", page, tot, low, wantTot, wantLow)
 		}
-		if flags, mask, cqeVer, caps := ne.u32(in, 8), ne.u32(in, 12), in[16], ne.u64(in, 24); flags != 0 || mask != 0 || cqeVer != 1 || caps != abi.MLX5_LIB_CAP_4K_UAR {
+		if flags, mask, cqeVer, caps := ne.u32(in, 8), ne.u32(in, 12), in[16], ne.u64(in, 24); flags != 0 || mask != 0 || cqeVer != 1 || caps != abi.MLX5_LIB_CAP_4K_UAR|abi.MLX5_LIB_CAP_DYN_UAR {
 			t.Errorf("flags %#x comp_mask %#x max_cqe_version %d lib_caps %#x", flags, mask, cqeVer, caps)
 		}
 	}
 }
 
+// TestContextUARs: the static registers of a kernel without dynamic UARs.
 func TestContextUARs(t *testing.T) {
 	h := newHCA(t)
+	h.dyn = false
 	c := h.openContext()
 	page := h.pageSize
 	pages := int(h.totBf) / nonFPBfregsPerUAR / (page / adapterPageSize)
@@ -107,12 +110,12 @@ func TestContextRefusesAnswers(t *testing.T) {
 		name string
 		edit func(*abi.Mlx5IbAllocUcontextResp)
 	}{
-		{"dynamic UARs only", func(r *abi.Mlx5IbAllocUcontextResp) { r.Tot_bfregs = 0 }},
 		{"CQE version 2", func(r *abi.Mlx5IbAllocUcontextResp) { r.Cqe_version = 2 }},
 		{"registers past the UAR", func(r *abi.Mlx5IbAllocUcontextResp) { r.Bf_reg_size = 1024 }},
 		{"odd register count", func(r *abi.Mlx5IbAllocUcontextResp) { r.Tot_bfregs = 15 }},
 	} {
 		h := newHCA(t)
+		h.dyn = false
 		b := newContextBuilder(h, h.pageSize)
 		in, out := b.Udata()
 		if err := h.allocUcontext(in, out); err != nil {
@@ -123,8 +126,23 @@ func TestContextRefusesAnswers(t *testing.T) {
 			t.Errorf("%s: accepted", c.name)
 		}
 	}
+	// With dynamic UARs: UARs larger than the page, registers past the UAR.
+	for _, edit := range []func(*abi.Mlx5IbAllocUcontextResp){
+		func(r *abi.Mlx5IbAllocUcontextResp) { r.Num_uars_per_page = 64 },
+		func(r *abi.Mlx5IbAllocUcontextResp) { r.Bf_reg_size = 2048 },
+	} {
+		h := newHCA(t)
+		b := newContextBuilder(h, h.pageSize)
+		in, out := b.Udata()
+		h.allocUcontext(in, out)
+		edit(&b.resp)
+		if _, err := b.Finish(provider.Created{}); err == nil {
+			t.Errorf("dynamic UAR answer %+v accepted", b.resp)
+		}
+	}
 	// A failing UAR mapping unmaps what was mapped.
 	h := newHCA(t)
+	h.dyn = false
 	b := newContextBuilder(h, h.pageSize)
 	in, out := b.Udata()
 	h.allocUcontext(in, out)
@@ -154,8 +172,9 @@ func TestCQUdata(t *testing.T) {
 	if buf != addrOf(cb.mem) || buf%uint64(h.pageSize) != 0 || db != uint64(uintptr(cb.db)) || size != 64 || cb.ncqe != 128 {
 		t.Errorf("create CQ: buf %#x db %#x cqe_size %d for %d entries", buf, db, size, cb.ncqe)
 	}
-	if ne.u16(in, 22) != 0 || ne.u16(in, 20) != 0 || in[18] != 0 {
-		t.Error("CQE compression, flags or UAR page index set")
+	// With dynamic UARs the CQ names the non-cached UAR by page id.
+	if ne.u16(in, 20) != 0 || ne.u16(in, 22) != abi.MLX5_IB_CREATE_CQ_FLAGS_UAR_PAGE_INDEX || uint32(ne.u16(in, 24)) != c.ncUAR.pageID || !c.ncUAR.nc {
+		t.Errorf("CQE compression %#x, flags %#x, UAR page index %#x", ne.u16(in, 20), ne.u16(in, 22), ne.u16(in, 24))
 	}
 	// The kernel sized the CQ differently: refused, memory freed.
 	if _, err := b.Finish(provider.Created{CQE: 63}); err == nil || cb.mem != nil {
@@ -223,6 +242,7 @@ func TestModelCQE128(t *testing.T) {
 func TestQPUdata(t *testing.T) {
 	h := newHCA(t)
 	h.ece = true
+	h.dyn = false // the kernel picks the registers (TestDynamicUARs: the provider)
 	c := h.openContext()
 	if _, err := c.NewQP(provider.QPInitAttr{Type: 8, Caps: pairCaps}); !errors.Is(err, unix.EOPNOTSUPP) {
 		t.Errorf("XRC QP: %v", err)
@@ -435,5 +455,176 @@ func TestModelCQEVersion0(t *testing.T) {
 		"Refusals": TestModelRefusals, "HotPathAllocs": TestModelHotPathAllocs,
 	} {
 		t.Run(name, f)
+	}
+}
+
+// TestModelStaticUAR runs the end-to-end model tests against a kernel
+// without dynamic UARs, which allocates static registers with the context.
+func TestModelStaticUAR(t *testing.T) {
+	modelStaticUAR = true
+	defer func() { modelStaticUAR = false }()
+	for name, f := range map[string]func(*testing.T){
+		"SendRecv": TestModelSendRecv, "RDMAAndAtomics": TestModelRDMAAndAtomics, "RingWrap": TestModelRingWrap,
+		"BlueFlame": TestModelBlueFlame, "Errors": TestModelErrors, "SRQ": TestModelSRQ, "UD": TestModelUD,
+		"Arm": TestModelArm, "DestroyCleansCQ": TestModelDestroyCleansCQ, "Refusals": TestModelRefusals,
+		"HotPathAllocs": TestModelHotPathAllocs,
+	} {
+		t.Run(name, f)
+	}
+}
+
+// TestDynamicUARs: with dynamic UARs the provider allocates them as
+// rdma-core's mlx5_get_qp_uar does (a non-cached one for CQs; dedicated
+// BlueFlame registers up to the low-latency count, then shared, locked
+// ones, least used first), names them by page id, and gives each back to
+// the kernel, unmapped, when its last user goes, on every failure path and
+// when the context closes.
+func TestDynamicUARs(t *testing.T) {
+	h := newHCA(t)
+	c := h.openContext()
+	if !c.dyn || len(h.dynUARs) != 0 || len(h.mmaps) != 0 {
+		t.Fatalf("dynamic context allocated %d UARs, mapped %v up front", len(h.dynUARs), h.mmaps)
+	}
+	perUAR := h.pageSize / adapterPageSize * nonFPBfregsPerUAR
+	low, tot := int(c.lowLatUUARs), int(c.totUUARs)
+
+	cq1, hcq := h.createCQ(c, 8)
+	cq2, _ := h.createCQ(c, 8)
+	if h.liveUARs() != 1 || cq1.uar != cq2.uar || !cq1.uar.nc || cq1.armDB != unsafe.Pointer(&cq1.uar.mem[cqDoorbellOffset]) {
+		t.Fatalf("two CQs: %d UARs; CQ UARs %p, %p", h.liveUARs(), cq1.uar, cq2.uar)
+	}
+
+	attr := provider.QPInitAttr{Type: provider.QPTypeRC, Caps: provider.QPCaps{MaxSendWR: 4, MaxSendSGE: 1, MaxRecvWR: 4, MaxRecvSGE: 1}}
+	var qps []*QP
+	var hws []*hwQP
+	for range tot + 4 {
+		q, hq := h.createQP(c, attr, hcq, hcq, nil)
+		if &hq.uarPage[0] != &q.bf.uar.mem[int(q.bf.pageID-q.bf.uar.pageID)*adapterPageSize] {
+			t.Fatalf("QP names page %#x; its register is in another", q.bf.pageID)
+		}
+		qps, hws = append(qps, q), append(hws, hq)
+	}
+	seen := map[*bfReg]bool{}
+	for i, q := range qps {
+		shared := i >= low
+		if q.bf.uar.shared != shared || (q.bf.mu != nil) != shared || q.bfMax != modelBfRegSize/2 {
+			t.Errorf("QP %d: shared UAR %v, lock %v, BlueFlame %d bytes", i, q.bf.uar.shared, q.bf.mu != nil, q.bfMax)
+		}
+		if !shared && seen[q.bf] {
+			t.Errorf("QP %d shares a dedicated register", i)
+		}
+		seen[q.bf] = true
+	}
+	var minUse, maxUse = 1 << 30, 0
+	for _, r := range c.shared {
+		minUse, maxUse = min(minUse, r.users), max(maxUse, r.users)
+	}
+	if maxUse-minUse > 1 {
+		t.Errorf("shared registers used %d to %d times: not least-used first", minUse, maxUse)
+	}
+	wantBF := (low+perUAR-1)/perUAR + (tot-low+perUAR-1)/perUAR
+	if h.liveUARs() != 1+wantBF {
+		t.Errorf("%d UARs for %d QPs, want 1 non-cached and %d BlueFlame", h.liveUARs(), len(qps), wantBF)
+	}
+	// Every QP's doorbell reaches the model through its register.
+	buf := make([]byte, 64)
+	k := h.regMR(buf, wr.LocalWrite|wr.RemoteWrite)
+	w := wr.SendWR{Opcode: wr.OpRDMAWrite, Flags: wr.Signaled, SGList: []wr.SGE{{Addr: addrOfBuf(buf), Length: 8, LKey: k}}, RemoteAddr: addrOfBuf(buf) + 8, RKey: k}
+	for _, q := range qps {
+		if n, err := q.PostSend([]wr.SendWR{w}); n != 1 || err != nil {
+			t.Fatal(n, err)
+		}
+		h.run()
+		pollN(t, cq1, 1)
+	}
+	if err := cq1.ReqNotify(false); err != nil {
+		t.Fatal(err)
+	}
+	h.run()
+	if hcq.armed == 0 {
+		t.Error("arming through the non-cached UAR did not reach the model")
+	}
+
+	// A dedicated register given back goes to the next QP; its UAR stays
+	// while another QP uses it.
+	freed := qps[0].bf
+	h.destroyQP(qps[0], hws[0])
+	q, hq := h.createQP(c, attr, hcq, hcq, nil)
+	if q.bf != freed || h.liveUARs() != 1+wantBF {
+		t.Errorf("a freed dedicated register was not reused (%d UARs)", h.liveUARs())
+	}
+	qps[0], hws[0] = q, hq
+	if err := q.Close(); err != nil || q.Close() != nil {
+		t.Error("QP Close twice:", err)
+	}
+	delete(h.qps, hq.qpn)
+	// The last QP of each UAR takes it away: unmapped, then destroyed.
+	for i := 1; i < len(qps); i++ {
+		h.destroyQP(qps[i], hws[i])
+	}
+	if h.liveUARs() != 1 || len(c.dedFree) != 0 || len(c.shared) != 0 || c.dedRegs != 0 || c.sharedRegs != 0 {
+		t.Errorf("after every QP: %d UARs, %d free dedicated, %d shared registers", h.liveUARs(), len(c.dedFree), len(c.shared))
+	}
+	cq1.Close()
+	if h.liveUARs() != 1 {
+		t.Error("the non-cached UAR went while a CQ uses it")
+	}
+	cq2.Close()
+	if err := cq2.Close(); err != nil || h.liveUARs() != 0 || c.ncUAR != nil {
+		t.Errorf("after the last CQ: %v, %d UARs", err, h.liveUARs())
+	}
+	h.checkUARsReleased()
+
+	// Failure paths: a refused allocation, a refused mapping and an aborted
+	// builder leave nothing allocated, mapped or pinned.
+	h.failUAR = 1
+	if _, err := c.NewCQ(4); !errors.Is(err, unix.ENOMEM) {
+		t.Errorf("CQ without a UAR: %v", err)
+	}
+	h.failUAR = 1
+	if _, err := c.NewQP(attr); !errors.Is(err, unix.ENOMEM) {
+		t.Errorf("QP without a UAR: %v", err)
+	}
+	h.failMmap = true
+	if _, err := c.NewQP(attr); !errors.Is(err, unix.ENOMEM) {
+		t.Errorf("QP with an unmappable UAR: %v", err)
+	}
+	h.failMmap = false
+	if h.liveUARs() != 0 || len(c.db.pages) != 0 || len(c.live) != 0 {
+		t.Errorf("after failed creations: %d UARs, %d doorbell pages", h.liveUARs(), len(c.db.pages))
+	}
+	b, err := c.NewQP(attr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Abort()
+	b.Abort()
+	cb, err := c.NewCQ(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cb.Abort()
+	if h.liveUARs() != 0 || len(c.db.pages) != 0 {
+		t.Errorf("after aborted builders: %d UARs, %d doorbell pages", h.liveUARs(), len(c.db.pages))
+	}
+	h.checkUARsReleased()
+
+	// Closing the context with objects left frees every UAR once.
+	h.createCQ(c, 4)
+	h.createQP(c, attr, hcq, hcq, nil)
+	if err := c.Close(); err != nil || c.Close() != nil {
+		t.Errorf("Close: %v", err)
+	}
+	h.checkUARsReleased()
+
+	// Without write combining there are no BlueFlame UARs: QPs ring the
+	// non-cached one with 8-byte doorbells, as mlx5_get_qp_uar falls back.
+	h = newHCA(t)
+	h.noWC = true
+	c = h.openContext()
+	_, hcq = h.createCQ(c, 4)
+	q, _ = h.createQP(c, attr, hcq, hcq, nil)
+	if q.bf != &c.ncUAR.regs[0] || q.bfMax != 0 || q.bf.mu != nil || len(h.uarCalls) != 1 || h.uarCalls[0] != "nc" {
+		t.Errorf("no write combining: register %+v, UAR calls %v", q.bf, h.uarCalls)
 	}
 }

@@ -17,6 +17,7 @@ type cqBuilder struct {
 	size int
 	mem  []byte
 	db   unsafe.Pointer
+	uar  *dynUAR // the UAR the CQ names, with dynamic UARs
 	cmd  abi.Mlx5IbCreateCq
 	resp abi.Mlx5IbCreateCqResp
 }
@@ -52,6 +53,19 @@ func (c *Context) NewCQ(cqe int) (provider.Builder[provider.CQ], error) {
 	b.cmd.Buf_addr = addrOf(mem)
 	b.cmd.Db_addr = uint64(uintptr(db))
 	b.cmd.Cqe_size = uint32(size)
+	if c.dyn {
+		// The kernel gives a CQ no UAR of its own in this mode: it names
+		// the non-cached one it arms through, as rdma-core's CQs name
+		// nc_uar.
+		u, err := c.cqUAR()
+		if err != nil {
+			b.Abort()
+			return nil, fmt.Errorf("mlx5: CQ UAR: %w", err)
+		}
+		b.uar = u
+		b.cmd.Flags |= abi.MLX5_IB_CREATE_CQ_FLAGS_UAR_PAGE_INDEX
+		b.cmd.Uar_page_index = uint16(u.pageID)
+	}
 	return b, nil
 }
 
@@ -61,6 +75,10 @@ func (b *cqBuilder) Abort() {
 	freeQueueMem(b.mem)
 	b.ctx.db.free(b.db)
 	b.mem, b.db = nil, nil
+	if b.uar != nil {
+		b.ctx.putUAR(b.uar, nil)
+		b.uar = nil
+	}
 }
 
 func (b *cqBuilder) Finish(c provider.Created) (provider.CQ, error) {
@@ -69,12 +87,18 @@ func (b *cqBuilder) Finish(c provider.Created) (provider.CQ, error) {
 		return nil, fmt.Errorf("mlx5: kernel made a CQ of %d entries over a buffer of %d: %w", c.CQE+1, b.ncqe, unix.EPROTO)
 	}
 	cq := &CQ{
-		ctx:  b.ctx,
-		mem:  b.mem,
-		db:   (*[2]uint32)(b.db),
-		cqn:  b.resp.Cqn,
-		ring: newCQRing(unsafe.Pointer(&b.mem[0]), b.ncqe, b.size),
+		ctx:   b.ctx,
+		mem:   b.mem,
+		db:    (*[2]uint32)(b.db),
+		cqn:   b.resp.Cqn,
+		ring:  newCQRing(unsafe.Pointer(&b.mem[0]), b.ncqe, b.size),
+		uar:   b.uar,
+		armDB: b.ctx.cqDB,
 	}
+	if b.uar != nil {
+		cq.armDB = unsafe.Pointer(&b.uar.mem[cqDoorbellOffset])
+	}
+	b.uar = nil // the CQ's now
 	b.ctx.cqMu.Lock()
 	b.ctx.cqs[cq] = struct{}{}
 	b.ctx.cqMu.Unlock()
@@ -90,6 +114,11 @@ type CQ struct {
 	cqn   uint32
 	ring  cqRing
 	armSN uint32
+	// armDB is the 64-bit arm doorbell: in the context's first static UAR,
+	// or in the dynamic UAR the CQ named at creation (uar, released when
+	// the CQ closes).
+	armDB unsafe.Pointer
+	uar   *dynUAR
 }
 
 // Poll consumes up to len(wc) completions, as rdma-core's poll_cq does:
@@ -140,7 +169,7 @@ func (cq *CQ) ReqNotify(solicitedOnly bool) error {
 	word := (cq.armSN&3)<<28 | cmd | cq.ring.consIndex&cqeConsIndexMask
 	setRecord(&cq.db[cqArmDB], word)
 	wcFlush() // mmio_wc_start: the record before the doorbell
-	mmioWrite64(cq.ctx.cqDB, beWord64(uint64(word)<<32|uint64(cq.cqn)))
+	mmioWrite64(cq.armDB, beWord64(uint64(word)<<32|uint64(cq.cqn)))
 	wcFlush()
 	return nil
 }
@@ -220,8 +249,8 @@ func (cq *CQ) clean(qp *QP) {
 	}
 }
 
-// Close frees the buffer and the doorbell record. The core calls it after
-// the kernel destroyed the CQ.
+// Close frees the buffer and the doorbell record, and gives back its
+// dynamic UAR. The core calls it after the kernel destroyed the CQ.
 func (cq *CQ) Close() error {
 	cq.ctx.cqMu.Lock()
 	delete(cq.ctx.cqs, cq)
@@ -234,5 +263,11 @@ func (cq *CQ) Close() error {
 	err := freeQueueMem(cq.mem)
 	cq.ctx.db.free(unsafe.Pointer(cq.db))
 	cq.mem, cq.db = nil, nil
+	if cq.uar != nil {
+		if e := cq.ctx.putUAR(cq.uar, nil); e != nil && err == nil {
+			err = e
+		}
+		cq.uar = nil
+	}
 	return err
 }

@@ -73,13 +73,13 @@ type ctxBuilder struct {
 // if pages are larger, of which 4 (or more, so that at most 12 are
 // shared) are low-latency ones a single QP owns.
 //
-// lib_caps asks for 4K UARs but not dynamic UARs: those are allocated per
-// QP through driver-specific ioctl methods (MLX5_IB_METHOD_UAR_OBJ_ALLOC)
-// that provider.Kernel does not carry, so the kernel allocates the static
-// registers up front and assigns one to each QP, the path rdma-core takes
-// on kernels without dynamic UARs. max_cqe_version is 1, as rdma-core
-// asks: the kernel answers the smaller of that and what the device does,
-// and the provider handles both (see decodeCQE).
+// lib_caps asks for 4K UARs and dynamic UARs, as rdma-core does. A kernel
+// that grants dynamic UARs answers tot_bfregs 0 and the provider
+// allocates UARs itself (uar.go); the same counts then bound its
+// dedicated and shared registers. An older kernel allocates the static
+// registers up front and assigns one to each QP. max_cqe_version is 1, as
+// rdma-core asks: the kernel answers the smaller of that and what the
+// device does, and the provider handles both (see decodeCQE).
 func newContextBuilder(k provider.Kernel, pageSize int) *ctxBuilder {
 	tot := uint32(max(defTotalUUARs, pageSize/adapterPageSize*nonFPBfregsPerUAR))
 	tot = uint32(alignUp(int(tot), nonFPBfregsPerUAR))
@@ -88,7 +88,7 @@ func newContextBuilder(k provider.Kernel, pageSize int) *ctxBuilder {
 	b.req.Total_num_bfregs = tot
 	b.req.Num_low_latency_bfregs = low
 	b.req.Max_cqe_version = cqeVersion1
-	b.req.Lib_caps = abi.MLX5_LIB_CAP_4K_UAR
+	b.req.Lib_caps = abi.MLX5_LIB_CAP_4K_UAR | abi.MLX5_LIB_CAP_DYN_UAR
 	return b
 }
 
@@ -96,7 +96,7 @@ func (b *ctxBuilder) Udata() (in, out []byte) { return bytesOf(&b.req), bytesOf(
 func (b *ctxBuilder) Abort()                  {}
 
 func (b *ctxBuilder) Finish(provider.Created) (provider.Context, error) {
-	return newContext(b.k, b.pageSize, &b.resp, b.lowLat)
+	return newContext(b.k, b.pageSize, &b.resp, b.totUUARs, b.lowLat)
 }
 
 // bfReg is one BlueFlame register (struct mlx5_bf): half a BlueFlame
@@ -107,7 +107,14 @@ type bfReg struct {
 	mu      *spinLock      // nil when one QP owns the register (or it is register 0)
 	offset  uintptr        // which half the next doorbell uses
 	bufSize uintptr        // bytes in a half; 0: no BlueFlame (register 0, or no write combining)
-	uuarn   int
+	// uuarn is the kernel's index of a static register; for a register
+	// of a dynamic UAR, its index in the UAR's mapping.
+	uuarn int
+	// For a register of a dynamic UAR: the UAR, the page id QPs name it
+	// by, and how many QPs use it (the least used shared one is chosen).
+	uar    *dynUAR
+	pageID uint32
+	users  int
 }
 
 // Context is the mlx5 state of one device context: its UAR pages and
@@ -132,21 +139,30 @@ type Context struct {
 	// inline or not (rdma-core's MLX5_POST_SEND_PREFER_BF default).
 	preferBF bool
 
-	uars  [][]byte // the mapped UAR pages, by context UAR page index
-	bfs   []bfReg  // by BlueFlame register index, as the kernel numbers them
-	cqDB  unsafe.Pointer
-	db    dbAllocator
-	t     tables
-	uidx  uidxAllocator
-	cqMu  sync.Mutex
-	cqs   map[*CQ]struct{}
-	close sync.Once
+	uars [][]byte // the mapped UAR pages, by context UAR page index
+	bfs  []bfReg  // by BlueFlame register index, as the kernel numbers them
+	cqDB unsafe.Pointer
+	// dyn: the kernel granted dynamic UARs (tot_bfregs 0); the provider
+	// allocates them (uar.go) and uars, bfs and cqDB stay empty.
+	dyn        bool
+	uarMu      sync.Mutex
+	live       map[*dynUAR]struct{} // every UAR allocated and not yet freed
+	ncUAR      *dynUAR              // the non-cached UAR, while it has users
+	dedFree    []*bfReg             // registers of dedicated UARs no QP uses
+	shared     []*bfReg             // registers of shared UARs
+	dedRegs    uint32               // registers of the dedicated UARs allocated
+	sharedRegs uint32               // registers of the shared UARs allocated
+	db         dbAllocator
+	t          tables
+	uidx       uidxAllocator
+	cqMu       sync.Mutex
+	cqs        map[*CQ]struct{}
+	close      sync.Once
 }
 
-func newContext(k provider.Kernel, pageSize int, r *abi.Mlx5IbAllocUcontextResp, lowLat uint32) (*Context, error) {
-	if r.Tot_bfregs == 0 {
-		return nil, fmt.Errorf("mlx5: the kernel allocated no static BlueFlame registers (it granted only dynamic UARs): %w", unix.EOPNOTSUPP)
-	}
+// newContext makes the context from the kernel's answer. tot and lowLat
+// are the register counts the request asked for.
+func newContext(k provider.Kernel, pageSize int, r *abi.Mlx5IbAllocUcontextResp, tot, lowLat uint32) (*Context, error) {
 	if r.Cqe_version > cqeVersion1 {
 		return nil, fmt.Errorf("mlx5: kernel chose CQE version %d, asked for at most %d: %w", r.Cqe_version, cqeVersion1, unix.EPROTO)
 	}
@@ -179,6 +195,19 @@ func newContext(k provider.Kernel, pageSize int, r *abi.Mlx5IbAllocUcontextResp,
 	}
 	c.db = dbAllocator{line: line, pageSize: pageSize}
 
+	if r.Tot_bfregs == 0 {
+		// Dynamic UARs (mlx5_set_context with tot_bfregs 0): the requested
+		// counts bound the dedicated and shared registers.
+		c.dyn = true
+		c.totUUARs = tot
+		c.live = map[*dynUAR]struct{}{}
+		if c.uarsPerPage == 0 || int(c.uarsPerPage)*adapterPageSize > pageSize ||
+			uintptr(bfOffset)+nonFPBfregsPerUAR*uintptr(c.bfRegSize) > adapterPageSize || lowLat > tot {
+			return nil, fmt.Errorf("mlx5: unusable dynamic UAR layout (%d UARs per page, %d-byte registers): %w",
+				c.uarsPerPage, c.bfRegSize, unix.EPROTO)
+		}
+		return c, nil
+	}
 	perPage := c.uarsPerPage * nonFPBfregsPerUAR
 	if c.uarsPerPage == 0 || c.totUUARs%perPage != 0 || c.totUUARs/perPage > maxUARs ||
 		int(c.uarsPerPage)*adapterPageSize > pageSize || uintptr(bfOffset)+bfregsPerUAR*uintptr(c.bfRegSize) > adapterPageSize {
@@ -259,11 +288,14 @@ func (c *Context) unmapUARs() {
 	c.uars = nil
 }
 
-// Close unmaps the UAR pages and frees the doorbell pages. The core closes
-// every object first.
+// Close unmaps the UAR pages (destroying the dynamic ones) and frees the
+// doorbell pages. The core closes every object first.
 func (c *Context) Close() error {
 	var err error
 	c.close.Do(func() {
+		if c.dyn {
+			err = c.freeAllUARs()
+		}
 		for _, u := range c.uars {
 			if e := c.k.Munmap(u); e != nil && err == nil {
 				err = e

@@ -8,8 +8,13 @@ package mlx5
 // As the kernel it answers the create commands: it reads the provider's
 // driver data (struct mlx5_ib_create_cq/_qp/_srq, the context request),
 // checks it as mlx5_ib does, assigns numbers and BlueFlame registers, and
-// writes the driver response. It serves the mmap of UAR pages
-// (provider.Kernel) from plain memory it keeps.
+// writes the driver response. By default it grants dynamic UARs, as
+// kernels since 5.8 do: it answers MLX5_IB_METHOD_UAR_OBJ_ALLOC and
+// _DESTROY (provider.Kernel's Invoke) and requires CQs and QPs to name a
+// live UAR by page id; with modelStaticUAR it allocates static registers
+// as older kernels do. It serves the mmap of UAR pages from plain memory
+// it keeps, and checks that every dynamic UAR is unmapped and destroyed
+// by the time the context closes.
 //
 // As the device it reacts to doorbells: it reads a QP's send counter from
 // its doorbell record and consumes the WQEs up to it from the send queue
@@ -66,7 +71,13 @@ type hca struct {
 	cqeVer   uint8
 	oldCQE   bool // a device of CQE version 0 only
 	ece      bool
-	noWC     bool // answer bf_reg_size 0: no BlueFlame
+	noWC     bool              // answer bf_reg_size 0: no BlueFlame
+	dyn      bool              // grant dynamic UARs (tot_bfregs 0)
+	dynUARs  map[uint32]*hwUAR // by handle, destroyed ones included
+	nextPage uint32
+	failUAR  int  // refuse the next UAR allocations
+	failMmap bool // refuse mappings of dynamic UARs
+	uarCalls []string
 	nextNum  uint32
 	cqs      map[uint32]*hwCQ
 	qps      map[uint32]*hwQP
@@ -89,8 +100,23 @@ type dbRecord struct {
 // variant tests set it to run the end-to-end tests on that path too.
 var modelOldCQE bool
 
+// modelStaticUAR makes newHCA model a kernel without dynamic UARs, which
+// allocates static BlueFlame registers with the context.
+var modelStaticUAR bool
+
+// hwUAR is a UAR the model allocated through MLX5_IB_METHOD_UAR_OBJ_ALLOC.
+type hwUAR struct {
+	handle    uint32
+	pageID    uint32
+	nc        bool
+	off       int64
+	mem       []byte
+	mapped    bool
+	destroyed bool
+}
+
 func newHCA(t testing.TB) *hca {
-	return &hca{oldCQE: modelOldCQE, t: t, pageSize: unix.Getpagesize(), uars: map[int64][]byte{}, bfHalf: map[int]uintptr{},
+	return &hca{oldCQE: modelOldCQE, dyn: !modelStaticUAR, dynUARs: map[uint32]*hwUAR{}, nextPage: 0x40, t: t, pageSize: unix.Getpagesize(), uars: map[int64][]byte{}, bfHalf: map[int]uintptr{},
 		cqs: map[uint32]*hwCQ{}, qps: map[uint32]*hwQP{}, srqs: map[uint32]*hwSRQ{}, mrs: map[uint32]*hwMR{},
 		nextNum: 0x100, nextKey: 0x1000}
 }
@@ -102,6 +128,20 @@ func (h *hca) Mmap(offset int64, length int, prot int) ([]byte, error) {
 	defer h.mu.Unlock()
 	h.mmaps = append(h.mmaps, offset)
 	if prot&unix.PROT_WRITE == 0 || length != h.pageSize || offset%int64(h.pageSize) != 0 {
+		return nil, unix.EINVAL
+	}
+	if h.dyn {
+		// uar_mmap refuses the static offsets in this mode; dynamic UARs
+		// map at the offset their allocation returned, once.
+		for _, u := range h.dynUARs {
+			if u.off == offset && !u.destroyed && !u.mapped {
+				if h.failMmap {
+					return nil, unix.ENOMEM
+				}
+				u.mapped = true
+				return u.mem, nil
+			}
+		}
 		return nil, unix.EINVAL
 	}
 	pg := offset / int64(h.pageSize)
@@ -122,9 +162,138 @@ func (h *hca) Mmap(offset int64, length int, prot int) ([]byte, error) {
 
 func (h *hca) Munmap(b []byte) error {
 	h.mu.Lock()
+	defer h.mu.Unlock()
 	h.munmaps++
-	h.mu.Unlock()
+	for _, u := range h.dynUARs {
+		if u.mapped && &u.mem[0] == &b[0] {
+			if len(b) != len(u.mem) {
+				h.t.Errorf("UAR page %#x: unmapped %d of its %d bytes", u.pageID, len(b), len(u.mem))
+			}
+			u.mapped = false
+		}
+	}
 	return nil // the model keeps reading its pages
+}
+
+// Invoke is the kernel's MLX5_IB_OBJECT_UAR methods: UAR_OBJ_ALLOC
+// (alloc_uar_entry: a UAR of one system page, a page id, an mmap offset)
+// and UAR_OBJ_DESTROY. It checks the attributes as the method's schema
+// does: every one present, of its type and size.
+func (h *hca) Invoke(object, method uint16, attrs []provider.Attr) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if object != abi.MLX5_IB_OBJECT_UAR {
+		h.t.Errorf("driver method %#x of object %#x", method, object)
+		return unix.EPROTONOSUPPORT
+	}
+	if !h.dyn {
+		h.t.Error("UAR allocated on a context with static registers")
+	}
+	switch method {
+	case abi.MLX5_IB_METHOD_UAR_OBJ_ALLOC:
+		want := []struct {
+			id   uint16
+			kind provider.AttrKind
+			n    int
+		}{
+			{abi.MLX5_IB_ATTR_UAR_OBJ_ALLOC_HANDLE, provider.AttrIDRNew, 0},
+			{abi.MLX5_IB_ATTR_UAR_OBJ_ALLOC_TYPE, provider.AttrConstIn, 0},
+			{abi.MLX5_IB_ATTR_UAR_OBJ_ALLOC_MMAP_OFFSET, provider.AttrPtrOut, 8},
+			{abi.MLX5_IB_ATTR_UAR_OBJ_ALLOC_MMAP_LENGTH, provider.AttrPtrOut, 4},
+			{abi.MLX5_IB_ATTR_UAR_OBJ_ALLOC_PAGE_ID, provider.AttrPtrOut, 4},
+		}
+		if len(attrs) != len(want) {
+			h.t.Errorf("UAR_OBJ_ALLOC with %d attributes", len(attrs))
+			return unix.EINVAL
+		}
+		for i, w := range want {
+			if a := attrs[i]; a.ID != w.id || a.Kind != w.kind || len(a.Out) != w.n {
+				h.t.Errorf("UAR_OBJ_ALLOC attribute %d: %+v", i, a)
+				return unix.EINVAL
+			}
+		}
+		typ := attrs[1].Value
+		h.uarCalls = append(h.uarCalls, map[uint64]string{abi.MLX5_IB_UAPI_UAR_ALLOC_TYPE_BF: "bf", abi.MLX5_IB_UAPI_UAR_ALLOC_TYPE_NC: "nc"}[typ])
+		switch {
+		case typ != abi.MLX5_IB_UAPI_UAR_ALLOC_TYPE_BF && typ != abi.MLX5_IB_UAPI_UAR_ALLOC_TYPE_NC:
+			return unix.EOPNOTSUPP
+		case typ == abi.MLX5_IB_UAPI_UAR_ALLOC_TYPE_BF && h.noWC:
+			return unix.EOPNOTSUPP // no write combining: no BlueFlame UARs
+		case h.failUAR > 0:
+			h.failUAR--
+			return unix.ENOMEM
+		}
+		mem, err := unix.Mmap(-1, 0, h.pageSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+		if err != nil {
+			return err
+		}
+		for i := range mem {
+			mem[i] = modelPoison
+		}
+		u := &hwUAR{handle: uint32(len(h.dynUARs) + 1), pageID: h.nextPage, nc: typ == abi.MLX5_IB_UAPI_UAR_ALLOC_TYPE_NC, mem: mem}
+		u.off = int64(0x1000+u.handle) * int64(h.pageSize) // an rdma_user_mmap entry's offset
+		h.nextPage += uint32(h.pageSize / adapterPageSize)
+		h.dynUARs[u.handle] = u
+		attrs[0].Value = uint64(u.handle)
+		binary.NativeEndian.PutUint64(attrs[2].Out, uint64(u.off))
+		binary.NativeEndian.PutUint32(attrs[3].Out, uint32(h.pageSize))
+		binary.NativeEndian.PutUint32(attrs[4].Out, u.pageID)
+		return nil
+	case abi.MLX5_IB_METHOD_UAR_OBJ_DESTROY:
+		if len(attrs) != 1 || attrs[0].ID != abi.MLX5_IB_ATTR_UAR_OBJ_DESTROY_HANDLE || attrs[0].Kind != provider.AttrIDR {
+			h.t.Errorf("UAR_OBJ_DESTROY attributes %+v", attrs)
+			return unix.EINVAL
+		}
+		u := h.dynUARs[uint32(attrs[0].Value)]
+		if u == nil || u.destroyed {
+			h.t.Errorf("UAR handle %d destroyed, not a live UAR", attrs[0].Value)
+			return unix.EINVAL
+		}
+		if u.mapped {
+			h.t.Errorf("UAR page %#x destroyed while still mapped (rdma-core unmaps first)", u.pageID)
+		}
+		u.destroyed = true
+		h.uarCalls = append(h.uarCalls, "destroy")
+		return nil
+	}
+	return unix.EPROTONOSUPPORT
+}
+
+// liveUARs counts the dynamic UARs allocated and not destroyed.
+func (h *hca) liveUARs() int {
+	n := 0
+	for _, u := range h.dynUARs {
+		if !u.destroyed {
+			n++
+		}
+	}
+	return n
+}
+
+// uarOf finds the live dynamic UAR page id names: the first UAR of an
+// allocation or, in a system page holding several, one of the others.
+func (h *hca) uarOf(pageID uint32) (*hwUAR, []byte) {
+	for _, u := range h.dynUARs {
+		if u.destroyed || pageID < u.pageID || pageID-u.pageID >= uint32(h.pageSize/adapterPageSize) || (u.nc && pageID != u.pageID) {
+			continue
+		}
+		if !u.mapped {
+			h.t.Errorf("UAR page %#x named before it was mapped", pageID)
+		}
+		j := int(pageID - u.pageID)
+		return u, u.mem[j*adapterPageSize : (j+1)*adapterPageSize]
+	}
+	return nil, nil
+}
+
+// checkUARsReleased checks that the context's dynamic UARs are all
+// unmapped and destroyed.
+func (h *hca) checkUARsReleased() {
+	for _, u := range h.dynUARs {
+		if u.mapped || !u.destroyed {
+			h.t.Errorf("UAR page %#x left mapped %v, destroyed %v", u.pageID, u.mapped, u.destroyed)
+		}
+	}
 }
 
 func (h *hca) Write([]byte) error {
@@ -150,10 +319,18 @@ func (h *hca) openContext() *Context {
 	if err != nil {
 		h.t.Fatalf("context finish: %v", err)
 	}
-	return p.(*Context)
+	c := p.(*Context)
+	h.t.Cleanup(func() {
+		if err := c.Close(); err != nil {
+			h.t.Errorf("context close: %v", err)
+		}
+		h.checkUARsReleased()
+	})
+	return c
 }
 
-// allocUcontext is mlx5_ib_alloc_ucontext for the static-UAR path.
+// allocUcontext is mlx5_ib_alloc_ucontext: static registers, or none when
+// it grants dynamic UARs.
 func (h *hca) allocUcontext(in, out []byte) error {
 	if len(in) < int(unsafe.Offsetof(abi.Mlx5IbAllocUcontextReqV2{}.Max_cqe_version)) || len(out) < abi.SizeofMlx5IbAllocUcontextResp {
 		return unix.EINVAL
@@ -166,8 +343,8 @@ func (h *hca) allocUcontext(in, out []byte) error {
 	if req.Num_low_latency_bfregs > tot-1 {
 		return unix.EINVAL
 	}
-	if req.Lib_caps&abi.MLX5_LIB_CAP_DYN_UAR != 0 {
-		h.t.Error("context asked for dynamic UARs, which provider.Kernel cannot allocate")
+	if req.Lib_caps != abi.MLX5_LIB_CAP_4K_UAR|abi.MLX5_LIB_CAP_DYN_UAR {
+		h.t.Errorf("lib_caps %#x, want 4K and dynamic UARs as rdma-core asks", req.Lib_caps)
 	}
 	h.totBf, h.lowLat = tot, req.Num_low_latency_bfregs
 	h.bfCount = make([]int, tot)
@@ -187,6 +364,9 @@ func (h *hca) allocUcontext(in, out []byte) error {
 	if h.noWC {
 		r.Bf_reg_size = 0
 	}
+	if h.dyn {
+		r.Tot_bfregs = 0 // resp.tot_bfregs = lib_uar_dyn ? 0 : ...
+	}
 	if h.ece {
 		r.Comp_mask |= abi.MLX5_IB_ALLOC_UCONTEXT_RESP_MASK_ECE
 	}
@@ -202,6 +382,7 @@ type hwCQ struct {
 	ncqe   uint32
 	db     *[2]uint32
 	pi     uint32
+	uar    []byte // the UAR it is armed through
 	armed  uint32 // 0, or the arm command (REQ_NOT or REQ_NOT_SOL)+1
 	armSN  uint32
 	fired  map[uint32]bool // arm sequence numbers that raised an event
@@ -217,14 +398,26 @@ func (h *hca) createCQ(c *Context, cqe int) (*CQ, *hwCQ) {
 	in, out := b.Udata()
 	cmd := *(*abi.Mlx5IbCreateCq)(unsafe.Pointer(&in[0]))
 	entries := roundUpPow2(uint32(cqe) + 1) // mlx5_ib_create_cq
-	if (cmd.Cqe_size != 64 && cmd.Cqe_size != 128) || cmd.Buf_addr%uint64(h.pageSize) != 0 || cmd.Db_addr%8 != 0 || cmd.Flags != 0 || len(out) < abi.SizeofMlx5IbCreateCqResp {
+	var uar []byte
+	if h.dyn {
+		// create_cq_user: with dynamic UARs the CQ must name one.
+		if cmd.Flags == abi.MLX5_IB_CREATE_CQ_FLAGS_UAR_PAGE_INDEX {
+			var u *hwUAR
+			if u, uar = h.uarOf(uint32(cmd.Uar_page_index)); u != nil && !u.nc {
+				h.t.Errorf("CQ names BlueFlame UAR %#x; rdma-core arms through the non-cached one", u.pageID)
+			}
+		}
+	} else if cmd.Flags == 0 && cmd.Uar_page_index == 0 {
+		uar = h.uars[uarMmapOffset(0, h.pageSize)]
+	}
+	if (cmd.Cqe_size != 64 && cmd.Cqe_size != 128) || cmd.Buf_addr%uint64(h.pageSize) != 0 || cmd.Db_addr%8 != 0 || uar == nil || len(out) < abi.SizeofMlx5IbCreateCqResp {
 		b.Abort()
 		h.t.Fatalf("create CQ driver data %+v", cmd)
 	}
 	if int(cmd.Cqe_size) != cqeSizeFromEnv() {
 		h.t.Errorf("CQ of %d-byte CQEs; MLX5_CQE_SIZE asks for %d", cmd.Cqe_size, cqeSizeFromEnv())
 	}
-	hw := &hwCQ{cqn: h.num(), size: int(cmd.Cqe_size), buf: userMem(cmd.Buf_addr), ncqe: entries, db: (*[2]uint32)(userMem(cmd.Db_addr)), fired: map[uint32]bool{}}
+	hw := &hwCQ{cqn: h.num(), uar: uar, size: int(cmd.Cqe_size), buf: userMem(cmd.Buf_addr), ncqe: entries, db: (*[2]uint32)(userMem(cmd.Db_addr)), fired: map[uint32]bool{}}
 	for i := uint32(0); i < entries; i++ {
 		// The op_own byte ends the entry: the 64-byte CQE is the last 64.
 		if op := *(*uint8)(unsafe.Add(hw.buf, uintptr(i+1)*uintptr(hw.size)-1)); op != cqeInvalidOpOwn {
@@ -249,7 +442,10 @@ type hwQP struct {
 	rqCnt    uint32
 	rqShift  uint32
 	db       *[2]uint32
-	bfreg    int // kernel (gross) index
+	bfreg    int    // kernel (gross) index, static registers
+	uarPage  []byte // dynamic UARs: the 4 KiB UAR the QP named
+	uarNC    bool   // ... a non-cached one
+	regOff   int    // ... the register in it, once the first doorbell showed it (-1 before)
 	uidx     uint32
 	sendCQ   *hwCQ
 	recvCQ   *hwCQ
@@ -312,7 +508,8 @@ func (h *hca) tryCreateQP(c *Context, attr provider.QPInitAttr, send, recv *hwCQ
 	// set_user_buf_size, get_qp_user_index).
 	if cmd.Sq_wqe_count&(cmd.Sq_wqe_count-1) != 0 || cmd.Rq_wqe_count&(cmd.Rq_wqe_count-1) != 0 ||
 		cmd.Sq_wqe_count > modelMaxWQEBB || cmd.Buf_addr%uint64(h.pageSize) != 0 || cmd.Db_addr%8 != 0 ||
-		cmd.Flags&^(abi.MLX5_QP_FLAG_SCATTER_CQE) != 0 || cmd.Sq_buf_addr != 0 ||
+		cmd.Flags&^(abi.MLX5_QP_FLAG_SCATTER_CQE|abi.MLX5_QP_FLAG_UAR_PAGE_INDEX) != 0 || cmd.Sq_buf_addr != 0 ||
+		h.dyn != (cmd.Flags&abi.MLX5_QP_FLAG_UAR_PAGE_INDEX != 0) || (!h.dyn && cmd.Bfreg_index != 0) ||
 		!h.validUidx(cmd.Uidx) || (attr.HasSRQ && cmd.Rq_wqe_count != 0) {
 		b.Abort()
 		h.t.Fatalf("create QP driver data %+v", cmd)
@@ -327,8 +524,20 @@ func (h *hca) tryCreateQP(c *Context, attr provider.QPInitAttr, send, recv *hwCQ
 		db: (*[2]uint32)(userMem(cmd.Db_addr)), sendCQ: send, recvCQ: recv, srq: srq, uidx: cmd.Uidx}
 	hw.rq = userMem(cmd.Buf_addr)
 	hw.sq = unsafe.Add(hw.rq, uintptr(cmd.Rq_wqe_count)<<cmd.Rq_wqe_shift)
-	hw.bfreg = h.allocBfreg()
-	(*abi.Mlx5IbCreateQpResp)(unsafe.Pointer(&out[0])).Bfreg_index = uint32(hw.bfreg)
+	if h.dyn {
+		// _create_user_qp with MLX5_QP_FLAG_UAR_PAGE_INDEX: the QP's
+		// uar_page is the one named; the answer is MLX5_IB_INVALID_BFREG.
+		var u *hwUAR
+		if u, hw.uarPage = h.uarOf(cmd.Bfreg_index); u == nil {
+			b.Abort()
+			h.t.Fatalf("QP names UAR page %#x, which the context does not hold", cmd.Bfreg_index)
+		}
+		hw.uarNC, hw.regOff, hw.bfreg = u.nc, -1, -1
+		(*abi.Mlx5IbCreateQpResp)(unsafe.Pointer(&out[0])).Bfreg_index = 1 << 31
+	} else {
+		hw.bfreg = h.allocBfreg()
+		(*abi.Mlx5IbCreateQpResp)(unsafe.Pointer(&out[0])).Bfreg_index = uint32(hw.bfreg)
+	}
 	prov, err := b.Finish(provider.Created{Handle: hw.qpn, QPNum: hw.qpn, Caps: attr.Caps})
 	if err != nil {
 		return nil, nil, err
@@ -474,7 +683,7 @@ func (h *hca) run() {
 }
 
 func (h *hca) checkArm(cq *hwCQ) {
-	reg := h.uars[uarMmapOffset(0, h.pageSize)][cqDoorbellOffset : cqDoorbellOffset+8]
+	reg := cq.uar[cqDoorbellOffset : cqDoorbellOffset+8]
 	v := binary.BigEndian.Uint64(reg)
 	if reg[0] == modelPoison && reg[7] == modelPoison {
 		return
@@ -539,10 +748,13 @@ func (h *hca) readWQE(q *hwQP) []byte {
 // checkDoorbell reads the BlueFlame half the provider should have written
 // for the last WQE: its first 8 bytes (a plain doorbell) or the whole WQE.
 func (h *hca) checkDoorbell(q *hwQP) {
-	reg := h.bfReg(q.bfreg)
-	half := h.bfHalf[q.bfreg]
+	reg, key, nc := h.doorbellRegister(q)
+	if reg == nil {
+		return
+	}
+	half := h.bfHalf[key]
 	buf := reg[half : half+modelBfRegSize/2]
-	if q.bfreg == 0 {
+	if nc {
 		buf = reg[:64]
 	}
 	rec := dbRecord{qpn: q.qpn, half: half}
@@ -568,10 +780,41 @@ func (h *hca) checkDoorbell(q *hwQP) {
 	for i := range buf {
 		buf[i] = modelPoison
 	}
-	if q.bfreg != 0 {
-		h.bfHalf[q.bfreg] ^= modelBfRegSize / 2
+	if !nc {
+		h.bfHalf[key] ^= modelBfRegSize / 2
 	}
 	h.doorbell = append(h.doorbell, rec)
+}
+
+// doorbellRegister returns the register a QP's doorbells go to, the key
+// its alternating halves are tracked by, and whether it is one without
+// BlueFlame (register 0, or the non-cached UAR's). With dynamic UARs the
+// kernel knows only the QP's UAR, not which of its registers the provider
+// chose: the first doorbell, found by its contents (the WQE's first 8
+// bytes carry its index and the QP number), tells, and every later one
+// must use the same register.
+func (h *hca) doorbellRegister(q *hwQP) ([]byte, int, bool) {
+	if !h.dyn {
+		return h.bfReg(q.bfreg), q.bfreg, q.bfreg == 0
+	}
+	if q.regOff < 0 {
+	find:
+		for k := range nonFPBfregsPerUAR {
+			for half := range 2 {
+				off := bfOffset + k*modelBfRegSize + half*modelBfRegSize/2
+				if string(q.uarPage[off:off+8]) == string(q.lastCtrl[:8]) {
+					q.regOff = bfOffset + k*modelBfRegSize
+					break find
+				}
+			}
+		}
+		if q.regOff < 0 {
+			h.t.Errorf("QP %#x: send counter moved but no doorbell in the UAR it named", q.qpn)
+			return nil, 0, false
+		}
+	}
+	key := int(uintptr(unsafe.Pointer(&q.uarPage[q.regOff])))
+	return q.uarPage[q.regOff : q.regOff+modelBfRegSize], key, q.uarNC
 }
 
 // --- executing WQEs ---

@@ -23,6 +23,7 @@ type qpBuilder struct {
 	srq  *SRQ
 	mem  []byte
 	db   unsafe.Pointer
+	bf   *bfReg // the register of a dynamic UAR the QP names, or nil
 	cmd  abi.Mlx5IbCreateQp
 	resp abi.Mlx5IbCreateQpResp
 }
@@ -30,8 +31,9 @@ type qpBuilder struct {
 // NewQP sizes the QP's queues as rdma-core does, allocates one buffer for
 // both (receive queue first, then the send queue) and a doorbell record,
 // and returns the builder whose driver data (struct mlx5_ib_create_qp)
-// names them. The kernel picks the QP's BlueFlame register and answers
-// with its index.
+// names them. With static registers the kernel picks the QP's BlueFlame
+// register and answers with its index; with dynamic UARs the provider
+// picks it (qpRegister) and names its UAR by page id.
 func (c *Context) NewQP(attr provider.QPInitAttr) (provider.Builder[provider.QP], error) {
 	switch attr.Type {
 	case provider.QPTypeRC, provider.QPTypeUC, provider.QPTypeUD:
@@ -85,6 +87,16 @@ func (c *Context) NewQP(attr provider.QPInitAttr) (provider.Builder[provider.QP]
 	if c.ece {
 		b.cmd.Ece_options = eceTrigger
 	}
+	if c.dyn {
+		bf, err := c.qpRegister()
+		if err != nil {
+			b.Abort()
+			return nil, fmt.Errorf("mlx5: QP UAR: %w", err)
+		}
+		b.bf = bf
+		b.cmd.Bfreg_index = bf.pageID
+		b.cmd.Flags |= abi.MLX5_QP_FLAG_UAR_PAGE_INDEX
+	}
 	return b, nil
 }
 
@@ -97,6 +109,10 @@ func (b *qpBuilder) Abort() {
 	freeQueueMem(b.mem)
 	b.ctx.db.free(b.db)
 	b.mem, b.db = nil, nil
+	if b.bf != nil {
+		b.ctx.putUAR(b.bf.uar, b.bf)
+		b.bf = nil
+	}
 }
 
 // limit is the smaller of what the provider computed and what the kernel
@@ -109,11 +125,18 @@ func limit(computed, granted uint32) uint32 {
 }
 
 func (b *qpBuilder) Finish(c provider.Created) (provider.QP, error) {
-	idx := b.resp.Bfreg_index
-	if int(idx) >= len(b.ctx.bfs) {
-		b.Abort()
-		return nil, fmt.Errorf("mlx5: kernel gave the QP BlueFlame register %d of %d: %w", idx, len(b.ctx.bfs), unix.EPROTO)
+	// With dynamic UARs the kernel answers MLX5_IB_INVALID_BFREG: the
+	// register is the one the provider named.
+	bf := b.bf
+	if bf == nil {
+		idx := b.resp.Bfreg_index
+		if int(idx) >= len(b.ctx.bfs) {
+			b.Abort()
+			return nil, fmt.Errorf("mlx5: kernel gave the QP BlueFlame register %d of %d: %w", idx, len(b.ctx.bfs), unix.EPROTO)
+		}
+		bf = &b.ctx.bfs[idx]
 	}
+	b.bf = nil // the QP's now
 	base := unsafe.Pointer(&b.mem[0])
 	qp := &QP{
 		ctx: b.ctx,
@@ -123,12 +146,11 @@ func (b *qpBuilder) Finish(c provider.Created) (provider.QP, error) {
 		typ: b.attr.Type,
 		mem: b.mem,
 		db:  (*[2]uint32)(b.db),
-		bf:  &b.ctx.bfs[idx],
+		bf:  bf,
 
+		// Register 0 and the non-cached UAR's have no BlueFlame halves.
+		bfMax:        uint32(bf.bufSize),
 		inlineBFOnly: !b.ctx.preferBF,
-	}
-	if qp.bf.uuarn != 0 {
-		qp.bfMax = uint32(qp.bf.bufSize)
 	}
 	if b.rq.wqeCnt > 0 {
 		qp.rq = &recvQueue{
@@ -326,7 +348,8 @@ func (qp *QP) PostRecv(wrs []wr.RecvWR) (int, error) {
 
 // Close forgets the QP, removes its completions from the context's CQs
 // (they would otherwise name a QP number the kernel may reuse) and frees
-// its memory. The core calls it after the kernel destroyed the QP.
+// its memory, and gives back its register of a dynamic UAR. The core
+// calls it after the kernel destroyed the QP.
 func (qp *QP) Close() error {
 	v1 := qp.ctx.cqeVersion == cqeVersion1
 	if v1 {
@@ -356,5 +379,12 @@ func (qp *QP) Close() error {
 	err := freeQueueMem(qp.mem)
 	qp.ctx.db.free(unsafe.Pointer(qp.db))
 	qp.mem, qp.db = nil, nil
+	if u := qp.bf.uar; u != nil {
+		// The kernel no longer names the UAR in a QP: give the register
+		// back, and the UAR when it was its last user.
+		if e := qp.ctx.putUAR(u, qp.bf); e != nil && err == nil {
+			err = e
+		}
+	}
 	return err
 }

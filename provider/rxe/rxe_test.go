@@ -29,6 +29,10 @@ func (k *fakeKernel) Mmap(offset int64, length int, prot int) ([]byte, error) {
 	return r, nil
 }
 func (k *fakeKernel) Munmap([]byte) error { return nil }
+
+// Invoke: rxe has no driver methods.
+func (k *fakeKernel) Invoke(uint16, uint16, []provider.Attr) error { return unix.EPROTONOSUPPORT }
+
 func (k *fakeKernel) Write(b []byte) error {
 	k.doorbells++
 	k.lastWrite = append(k.lastWrite[:0], b...)
