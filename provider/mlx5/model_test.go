@@ -9,7 +9,7 @@ package mlx5
 // driver data (struct mlx5_ib_create_cq/_qp/_srq, the context request),
 // checks it as mlx5_ib does, assigns numbers and BlueFlame registers, and
 // writes the driver response. By default it grants dynamic UARs, as
-// kernels since 5.8 do: it answers MLX5_IB_METHOD_UAR_OBJ_ALLOC and
+// kernels with the UAR object do: it answers MLX5_IB_METHOD_UAR_OBJ_ALLOC and
 // _DESTROY (provider.Kernel's Invoke) and requires CQs and QPs to name a
 // live UAR by page id; with modelStaticUAR it allocates static registers
 // as older kernels do. It serves the mmap of UAR pages from plain memory
