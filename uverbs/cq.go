@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -24,6 +26,14 @@ import (
 type CompChannel struct {
 	ctx  *Context
 	file *os.File // non-blocking, registered with the runtime poller
+	// conn reaches the descriptor for GetEventDirect; directFn is its
+	// wait, made once so that a wait allocates nothing; directN and
+	// directErr carry its results (under mu).
+	conn      syscall.RawConn
+	directFn  func(fd uintptr)
+	directN   int
+	directErr error
+	closed    atomic.Bool
 	// pending holds the CQ handles of events read but not yet returned.
 	// A read happens only when it is empty and yields at most len(buf)/8
 	// events, so pendingArr always has room: waiting allocates nothing.
@@ -47,7 +57,13 @@ func (c *Context) NewCompChannel() (*CompChannel, error) {
 		unix.Close(int(resp.Fd))
 		return nil, &Error{Op: "create completion channel", Err: err}
 	}
-	return &CompChannel{ctx: c, file: f}, nil
+	ch := &CompChannel{ctx: c, file: f}
+	if ch.conn, err = f.SyscallConn(); err != nil {
+		f.Close()
+		return nil, &Error{Op: "create completion channel", Err: err}
+	}
+	ch.directFn = ch.directRead
+	return ch, nil
 }
 
 // readContext reads from a pollable file, parking the goroutine in the
@@ -110,6 +126,11 @@ func (ch *CompChannel) GetEvent(ctx context.Context) (*CQ, error) {
 			return nil, err
 		}
 	}
+	return ch.popEvent()
+}
+
+// popEvent returns the first pending event's CQ (under mu).
+func (ch *CompChannel) popEvent() (*CQ, error) {
 	h := ch.pending[0]
 	ch.pending = ch.pending[1:]
 	cq := ch.ctx.cqByID(h)
@@ -131,19 +152,109 @@ func (ch *CompChannel) read(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	ch.setPending(n)
+	return nil
+}
+
+// setPending records the n bytes of event descriptions in buf (under mu).
+func (ch *CompChannel) setPending(n int) {
 	ch.pending = ch.pendingArr[:0]
 	for i := 0; i+8 <= n; i += 8 {
 		ch.pending = append(ch.pending, binary.NativeEndian.Uint64(ch.buf[i:]))
 	}
-	return nil
+}
+
+// directSlice bounds each of GetEventDirect's sleeps in the kernel, so
+// that a cancelled context, a closed channel and a scheduler that wants the
+// thread back (GC's stop-the-world with GODEBUG=asyncpreemptoff=1, which
+// sends no signal) are seen within it.
+const directSlice = time.Millisecond
+
+// GetEventDirect is GetEvent that waits in the kernel on the calling
+// goroutine's thread, as libibverbs' blocking ibv_get_cq_event does,
+// instead of parking the goroutine in the runtime's poller.
+//
+// The goroutine keeps its P while it waits, as a busy-polling loop would,
+// but sleeps: the wake-up is one return from poll(2) and a read, with no
+// trip through the scheduler, no other thread woken and no poller. That
+// halves the system calls and context switches of an event-driven latency
+// loop (docs/performance.md). The scheduler still takes the thread back:
+// the preemption signal interrupts the wait, and each sleep lasts at most
+// a millisecond, after which ctx and a closed channel are checked. Use it
+// from a goroutine dedicated to a latency-critical channel, with
+// GOMAXPROCS above the number of such goroutines; use GetEvent anywhere
+// else.
+func (ch *CompChannel) GetEventDirect(ctx context.Context) (*CQ, error) {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	for len(ch.pending) == 0 {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		ch.directN, ch.directErr = 0, nil
+		err := ch.conn.Control(ch.directFn)
+		if err == nil {
+			err = ch.directErr
+		}
+		switch {
+		case ch.closed.Load():
+			// Control's error for a closed file is internal/poll's
+			// ErrFileClosing, not os.ErrClosed.
+			return nil, ErrClosed
+		case err == unix.EINTR || err == unix.ETIMEDOUT:
+			// Let the scheduler run what asked for the thread.
+			runtime.Gosched()
+			continue
+		case err != nil:
+			return nil, &Error{Op: "get CQ event", Err: err}
+		}
+		ch.setPending(ch.directN)
+	}
+	return ch.popEvent()
+}
+
+// directRead reads events from fd, sleeping in poll(2) for at most
+// directSlice while there are none. It runs under RawConn.Control, which
+// keeps fd open meanwhile (Close waits for it).
+func (ch *CompChannel) directRead(fd uintptr) {
+	buf := ch.buf[:]
+	for {
+		n, _, e := unix.RawSyscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)))
+		if e == 0 {
+			ch.directN = int(n)
+			return
+		}
+		if e != unix.EAGAIN {
+			ch.directErr = e
+			return
+		}
+		pfd := unix.PollFd{Fd: int32(fd), Events: unix.POLLIN}
+		ts := unix.NsecToTimespec(int64(directSlice))
+		r, _, e := unix.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&pfd)), 1, uintptr(unsafe.Pointer(&ts)), 0, 0, 0)
+		switch {
+		case e != 0:
+			ch.directErr = e
+			return
+		case r == 0:
+			ch.directErr = unix.ETIMEDOUT
+			return
+		}
+	}
 }
 
 // Fd returns the channel's file descriptor, for callers that poll it
-// themselves.
-func (ch *CompChannel) Fd() int { return int(ch.file.Fd()) }
+// themselves. The descriptor stays non-blocking and owned by the channel.
+func (ch *CompChannel) Fd() int {
+	fd := -1
+	if ch.conn.Control(func(f uintptr) { fd = int(f) }) != nil {
+		return -1
+	}
+	return fd
+}
 
 // Close destroys the channel. CQs using it must be closed first (EBUSY).
 func (ch *CompChannel) Close() error {
+	ch.closed.Store(true)
 	err := ch.file.Close()
 	if errors.Is(err, os.ErrClosed) {
 		return nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -152,4 +153,125 @@ func TestDeviceSolicitedAndParkedWaiters(t *testing.T) {
 		t.Errorf("%d goroutines waiting for events took %d OS threads (%d → %d)", waiters, during-before, before, during)
 	}
 	t.Logf("threads with %d waiters parked: %d → %d", waiters, before, during)
+}
+
+// TestDeviceGetEventDirect waits for completion events in the kernel on
+// the calling thread: events arrive as with GetEvent, without allocating;
+// a context ends the wait; closing the channel ends a wait in progress; a
+// GC meanwhile is not held up (the wait gives the thread back each
+// millisecond even without preemption signals).
+func TestDeviceGetEventDirect(t *testing.T) {
+	r := newRig(t, qp.RC, provider.QPCaps{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1})
+	ch, err := r.ctx.NewCompChannel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	cq, err := r.ctx.CreateCQ(uverbs.CQAttr{CQE: 8, Channel: ch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cq.Close()
+	rq, err := r.pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: r.a.cq, RecvCQ: cq, Cap: provider.QPCaps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rq.Close()
+	sq, err := r.pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: r.b.cq, RecvCQ: r.b.cq, Cap: provider.QPCaps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sq.Close()
+	connectPair(t, rq, sq, r.gid, r.gidIndex)
+	connectPair(t, sq, rq, r.gid, r.gidIndex)
+
+	recv := []wr.RecvWR{{ID: 1}}
+	send := []wr.SendWR{{ID: 1, Opcode: wr.OpSend, Flags: wr.Signaled}}
+	wc := make([]wr.Completion, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// One message: arm, send, wait in the kernel, poll.
+	roundTrip := func() {
+		if _, err := rq.PostRecv(recv); err != nil {
+			t.Fatal(err)
+		}
+		if err := cq.ReqNotify(false); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := sq.PostSend(send); err != nil {
+			t.Fatal(err)
+		}
+		got, err := ch.GetEventDirect(ctx)
+		if err != nil || got != cq {
+			t.Fatalf("GetEventDirect: %v, %v", got, err)
+		}
+		got.AckEvents(1)
+		for n := 0; n == 0; {
+			if n, err = cq.Poll(wc); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if wc[0].Status != wr.Success || wc[0].Opcode != wr.WCRecv {
+			t.Fatalf("completion %+v", wc[0])
+		}
+		for n := 0; n == 0; { // the sender's completion
+			if n, err = r.b.cq.Poll(wc); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	roundTrip()
+	if a := testing.AllocsPerRun(20, roundTrip); a != 0 {
+		t.Errorf("a round trip with GetEventDirect allocates %v times", a)
+	}
+
+	// A context's deadline ends a wait, and a GC meanwhile completes.
+	gcDone := make(chan time.Duration, 1)
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		start := time.Now()
+		runtime.GC()
+		gcDone <- time.Since(start)
+	}()
+	short, cancel2 := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel2()
+	start := time.Now()
+	if _, err := ch.GetEventDirect(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("quiet channel: %v, want the context's deadline", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("the wait ended %v after it began; its context's deadline was 300ms", d)
+	}
+	select {
+	case d := <-gcDone:
+		t.Logf("GC during a direct wait took %v", d)
+	case <-time.After(5 * time.Second):
+		t.Error("a GC did not complete while a goroutine waited in GetEventDirect")
+	}
+
+	// Closing the channel ends a wait in progress.
+	c2, err := r.ctx.NewCompChannel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c2.GetEventDirect(context.Background())
+		errc <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	if err := c2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-errc:
+		if !errors.Is(err, uverbs.ErrClosed) {
+			t.Errorf("wait on a closed channel: %v, want ErrClosed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("closing the channel did not end the wait")
+	}
+	if c2.Fd() != -1 {
+		t.Errorf("closed channel's Fd is %d, want -1", c2.Fd())
+	}
 }
