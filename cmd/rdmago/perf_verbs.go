@@ -1095,7 +1095,7 @@ func (r *perfRun) waitCQ(ctx context.Context, cq *uverbs.CQ, wc []wr.Completion)
 		if n > 0 || err != nil {
 			return n, err
 		}
-		ev, err := r.ch.GetEvent(ctx)
+		ev, err := r.ch.GetEventDirect(ctx)
 		if err != nil {
 			return 0, err
 		}
