@@ -167,6 +167,16 @@ type QPInitAttr struct {
 	SignalAll bool
 }
 
+// SingleThreader is implemented by the QPs and CQs of providers that lock
+// their queues. uverbs calls SetSingleThreaded once, after creation and
+// before anyone else holds the object, when the user promised to post to
+// each queue (or poll the CQ) from one goroutine at a time, as a thread
+// domain (ibv_alloc_td) promises rdma-core's providers: the queue then
+// takes no lock.
+type SingleThreader interface {
+	SetSingleThreaded()
+}
+
 // QP is a queue pair's data path.
 type QP interface {
 	// PostSend posts wrs in order and rings the doorbell once. It returns

@@ -272,6 +272,7 @@ type CQ struct {
 	// rw lets Poll run without blocking other pollers while Close waits
 	// for them before the provider unmaps the queue.
 	rw         sync.RWMutex
+	single     bool // SingleThreaded: Poll skips rw
 	dead       atomic.Bool
 	eventsGot  atomic.Uint32
 	eventsAckd atomic.Uint32
@@ -287,6 +288,9 @@ type CQAttr struct {
 	// CompVector selects the completion vector (interrupt) for events,
 	// below Context.NumCompVectors.
 	CompVector int
+	// SingleThreaded promises that Poll is never called by two goroutines
+	// at once, nor concurrently with Close: polling then takes no lock.
+	SingleThreaded bool
 }
 
 // CreateCQ creates a completion queue (ibv_create_cq).
@@ -334,6 +338,12 @@ func (c *Context) CreateCQ(attr CQAttr) (*CQ, error) {
 		return nil, wrapErr("create CQ", err)
 	}
 	cq.prov = p
+	if attr.SingleThreaded {
+		if s, ok := p.(provider.SingleThreader); ok {
+			s.SetSingleThreaded()
+		}
+		cq.single = true
+	}
 	c.registerCQ(cq)
 	return cq, nil
 }
@@ -347,6 +357,12 @@ func (cq *CQ) Handle() uint32 { return cq.handle }
 // Poll moves up to len(wc) completions into wc (ibv_poll_cq) and returns
 // how many. It never blocks and does not allocate.
 func (cq *CQ) Poll(wc []wr.Completion) (int, error) {
+	if cq.single {
+		if cq.dead.Load() {
+			return 0, ErrClosed
+		}
+		return cq.prov.Poll(wc), nil
+	}
 	cq.rw.RLock()
 	if cq.dead.Load() {
 		cq.rw.RUnlock()

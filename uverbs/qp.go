@@ -26,6 +26,12 @@ type QPInitAttr struct {
 	// SignalAll makes every send work request complete with a completion,
 	// whatever its Signaled flag (sq_sig_all).
 	SignalAll bool
+	// SingleThreaded promises that PostSend is never called by two
+	// goroutines at once, nor PostRecv, and neither runs concurrently with
+	// Close (PostSend and PostRecv may run at the same time as each
+	// other). Posting then takes no lock, as rdma-core's providers do for
+	// a QP in a thread domain. Breaking the promise corrupts the queue.
+	SingleThreaded bool
 }
 
 // QP is a queue pair (struct ibv_qp).
@@ -40,6 +46,10 @@ type QP struct {
 	recvCQ *CQ
 	srq    *SRQ
 	prov   provider.QP
+
+	// single: the user serializes posting and Close (SingleThreaded), so
+	// posting skips rw.
+	single bool
 
 	state atomic.Uint32 // qp.State as last set by Modify
 	rw    sync.RWMutex
@@ -128,6 +138,12 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 		return nil, wrapErr("create QP", err)
 	}
 	q.prov = p
+	if attr.SingleThreaded {
+		if s, ok := p.(provider.SingleThreader); ok {
+			s.SetSingleThreaded()
+		}
+		q.single = true
+	}
 	register(c, c.qps, q.id, q)
 	return q, nil
 }
@@ -221,8 +237,10 @@ func (e *PostError) Unwrap() error { return e.Err }
 // A QP that is not ready to send (RESET, INIT, RTR) gets EINVAL and nothing
 // reaches its queue; a full queue gets ENOMEM.
 func (q *QP) PostSend(wrs []wr.SendWR) (int, error) {
-	q.rw.RLock()
-	defer q.rw.RUnlock()
+	if !q.single {
+		q.rw.RLock()
+		defer q.rw.RUnlock()
+	}
 	if q.dead.Load() {
 		return 0, ErrClosed
 	}
@@ -240,8 +258,10 @@ func (q *QP) PostSend(wrs []wr.SendWR) (int, error) {
 // PostRecv posts receive work requests (ibv_post_recv). A QP in RESET, or
 // one that receives through an SRQ, gets EINVAL; a full queue ENOMEM.
 func (q *QP) PostRecv(wrs []wr.RecvWR) (int, error) {
-	q.rw.RLock()
-	defer q.rw.RUnlock()
+	if !q.single {
+		q.rw.RLock()
+		defer q.rw.RUnlock()
+	}
 	if q.dead.Load() {
 		return 0, ErrClosed
 	}

@@ -12,9 +12,19 @@ import (
 // (storeRelease), which on amd64 and arm64 is cheaper than sync/atomic's
 // sequentially consistent store. Under the race detector the unlock is
 // sync/atomic's, so the detector sees the hand-over.
-type spinLock struct{ v uint32 }
+//
+// off, set once before the queue is shared, makes it no lock at all: the
+// queue's owner promised to use it from one goroutine at a time
+// (provider.SingleThreader), as rdma-core's thread domains do.
+type spinLock struct {
+	v   uint32
+	off bool
+}
 
 func (l *spinLock) lock() {
+	if l.off {
+		return
+	}
 	if !atomic.CompareAndSwapUint32(&l.v, 0, 1) {
 		l.lockSlow()
 	}
@@ -31,4 +41,15 @@ func (l *spinLock) lockSlow() {
 	}
 }
 
-func (l *spinLock) unlock() { unlockStore(&l.v) }
+func (l *spinLock) unlock() {
+	if !l.off {
+		unlockStore(&l.v)
+	}
+}
+
+// SetSingleThreaded drops the send and receive queues' locks (not the
+// BlueFlame register's, which QPs may share).
+func (qp *QP) SetSingleThreaded() { qp.sqMu.off, qp.rqMu.off = true, true }
+
+// SetSingleThreaded drops the CQ's lock.
+func (cq *CQ) SetSingleThreaded() { cq.mu.off = true }

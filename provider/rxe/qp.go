@@ -3,7 +3,6 @@ package rxe
 import (
 	"encoding/binary"
 	"fmt"
-	"sync"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -83,7 +82,7 @@ type QP struct {
 	typ  provider.QPType
 	caps provider.QPCaps
 
-	sqMu sync.Mutex
+	sqMu queueLock
 	sq   *queue
 	ssn  uint32
 	// db is the doorbell: a zero-work-request IB_USER_VERBS_CMD_POST_SEND,
@@ -95,7 +94,7 @@ type QP struct {
 	}
 	dbResp abi.IbUverbsPostSendResp
 
-	rqMu sync.Mutex
+	rqMu queueLock
 	rq   *queue
 }
 

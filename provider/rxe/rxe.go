@@ -12,7 +12,6 @@ package rxe
 import (
 	"encoding/binary"
 	"fmt"
-	"sync"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -91,7 +90,7 @@ func (b *cqBuilder) Finish(c provider.Created) (provider.CQ, error) {
 // CQ is an rxe completion queue.
 type CQ struct {
 	k  provider.Kernel
-	mu sync.Mutex
+	mu queueLock
 	q  *queue
 	// notify is the prebuilt IB_USER_VERBS_CMD_REQ_NOTIFY_CQ command.
 	notify struct {

@@ -272,8 +272,20 @@ func TestReqNotify(t *testing.T) {
 // The data path must not allocate: make test enforces it here, where no
 // device is needed; the benchmarks below report the cost.
 func TestHotPathAllocs(t *testing.T) {
+	for _, single := range []bool{false, true} {
+		t.Run(map[bool]string{false: "locked", true: "single-threaded"}[single], func(t *testing.T) {
+			testHotPathAllocs(t, single)
+		})
+	}
+}
+
+func testHotPathAllocs(t *testing.T, single bool) {
 	q, _ := newTestQP(t, provider.QPTypeRC)
 	cq, _ := newTestCQ(t)
+	if single {
+		q.SetSingleThreaded()
+		cq.SetSingleThreaded()
+	}
 	send := []wr.SendWR{{ID: 1, Opcode: wr.OpRDMAWrite, Flags: wr.Signaled, SGList: []wr.SGE{{Addr: 0x1000, Length: 64, LKey: 1}}, RemoteAddr: 0x2000, RKey: 2}}
 	recv := []wr.RecvWR{{ID: 1, SGList: []wr.SGE{{Addr: 0x1000, Length: 64, LKey: 1}}}}
 	out := make([]wr.Completion, 8)
@@ -328,6 +340,60 @@ func BenchmarkPostRecv(b *testing.B) {
 
 func BenchmarkPoll(b *testing.B) {
 	cq, _ := newTestCQ(b)
+	out := make([]wr.Completion, 1)
+	b.ReportAllocs()
+	for b.Loop() {
+		produce(cq, abi.IbUverbsWc{Wr_id: 1})
+		cq.Poll(out)
+	}
+}
+
+// TestSingleThreaded checks that a single-threaded QP and CQ take no lock
+// (a held lock would deadlock them) and still post and poll.
+func TestSingleThreaded(t *testing.T) {
+	q, k := newTestQP(t, provider.QPTypeRC)
+	cq, _ := newTestCQ(t)
+	var _ provider.SingleThreader = q
+	var _ provider.SingleThreader = cq
+	q.SetSingleThreaded()
+	cq.SetSingleThreaded()
+	q.sqMu.mu.Lock()
+	q.rqMu.mu.Lock()
+	cq.mu.mu.Lock()
+	send := []wr.SendWR{{ID: 7, Opcode: wr.OpRDMAWrite, SGList: []wr.SGE{{Addr: 0x1000, Length: 64, LKey: 1}}, RemoteAddr: 0x2000, RKey: 2}}
+	if n, err := q.PostSend(send); n != 1 || err != nil {
+		t.Fatalf("PostSend: %d, %v", n, err)
+	}
+	if got := (*abi.RxeSendWqe)(q.sq.elem(0)).Wr.Wr_id; got != 7 {
+		t.Errorf("WQE wr_id %d, want 7", got)
+	}
+	if k.doorbells != 1 {
+		t.Errorf("%d doorbells, want 1", k.doorbells)
+	}
+	if n, err := q.PostRecv([]wr.RecvWR{{ID: 8}}); n != 1 || err != nil {
+		t.Fatalf("PostRecv: %d, %v", n, err)
+	}
+	produce(cq, abi.IbUverbsWc{Wr_id: 9})
+	out := make([]wr.Completion, 2)
+	if n := cq.Poll(out); n != 1 || out[0].ID != 9 {
+		t.Errorf("Poll: %d, %+v", n, out[0])
+	}
+}
+
+func BenchmarkPostSendSingleThreaded(b *testing.B) {
+	q, _ := newTestQP(b, provider.QPTypeRC)
+	q.SetSingleThreaded()
+	send := []wr.SendWR{{ID: 1, Opcode: wr.OpRDMAWrite, Flags: wr.Signaled, SGList: []wr.SGE{{Addr: 0x1000, Length: 64, LKey: 1}}, RemoteAddr: 0x2000, RKey: 2}}
+	b.ReportAllocs()
+	for b.Loop() {
+		q.PostSend(send)
+		consumeAll(q.sq)
+	}
+}
+
+func BenchmarkPollSingleThreaded(b *testing.B) {
+	cq, _ := newTestCQ(b)
+	cq.SetSingleThreaded()
 	out := make([]wr.Completion, 1)
 	b.ReportAllocs()
 	for b.Loop() {
