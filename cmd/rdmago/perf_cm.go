@@ -263,12 +263,24 @@ func (r *perfRun) cmSync(when string) int {
 // rdma_cm, which takes them to RTS.
 func (r *perfRun) connectCM(ctx context.Context) int {
 	o := &r.o
+	// The server listens before the synchronisation that lets the client
+	// connect, not after it as perftest does: perftest's client, refused
+	// because it came first, was seen to hang instead of retrying.
+	var listen *cm.ID
+	if !o.client() {
+		var err error
+		if listen, err = perfCMListen(o.port, o.numQPs); err != nil {
+			fmt.Fprintf(r.stderr, "Failed to listen on RDMA CM server listen ID: %v\n", err)
+			return r.failf("Failed to create RDMA CM connection.\nFailed to create RDMA CM connection with resources.")
+		}
+		defer listen.Destroy()
+	}
 	if status := r.cmSync("before"); status != 0 {
 		return status
 	}
 	caps := provider.QPCaps{MaxSendWR: uint32(o.txDepth), MaxSendSGE: 1,
 		MaxRecvWR: uint32(o.rxDepth), MaxRecvSGE: 1, MaxInlineData: uint32(o.inline)}
-	attr := uverbs.QPInitAttr{Type: qp.RC, SendCQ: r.sendCQ, RecvCQ: r.recvCQ, Cap: caps}
+	attr := uverbs.QPInitAttr{Type: qp.RC, SendCQ: r.sendCQ, RecvCQ: r.recvCQ, Cap: caps, SingleThreaded: true}
 	param := cm.ConnParam{RetryCount: perfCMRetryCount, RNRRetryCount: perfCMRetryCount}
 	if v := o.test.verb; v == perfRead || v == perfAtomic {
 		param.ResponderResources = uint8(o.outReads)
@@ -312,12 +324,6 @@ func (r *perfRun) connectCM(ctx context.Context) int {
 			r.qps = append(r.qps, id.QP())
 		}
 	} else {
-		listen, err := perfCMListen(o.port, o.numQPs)
-		if err != nil {
-			fmt.Fprintf(r.stderr, "Failed to listen on RDMA CM server listen ID: %v\n", err)
-			return r.failf(fail)
-		}
-		defer listen.Destroy()
 		for i := 0; i < o.numQPs; i++ {
 			id, err := listen.GetRequest(ctx)
 			if err != nil {
