@@ -20,6 +20,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"sort"
 	"strconv"
@@ -533,12 +534,12 @@ func (r *perfRun) init() int {
 		return r.failf("Couldn't allocate MR\nfailed to create mr\nFailed to create MR\n Couldn't create IB resources")
 	}
 
-	if r.sendCQ, err = r.uctx.CreateCQ(uverbs.CQAttr{CQE: o.txDepth * o.numQPs, Channel: r.ch, CompVector: o.eqNum}); err != nil {
+	if r.sendCQ, err = r.uctx.CreateCQ(uverbs.CQAttr{CQE: o.txDepth * o.numQPs, Channel: r.ch, CompVector: o.eqNum, SingleThreaded: true}); err != nil {
 		return r.failf("Couldn't create CQ\nFailed to create CQs\n Couldn't create IB resources")
 	}
 	r.recvCQ = r.sendCQ
 	if t.verb == perfSend {
-		if r.recvCQ, err = r.uctx.CreateCQ(uverbs.CQAttr{CQE: o.rxDepth * o.numQPs, Channel: r.ch, CompVector: o.eqNum}); err != nil {
+		if r.recvCQ, err = r.uctx.CreateCQ(uverbs.CQAttr{CQE: o.rxDepth * o.numQPs, Channel: r.ch, CompVector: o.eqNum, SingleThreaded: true}); err != nil {
 			return r.failf("Couldn't create a receiver CQ\nFailed to create CQs\n Couldn't create IB resources")
 		}
 	}
@@ -554,7 +555,7 @@ func (r *perfRun) init() int {
 		MaxRecvWR: uint32(o.rxDepth), MaxRecvSGE: 1, MaxInlineData: uint32(o.inline)}
 	// With -R, connectCM makes the QPs on their rdma_cm IDs.
 	for i := 0; i < o.numQPs && !o.rdmaCM; i++ {
-		q, err := r.pd.CreateQP(uverbs.QPInitAttr{Type: typ, SendCQ: r.sendCQ, RecvCQ: r.recvCQ, Cap: caps})
+		q, err := r.pd.CreateQP(uverbs.QPInitAttr{Type: typ, SendCQ: r.sendCQ, RecvCQ: r.recvCQ, Cap: caps, SingleThreaded: true})
 		if err != nil {
 			return r.failf("Unable to create QP.\nFailed to create QP.\n Couldn't create IB resources")
 		}
@@ -1139,6 +1140,12 @@ func (r *perfRun) beginMeasure() {
 	if r.o.durationOn {
 		r.prepareClock()
 	}
+	// Collect the setup's garbage now, as testing.B does before timing:
+	// the loops allocate nothing, so no collection can start inside them.
+	// FreeOSMemory also returns the freed pages to the kernel at once,
+	// which the runtime's background scavenger would otherwise do during
+	// the loop.
+	debug.FreeOSMemory()
 	if r.countAllocs {
 		runtime.ReadMemStats(&r.memStats)
 		r.allocs -= r.memStats.Mallocs
