@@ -27,6 +27,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -44,6 +45,7 @@ var (
 	reps    = flag.Int("reps", 3, "repetitions of each pair")
 	ip      = flag.String("ip", "10.0.2.15", "address the client connects to")
 	timeout = flag.Duration("timeout", 10*time.Minute, "limit for one run")
+	rowRE   = regexp.MustCompile("")
 	rdmago  string
 )
 
@@ -52,7 +54,9 @@ func main() {
 		fmt.Fprintln(os.Stderr, "usage: bench [flags] rdmago-binary table|latency|scale...")
 		flag.PrintDefaults()
 	}
+	run := flag.String("run", "", "measure only the rows whose names match this regular expression")
 	flag.Parse()
+	rowRE = regexp.MustCompile(*run)
 	if flag.NArg() < 2 {
 		flag.Usage()
 		os.Exit(2)
@@ -125,16 +129,22 @@ var latencyRows = []row{
 	{"write latency 8 B, polling", "write_lat", []string{"-s", "8", "-n", "5000"}, typical},
 }
 
-// tool is one of the two implementations.
+// tool is one of the implementations, with its environment.
 type tool struct {
 	name string
 	argv func(test string) []string
+	env  []string
 }
 
-var tools = []tool{
-	{"perftest", func(test string) []string { return []string{"/usr/bin/ib_" + test} }},
-	{"rdmago", func(test string) []string { return []string{rdmago, "perf", test} }},
-}
+var (
+	perftest = tool{name: "rdma-core (perftest)", argv: func(test string) []string { return []string{"/usr/bin/ib_" + test} }}
+	rdmagoT  = tool{name: "rdmago", argv: func(test string) []string { return []string{rdmago, "perf", test} }}
+	// rdmagoNoPreempt is rdmago without the runtime's asynchronous
+	// preemption: the signal sysmon sends a goroutine that has run for
+	// 10 ms, which a busy-polling loop always has.
+	rdmagoNoPreempt = tool{name: "rdmago, GODEBUG=asyncpreemptoff=1", argv: rdmagoT.argv, env: []string{"GODEBUG=asyncpreemptoff=1"}}
+	tools           = []tool{perftest, rdmagoT}
+)
 
 // result is one run of a pair.
 type result struct {
@@ -151,7 +161,7 @@ func runPair(t tool, test string, args []string) (*result, error) {
 	nextPort++
 	common := append([]string{"-d", *device, "-x", *gidIdx, "-F", "-p", strconv.Itoa(port)}, args...)
 	start := time.Now()
-	srv, err := startProc(ctx, append(t.argv(test), common...))
+	srv, err := startProc(ctx, append(t.argv(test), common...), t.env)
 	if err != nil {
 		return nil, err
 	}
@@ -162,7 +172,7 @@ func runPair(t tool, test string, args []string) (*result, error) {
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
-	cli, err := startProc(ctx, append(append(t.argv(test), common...), *ip))
+	cli, err := startProc(ctx, append(append(t.argv(test), common...), *ip), t.env)
 	if err != nil {
 		srv.kill()
 		return nil, err
@@ -198,7 +208,7 @@ func (r *result) value(f figure) (float64, error) {
 
 // measure runs row rw for every tool, alternating, reps times, and
 // returns each tool's figures.
-func measure(rw row, n int) ([][]float64, error) {
+func measure(rw row, n int, tools []tool) ([][]float64, error) {
 	vals := make([][]float64, len(tools))
 	for i := 0; i < n; i++ {
 		for ti, t := range tools {
@@ -261,29 +271,53 @@ func kernelRelease() string {
 	return string(b)
 }
 
-func printRows(title string, rows []row, n int) error {
+// printRows measures rows with tools (rdma-core's first) and prints a
+// table: each tool's median and range, and each other tool's ratio to
+// rdma-core's median.
+func printRows(title string, rows []row, n int, tools []tool) error {
 	fmt.Printf("\n%s: kernel %s, device %s, %d runs of each, alternating; median (range)\n\n", title, kernelRelease(), *device, n)
-	fmt.Println("| test | perftest args | unit | rdma-core (perftest) | rdmago | rdmago / rdma-core | target |")
-	fmt.Println("|---|---|---|---|---|---|---|")
+	head, rule := "| test | perftest args | unit |", "|---|---|---|"
+	for _, t := range tools {
+		head += " " + t.name + " |"
+		rule += "---|"
+	}
+	for _, t := range tools[1:] {
+		head += " " + t.name + " / rdma-core |"
+		rule += "---|"
+	}
+	fmt.Println(head + " target |")
+	fmt.Println(rule + "---|")
 	for _, rw := range rows {
-		vals, err := measure(rw, n)
+		if !rowRE.MatchString(rw.name) {
+			continue
+		}
+		vals, err := measure(rw, n, tools)
 		if err != nil {
 			return err
 		}
-		c, g := median(vals[0]), median(vals[1])
+		line := fmt.Sprintf("| %s | `ib_%s %s` | %s |", rw.name, rw.test, strings.Join(rw.args, " "), rw.fig)
+		for _, v := range vals {
+			line += " " + spread(v) + " |"
+		}
+		for _, v := range vals[1:] {
+			line += fmt.Sprintf(" %.3f |", median(v)/median(vals[0]))
+		}
 		target := "≥ 1.00"
 		if !rw.fig.higherIsBetter() {
 			target = "≤ 1.00"
 		}
-		fmt.Printf("| %s | `ib_%s %s` | %s | %s | %s | %.3f | %s |\n", rw.name, rw.test, strings.Join(rw.args, " "),
-			rw.fig, spread(vals[0]), spread(vals[1]), g/c, target)
+		fmt.Println(line + " " + target + " |")
 	}
 	return nil
 }
 
-func table() error { return printRows("side by side", tableRows, *reps) }
+func table() error { return printRows("side by side", tableRows, *reps, tools) }
 
-func latency() error { return printRows("polling latency", latencyRows, max(*reps, 5)) }
+// latency adds rdmago without asynchronous preemption: a polling loop is
+// the goroutine sysmon preempts every 10 ms.
+func latency() error {
+	return printRows("polling latency", latencyRows, max(*reps, 5), []tool{perftest, rdmagoT, rdmagoNoPreempt})
+}
 
 // scale runs write_bw with 1, 100 and 1000 QPs and reports what each
 // side costs: the whole run's time (setup and teardown dominate at a few
@@ -332,9 +366,10 @@ type proc struct {
 	maxFDs         int
 }
 
-func startProc(ctx context.Context, argv []string) (*proc, error) {
+func startProc(ctx context.Context, argv, env []string) (*proc, error) {
 	p := &proc{done: make(chan struct{})}
 	p.cmd = exec.CommandContext(ctx, argv[0], argv[1:]...)
+	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
 	if err := p.cmd.Start(); err != nil {
 		return nil, err
