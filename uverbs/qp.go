@@ -185,6 +185,12 @@ func (q *QP) Modify(a *qp.Attr, mask qp.AttrMask) error {
 	if err := qp.Validate(q.typ, cur, next, mask); err != nil {
 		return &Error{Op: "modify QP", Err: err}
 	}
+	return q.modify(a, mask)
+}
+
+// modify sends the modify command, unchecked, and records the new state;
+// the caller holds rw.
+func (q *QP) modify(a *qp.Attr, mask qp.AttrMask) error {
 	// The extended command only adds the rate limit, which the state table
 	// allows for raw packet QPs alone: the base command carries the rest.
 	req := new(abi.IbUverbsExModifyQp)
@@ -289,10 +295,8 @@ func (q *QP) Close() error {
 		return nil
 	}
 	if s := q.State(); s != qp.StateReset && s != qp.StateErr {
-		req := new(abi.IbUverbsExModifyQp)
-		*req = qp.EncodeModify(q.handle, &qp.Attr{State: qp.StateErr}, qp.AttrState)
 		// Best effort: destroying works whatever the state.
-		err := q.ctx.invokeWrite(abi.IB_USER_VERBS_CMD_MODIFY_QP, unsafe.Pointer(&req.Base), int(unsafe.Sizeof(req.Base)), nil, 0, "modify QP")
+		err := q.modify(&qp.Attr{State: qp.StateErr}, qp.AttrState)
 		// The device flushes asynchronously; destroying first would drop
 		// the flush completions. Wait for them, but not forever.
 		if d, ok := q.prov.(provider.Drainer); ok && err == nil {
