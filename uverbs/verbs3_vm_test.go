@@ -73,30 +73,39 @@ func threads(t *testing.T) int {
 
 // TestDeviceSolicitedAndParkedWaiters arms CQs for solicited events only,
 // and checks that goroutines waiting on many channels hold no OS threads.
-func TestDeviceSolicitedAndParkedWaiters(t *testing.T) {
-	r := newRig(t, qp.RC, provider.QPCaps{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1})
+// newEventPair makes a completion channel, a CQ reporting to it, and two
+// connected RC QPs: rq receives on that CQ, sq sends from r.b's CQ.
+func newEventPair(t *testing.T, r *rig) (*uverbs.CompChannel, *uverbs.CQ, *uverbs.QP, *uverbs.QP) {
+	t.Helper()
 	ch, err := r.ctx.NewCompChannel()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ch.Close()
+	t.Cleanup(func() { ch.Close() })
 	cq, err := r.ctx.CreateCQ(uverbs.CQAttr{CQE: 8, Channel: ch})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cq.Close()
-	rq, err := r.pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: r.a.cq, RecvCQ: cq, Cap: provider.QPCaps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	t.Cleanup(func() { cq.Close() })
+	caps := provider.QPCaps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}
+	rq, err := r.pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: r.a.cq, RecvCQ: cq, Cap: caps})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rq.Close()
-	sq, err := r.pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: r.b.cq, RecvCQ: r.b.cq, Cap: provider.QPCaps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	t.Cleanup(func() { rq.Close() })
+	sq, err := r.pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: r.b.cq, RecvCQ: r.b.cq, Cap: caps})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sq.Close()
+	t.Cleanup(func() { sq.Close() })
 	connectPair(t, rq, sq, r.gid, r.gidIndex)
 	connectPair(t, sq, rq, r.gid, r.gidIndex)
+	return ch, cq, rq, sq
+}
+
+func TestDeviceSolicitedAndParkedWaiters(t *testing.T) {
+	r := newRig(t, qp.RC, provider.QPCaps{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1})
+	ch, cq, rq, sq := newEventPair(t, r)
 	if _, err := rq.PostRecv([]wr.RecvWR{{ID: 1}, {ID: 2}}); err != nil {
 		t.Fatal(err)
 	}
@@ -162,28 +171,7 @@ func TestDeviceSolicitedAndParkedWaiters(t *testing.T) {
 // millisecond even without preemption signals).
 func TestDeviceGetEventDirect(t *testing.T) {
 	r := newRig(t, qp.RC, provider.QPCaps{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1})
-	ch, err := r.ctx.NewCompChannel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ch.Close()
-	cq, err := r.ctx.CreateCQ(uverbs.CQAttr{CQE: 8, Channel: ch})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cq.Close()
-	rq, err := r.pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: r.a.cq, RecvCQ: cq, Cap: provider.QPCaps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rq.Close()
-	sq, err := r.pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: r.b.cq, RecvCQ: r.b.cq, Cap: provider.QPCaps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sq.Close()
-	connectPair(t, rq, sq, r.gid, r.gidIndex)
-	connectPair(t, sq, rq, r.gid, r.gidIndex)
+	ch, cq, rq, sq := newEventPair(t, r)
 
 	recv := []wr.RecvWR{{ID: 1}}
 	send := []wr.SendWR{{ID: 1, Opcode: wr.OpSend, Flags: wr.Signaled}}

@@ -24,6 +24,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/rdmago/rdma/internal/perftable"
 	"github.com/rdmago/rdma/internal/testenv"
 )
 
@@ -119,7 +120,7 @@ func runPerf(t *testing.T, c perfCase, srvGo, cliGo bool, extraCli ...string) pe
 			checkPerfAllocs(t, side.p, strict)
 		}
 		if !containsArg(extraCli, "--json") || !side.goSide || side.p != p.cli {
-			rows := perfRows(side.p.stdout.String())
+			rows := perftable.Rows(side.p.stdout.String())
 			if side.rows && len(rows) == 0 {
 				t.Errorf("%s printed no results row", side.p.label)
 			}
@@ -177,23 +178,6 @@ func checkPerfAllocs(t *testing.T, p *ppProc, strict bool) {
 	if n, _ := strconv.Atoi(m[1]); n > 16 || (strict && n > 8) {
 		t.Errorf("%s: %s heap allocations in the measured loops", p.label, m[1])
 	}
-}
-
-// perfRows returns the rows under the results heading.
-func perfRows(out string) [][]string {
-	var rows [][]string
-	in := false
-	for _, line := range strings.Split(out, "\n") {
-		switch {
-		case strings.HasPrefix(line, " #bytes"):
-			in = true
-		case strings.HasPrefix(line, "----"):
-			in = false
-		case in && strings.TrimSpace(line) != "":
-			rows = append(rows, strings.Fields(line))
-		}
-	}
-	return rows
 }
 
 // checkPerfRow checks one row's figures. perftest's own standard
@@ -334,7 +318,7 @@ func comparePerf(t *testing.T, role string, goSide, cSide *ppProc) {
 // figures, which cross the wire in the final exchange.
 func checkSameBWRow(t *testing.T, p perfPair) {
 	t.Helper()
-	s, c := perfRows(p.srv.stdout.String()), perfRows(p.cli.stdout.String())
+	s, c := perftable.Rows(p.srv.stdout.String()), perftable.Rows(p.cli.stdout.String())
 	if len(c) == 0 || len(s) != 1 || strings.Join(s[0], " ") != strings.Join(c[len(c)-1], " ") {
 		t.Errorf("server row %q is not the client's last row %q", s, c)
 	}
@@ -351,23 +335,28 @@ var perfBasicCases = []perfCase{
 	{test: "atomic_lat", iters: 200, size: 8, qps: 1, clientOnly: true},
 }
 
+// runPerfBothWays runs c with perftest as the server and rdmago as the
+// client, the other way round, and rdmago on both sides, and compares
+// rdmago's output with perftest's in each role.
+func runPerfBothWays(t *testing.T, c perfCase) {
+	a := runPerf(t, c, false, true) // perftest serves
+	b := runPerf(t, c, true, false) // rdmago serves
+	g := runPerf(t, c, true, true)
+	comparePerf(t, "client", a.cli, b.cli)
+	comparePerf(t, "server", b.srv, a.srv)
+	if c.test != "send_bw" && strings.HasSuffix(c.test, "_bw") {
+		for _, p := range []perfPair{a, b, g} {
+			checkSameBWRow(t, p)
+		}
+	}
+}
+
 // TestDevicePerf runs each benchmark with perftest as the server and
 // rdmago as the client, the other way round, and rdmago on both sides,
 // and compares rdmago's output with perftest's in each role.
 func TestDevicePerf(t *testing.T) {
 	for _, c := range perfBasicCases {
-		t.Run(c.name(), func(t *testing.T) {
-			a := runPerf(t, c, false, true) // perftest serves
-			b := runPerf(t, c, true, false) // rdmago serves
-			g := runPerf(t, c, true, true)
-			comparePerf(t, "client", a.cli, b.cli)
-			comparePerf(t, "server", b.srv, a.srv)
-			if c.test != "send_bw" && strings.HasSuffix(c.test, "_bw") {
-				for _, p := range []perfPair{a, b, g} {
-					checkSameBWRow(t, p)
-				}
-			}
-		})
+		t.Run(c.name(), func(t *testing.T) { runPerfBothWays(t, c) })
 	}
 }
 
@@ -409,18 +398,7 @@ func TestDevicePerfRDMACM(t *testing.T) {
 		{test: "atomic_bw", args: []string{"-R"}, iters: 200, size: 8, qps: 1},
 		{test: "write_bw", args: []string{"-R", "-q", "3", "-s", "128"}, iters: 200, size: 128, qps: 3},
 	} {
-		t.Run(c.name(), func(t *testing.T) {
-			a := runPerf(t, c, false, true) // perftest serves
-			b := runPerf(t, c, true, false) // rdmago serves
-			g := runPerf(t, c, true, true)
-			comparePerf(t, "client", a.cli, b.cli)
-			comparePerf(t, "server", b.srv, a.srv)
-			if c.test != "send_bw" && strings.HasSuffix(c.test, "_bw") {
-				for _, p := range []perfPair{a, b, g} {
-					checkSameBWRow(t, p)
-				}
-			}
-		})
+		t.Run(c.name(), func(t *testing.T) { runPerfBothWays(t, c) })
 	}
 }
 
@@ -459,7 +437,7 @@ func TestDevicePerfAllSizes(t *testing.T) {
 	}
 	for _, out := range []string{p.srv.stdout.String(), p.cli.stdout.String()} {
 		got = got[:0]
-		for _, row := range perfRows(out) {
+		for _, row := range perftable.Rows(out) {
 			got = append(got, row[0])
 		}
 		if d := cmp.Diff(want, got); d != "" {
@@ -497,7 +475,7 @@ func TestDevicePerfJSON(t *testing.T) {
 			if res["bytes"] != float64(c.size) || res["iterations"] != float64(c.iters) {
 				t.Errorf("results %v: want %d bytes and %d iterations", res, c.size, c.iters)
 			}
-			rows := perfRows(p.srv.stdout.String())
+			rows := perftable.Rows(p.srv.stdout.String())
 			if len(rows) != 1 {
 				t.Fatalf("server rows %q", rows)
 			}
