@@ -12,7 +12,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -22,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmago/rdma/internal/perftable"
 	"github.com/rdmago/rdma/internal/testenv"
 	"github.com/rdmago/rdma/uverbs"
 )
@@ -109,31 +109,11 @@ func freePort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-// listening reports whether a TCP socket listens on port, from the
-// kernel's tables: connecting to find out would take the server's only
-// accept.
-func listening(port int) bool {
-	suffix := fmt.Sprintf(":%04X", port)
-	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue
-		}
-		for _, line := range strings.Split(string(b), "\n")[1:] {
-			fs := strings.Fields(line)
-			if len(fs) > 3 && strings.HasSuffix(fs[1], suffix) && fs[3] == "0A" {
-				return true
-			}
-		}
-	}
-	return false
-}
-
 // waitListening waits until the server listens on port, or exits.
 func waitListening(t *testing.T, srv *ppProc, port int) {
 	t.Helper()
 	deadline := time.Now().Add(ppRunTimeout)
-	for !listening(port) {
+	for !perftable.Listening(port) {
 		select {
 		case <-srv.done:
 			t.Fatalf("%s exited (%v) before listening on port %d:\n%s%s", srv.label, srv.err, port, srv.stdout.String(), srv.stderr.String())

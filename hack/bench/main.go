@@ -21,7 +21,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -33,6 +32,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/rdmago/rdma/internal/perftable"
 )
 
 // nextPort is the TCP port of the next pair: each run takes a new one, so
@@ -165,7 +166,7 @@ func runPair(t tool, test string, args []string) (*result, error) {
 	if err != nil {
 		return nil, err
 	}
-	for !listening(port) {
+	for !perftable.Listening(port) {
 		select {
 		case <-srv.done:
 			return nil, fmt.Errorf("%s server exited before listening: %v\n%s", t.name, srv.err, srv.out())
@@ -190,7 +191,7 @@ func runPair(t tool, test string, args []string) (*result, error) {
 			return nil, fmt.Errorf("%s %s %q: %v\n%s", t.name, test, args, p.err, p.out())
 		}
 	}
-	rows := resultRows(cli.stdout.String())
+	rows := perftable.Rows(cli.stdout.String())
 	if len(rows) == 0 {
 		return nil, fmt.Errorf("%s %s %q printed no results row:\n%s", t.name, test, args, cli.out())
 	}
@@ -413,39 +414,3 @@ func (p *proc) kill() {
 }
 
 func (p *proc) out() string { return p.stdout.String() + p.stderr.String() }
-
-// resultRows returns the rows under perftest's results heading.
-func resultRows(out string) [][]string {
-	var rows [][]string
-	in := false
-	for _, line := range strings.Split(out, "\n") {
-		switch {
-		case strings.HasPrefix(line, " #bytes"):
-			in = true
-		case strings.HasPrefix(line, "----"):
-			in = false
-		case in && strings.TrimSpace(line) != "":
-			rows = append(rows, strings.Fields(line))
-		}
-	}
-	return rows
-}
-
-// listening says whether a TCP socket listens on port; connecting to find
-// out would take the server's only connection.
-func listening(port int) bool {
-	suffix := fmt.Sprintf(":%04X", port)
-	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
-		b, err := os.ReadFile(f)
-		if errors.Is(err, os.ErrNotExist) {
-			continue
-		}
-		for _, line := range strings.Split(string(b), "\n")[1:] {
-			fs := strings.Fields(line)
-			if len(fs) > 3 && strings.HasSuffix(fs[1], suffix) && fs[3] == "0A" {
-				return true
-			}
-		}
-	}
-	return false
-}
