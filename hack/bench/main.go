@@ -322,30 +322,43 @@ func latency() error {
 
 // scale runs write_bw with 1, 100 and 1000 QPs and reports what each
 // side costs: the whole run's time (setup and teardown dominate at a few
-// iterations per QP), the server's peak resident memory, and its mappings
-// and descriptors sampled while it runs.
+// iterations per QP), the median of -reps runs; and, from one more run
+// sampled every millisecond (the sampler's own work would lengthen the
+// timed runs), the server's peak resident memory (VmHWM) and the most
+// mappings and descriptors it held.
 func scale() error {
-	fmt.Printf("\nscale: write_bw -s 64 -n 10 -q N, kernel %s; server process; one run each\n\n", kernelRelease())
+	fmt.Printf("\nscale: write_bw -s 64 -n 10 -q N, kernel %s; server process; run time the median of %d runs\n\n", kernelRelease(), *reps)
 	fmt.Println("| QPs | program | run time | per added QP | peak RSS | per added QP | mappings | descriptors |")
 	fmt.Println("|---|---|---|---|---|---|---|---|")
-	sampling = true
-	defer func() { sampling = false }()
-	base := map[string]*result{}
+	type point struct{ dur, rss float64 }
+	base := map[string]point{}
 	for _, q := range []int{1, 100, 1000} {
+		args := []string{"-s", "64", "-n", "10", "-q", strconv.Itoa(q)}
 		for _, t := range tools {
-			res, err := runPair(t, "write_bw", []string{"-s", "64", "-n", "10", "-q", strconv.Itoa(q)})
+			var durs []float64
+			for range *reps {
+				res, err := runPair(t, "write_bw", args)
+				if err != nil {
+					return err
+				}
+				durs = append(durs, float64(res.virtualDur))
+			}
+			sampling = true
+			res, err := runPair(t, "write_bw", args)
+			sampling = false
 			if err != nil {
 				return err
 			}
+			pt := point{median(durs), float64(res.srv.maxHWM)}
 			perQPTime, perQPMem := "", ""
-			if b := base[t.name]; b != nil {
-				perQPTime = (time.Duration(int64(res.virtualDur-b.virtualDur) / int64(q-1))).Round(time.Microsecond).String()
-				perQPMem = fmt.Sprintf("%.1f KiB", float64(res.srv.maxRSS-b.srv.maxRSS)/float64(q-1))
+			if b, ok := base[t.name]; ok {
+				perQPTime = time.Duration((pt.dur - b.dur) / float64(q-1)).Round(time.Microsecond).String()
+				perQPMem = fmt.Sprintf("%.1f KiB", (pt.rss-b.rss)/float64(q-1))
 			} else {
-				base[t.name] = res
+				base[t.name] = pt
 			}
-			fmt.Printf("| %d | %s | %v | %s | %d KiB | %s | %d | %d |\n", q, t.name, res.virtualDur.Round(time.Millisecond), perQPTime,
-				res.srv.maxRSS, perQPMem, res.srv.maxMaps, res.srv.maxFDs)
+			fmt.Printf("| %d | %s | %v | %s | %.0f KiB | %s | %d | %d |\n", q, t.name, time.Duration(pt.dur).Round(time.Millisecond), perQPTime,
+				pt.rss, perQPMem, res.srv.maxMaps, res.srv.maxFDs)
 		}
 	}
 	return nil
@@ -362,7 +375,7 @@ type proc struct {
 	stdout, stderr bytes.Buffer
 	done           chan struct{}
 	err            error
-	maxRSS         int64 // KiB, from wait4's rusage
+	maxHWM         int64 // KiB, VmHWM as last sampled
 	maxMaps        int
 	maxFDs         int
 }
@@ -382,9 +395,6 @@ func startProc(ctx context.Context, argv, env []string) (*proc, error) {
 	go func() {
 		p.err = p.cmd.Wait()
 		close(stop)
-		if ru, ok := p.cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
-			p.maxRSS = ru.Maxrss
-		}
 		close(p.done)
 	}()
 	return p, nil
@@ -397,15 +407,30 @@ func (p *proc) sample(stop chan struct{}) {
 		if b, err := os.ReadFile(dir + "/maps"); err == nil {
 			p.maxMaps = max(p.maxMaps, bytes.Count(b, []byte("\n")))
 		}
+		if b, err := os.ReadFile(dir + "/status"); err == nil {
+			p.maxHWM = max(p.maxHWM, statusKiB(b, "VmHWM:"))
+		}
 		if ents, err := os.ReadDir(dir + "/fd"); err == nil {
 			p.maxFDs = max(p.maxFDs, len(ents))
 		}
 		select {
 		case <-stop:
 			return
-		case <-time.After(10 * time.Millisecond):
+		case <-time.After(time.Millisecond):
 		}
 	}
+}
+
+// statusKiB reads a "Name:   123 kB" line of /proc/PID/status. (wait4's
+// ru_maxrss cannot serve: exec carries the parent's peak into the child's.)
+func statusKiB(status []byte, name string) int64 {
+	for _, line := range strings.Split(string(status), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == name {
+			v, _ := strconv.ParseInt(f[1], 10, 64)
+			return v
+		}
+	}
+	return 0
 }
 
 func (p *proc) kill() {
