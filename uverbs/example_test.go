@@ -156,3 +156,45 @@ func ExampleCompChannel_GetEvent() {
 		}
 	}
 }
+
+// A latency-critical loop on a goroutine of its own: a single-threaded CQ
+// (no lock on Poll) and event waits that sleep in the kernel on this thread
+// instead of in the runtime poller.
+func ExampleCompChannel_GetEventDirect() {
+	ctx, err := uverbs.Open("rxe0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer ctx.Close()
+	ch, err := ctx.NewCompChannel()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer ch.Close()
+	cq, err := ctx.CreateCQ(uverbs.CQAttr{CQE: 16, Channel: ch, SingleThreaded: true})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer cq.Close()
+
+	wc := make([]wr.Completion, 16)
+	for {
+		n, _ := cq.Poll(wc)
+		if n == 0 {
+			if err := cq.ReqNotify(false); err != nil {
+				log.Fatal(err)
+			}
+			if n, _ = cq.Poll(wc); n == 0 {
+				got, err := ch.GetEventDirect(context.Background())
+				if err != nil {
+					log.Fatal(err)
+				}
+				got.AckEvents(1)
+				continue
+			}
+		}
+		for _, c := range wc[:n] {
+			fmt.Println(c.ID, c.Status)
+		}
+	}
+}
