@@ -269,29 +269,11 @@ func (r *rsRun) server(ctx context.Context) int {
 		return -1
 	}
 	sendFlags := r.inlineFlags(init.Cap.MaxInlineData)
-	recvMsg := make([]byte, rsMsgSize)
-	sendMsg := make([]byte, rsMsgSize)
-	for i := range recvMsg {
-		recvMsg[i] = rsRecvFill
-	}
-	recvMR, err := id.RegMsgs(recvMsg)
-	if err != nil {
-		r.perror("rdma_reg_msgs for recv_msg", err)
+	recvMsg, sendMsg, sendMR, release, ok := r.setUpMsgs(id, sendFlags)
+	if !ok {
 		return -1
 	}
-	defer cm.DeregMR(recvMR)
-	var sendMR *uverbs.MR
-	if sendFlags&wr.Inline == 0 {
-		if sendMR, err = id.RegMsgs(sendMsg); err != nil {
-			r.perror("rdma_reg_msgs for send_msg", err)
-			return -1
-		}
-		defer cm.DeregMR(sendMR)
-	}
-	if err := id.PostRecv(0, recvMsg, recvMR); err != nil {
-		r.perror("rdma_post_recv", err)
-		return -1
-	}
+	defer release()
 	if err := id.Accept(ctx, nil); err != nil {
 		r.perror("rdma_accept", err)
 		return -1
@@ -314,6 +296,43 @@ func (r *rsRun) server(ctx context.Context) int {
 	return 0
 }
 
+// setUpMsgs makes the two messages rdma_server and rdma_client exchange,
+// registers them as they do (the send message only when it does not go
+// inline) and posts the receive. On failure it prints the failing call's
+// error, releases what it made and returns ok false; otherwise release
+// deregisters both.
+func (r *rsRun) setUpMsgs(id *cm.ID, sendFlags wr.SendFlags) (recvMsg, sendMsg []byte, sendMR *uverbs.MR, release func(), ok bool) {
+	recvMsg = make([]byte, rsMsgSize)
+	sendMsg = make([]byte, rsMsgSize)
+	for i := range recvMsg {
+		recvMsg[i] = rsRecvFill
+	}
+	recvMR, err := id.RegMsgs(recvMsg)
+	if err != nil {
+		r.perror("rdma_reg_msgs for recv_msg", err)
+		return nil, nil, nil, nil, false
+	}
+	release = func() {
+		if sendMR != nil {
+			cm.DeregMR(sendMR)
+		}
+		cm.DeregMR(recvMR)
+	}
+	if sendFlags&wr.Inline == 0 {
+		if sendMR, err = id.RegMsgs(sendMsg); err != nil {
+			r.perror("rdma_reg_msgs for send_msg", err)
+			release()
+			return nil, nil, nil, nil, false
+		}
+	}
+	if err := id.PostRecv(0, recvMsg, recvMR); err != nil {
+		r.perror("rdma_post_recv", err)
+		release()
+		return nil, nil, nil, nil, false
+	}
+	return recvMsg, sendMsg, sendMR, release, true
+}
+
 // client is rdma_client's run().
 func (r *rsRun) client(ctx context.Context) int {
 	res, ret := r.getAddrInfo(ctx, &cm.AddrInfo{PortSpace: cm.PSTCP})
@@ -334,29 +353,11 @@ func (r *rsRun) client(ctx context.Context) int {
 		return -1
 	}
 	defer id.DestroyEP()
-	recvMsg := make([]byte, rsMsgSize)
-	sendMsg := make([]byte, rsMsgSize)
-	for i := range recvMsg {
-		recvMsg[i] = rsRecvFill
-	}
-	recvMR, err := id.RegMsgs(recvMsg)
-	if err != nil {
-		r.perror("rdma_reg_msgs for recv_msg", err)
+	recvMsg, sendMsg, sendMR, release, ok := r.setUpMsgs(id, sendFlags)
+	if !ok {
 		return -1
 	}
-	defer cm.DeregMR(recvMR)
-	var sendMR *uverbs.MR
-	if sendFlags&wr.Inline == 0 {
-		if sendMR, err = id.RegMsgs(sendMsg); err != nil {
-			r.perror("rdma_reg_msgs for send_msg", err)
-			return -1
-		}
-		defer cm.DeregMR(sendMR)
-	}
-	if err := id.PostRecv(0, recvMsg, recvMR); err != nil {
-		r.perror("rdma_post_recv", err)
-		return -1
-	}
+	defer release()
 	if err := id.Connect(ctx, nil); err != nil {
 		r.perror("rdma_connect", err)
 		return -1
