@@ -326,6 +326,28 @@ func (r *rpRun) cmEvent(ev *cm.Event) int {
 	return 0
 }
 
+// prepare is what rping's server and client do before connecting: the QP
+// on id, the buffers, the first receive; a failure prints rping's message
+// and undoes the earlier steps.
+func (r *rpRun) prepare(c *rpConn, id *cm.ID) int {
+	if ret := c.setupQP(id); ret != 0 {
+		r.eprintf("setup_qp failed: %d\n", ret)
+		return ret
+	}
+	if ret := c.setupBuffers(); ret != 0 {
+		r.eprintf("rping_setup_buffers failed: %d\n", ret)
+		c.freeQP()
+		return ret
+	}
+	if err := c.postRecv(); err != nil {
+		r.eprintf("ibv_post_recv failed: %d\n", rpErrno(err))
+		c.freeBuffers()
+		c.freeQP()
+		return rpErrno(err)
+	}
+	return 0
+}
+
 // setupQP is rping_setup_qp: a PD, a completion channel and a CQ of the
 // program's own on the ID's device, and the QP.
 func (c *rpConn) setupQP(id *cm.ID) int {
@@ -903,23 +925,9 @@ func (c *rpConn) serve(persistent bool) int {
 	r.register(c.id, c)
 	defer r.unregister(c.id)
 	id := c.id
-	if ret := c.setupQP(id); ret != 0 {
-		r.eprintf("setup_qp failed: %d\n", ret)
+	if ret := r.prepare(c, id); ret != 0 {
 		id.Destroy()
 		return ret
-	}
-	if ret := c.setupBuffers(); ret != 0 {
-		r.eprintf("rping_setup_buffers failed: %d\n", ret)
-		c.freeQP()
-		id.Destroy()
-		return ret
-	}
-	if err := c.postRecv(); err != nil {
-		r.eprintf("ibv_post_recv failed: %d\n", rpErrno(err))
-		c.freeBuffers()
-		c.freeQP()
-		id.Destroy()
-		return rpErrno(err)
 	}
 	c.startCQ()
 	if ret := c.accept(); ret != 0 {
@@ -1035,20 +1043,8 @@ func (r *rpRun) runClient() int {
 	}
 	c := r.cb
 	r.register(r.listen, c)
-	if ret := c.setupQP(r.listen); ret != 0 {
-		r.eprintf("setup_qp failed: %d\n", ret)
+	if ret := r.prepare(c, r.listen); ret != 0 {
 		return ret
-	}
-	if ret := c.setupBuffers(); ret != 0 {
-		r.eprintf("rping_setup_buffers failed: %d\n", ret)
-		c.freeQP()
-		return ret
-	}
-	if err := c.postRecv(); err != nil {
-		r.eprintf("ibv_post_recv failed: %d\n", rpErrno(err))
-		c.freeBuffers()
-		c.freeQP()
-		return rpErrno(err)
 	}
 	c.startCQ()
 	if ret := c.connectClient(); ret != 0 {
