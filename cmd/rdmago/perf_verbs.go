@@ -721,8 +721,14 @@ func (r *perfRun) handshake(i int) error {
 	return nil
 }
 
-// sync is a handshake that only synchronises the two sides.
+// sync is a handshake that only synchronises the two sides. A measured
+// loop starts after one; collecting the setup's garbage and returning the
+// freed pages to the kernel first (as testing.B collects before timing)
+// keeps a collection and the background scavenger out of the loop, which
+// allocates nothing. It happens before the handshake, so that neither
+// side is still collecting when the other starts sending.
 func (r *perfRun) sync() int {
+	debug.FreeOSMemory()
 	if err := r.handshake(0); err != nil {
 		return r.stepFailf(err, " Failed to exchange data between server and clients")
 	}
@@ -1140,12 +1146,6 @@ func (r *perfRun) beginMeasure() {
 	if r.o.durationOn {
 		r.prepareClock()
 	}
-	// Collect the setup's garbage now, as testing.B does before timing:
-	// the loops allocate nothing, so no collection can start inside them.
-	// FreeOSMemory also returns the freed pages to the kernel at once,
-	// which the runtime's background scavenger would otherwise do during
-	// the loop.
-	debug.FreeOSMemory()
 	if r.countAllocs {
 		runtime.ReadMemStats(&r.memStats)
 		r.allocs -= r.memStats.Mallocs
