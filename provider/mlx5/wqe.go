@@ -234,8 +234,8 @@ func (sq *sendQueue) write(w *wr.SendWR, av *addressVector, nreq uint32) (ctrl u
 	if sq.typ == provider.QPTypeUD || w.Flags&wr.Inline != 0 || w.Opcode == wr.OpSendWithImm {
 		return sq.writeGeneral(w, av, nreq)
 	}
-	// RC and UC with a gather list: the common case, with no calls, so
-	// nothing is spilled. Locals: the stores into the queue could alias
+	// RC and UC with a gather list: the common case; with one SGE it makes
+	// no calls, so nothing is spilled. Locals: the stores into the queue could alias
 	// *w as far as the compiler knows, and would make it reload fields.
 	op, sgl := w.Opcode, w.SGList
 	idx := sq.curPost & (sq.wqeCnt - 1)
@@ -263,25 +263,9 @@ func (sq *sendQueue) write(w *wr.SendWR, av *addressVector, nreq uint32) (ctrl u
 			ds += dataSegSize / 16
 		}
 	} else {
-		qend, start := sq.qend, sq.start
-		for i := range sgl {
-			if seg == qend {
-				seg = start
-			}
-			s := &sgl[i]
-			n := s.Length
-			if n == 0 {
-				continue
-			}
-			if atomicOp {
-				n = atomicOperandSz
-			}
-			setDataSeg(seg, n, s.LKey, s.Addr)
-			seg = at(seg, dataSegSize)
-			ds += dataSegSize / 16
-		}
+		ds += sq.writeGather(seg, sgl, atomicOp)
 	}
-	// finish, by hand: this path makes no calls.
+	// finish, by hand: the one-SGE path makes no calls.
 	flags := w.Flags
 	fmCeSe := uint32(sq.sigBits)
 	if flags&wr.Fence != 0 {
