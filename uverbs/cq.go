@@ -119,18 +119,25 @@ func pollableFile(fd int, name string) (*os.File, error) {
 // with CQ.AckEvents. The wait ends early, with ctx's error, when ctx is
 // done.
 func (ch *CompChannel) GetEvent(ctx context.Context) (*CQ, error) {
+	return ch.getEvent(ctx, false)
+}
+
+// getEvent returns the next event, reading more when none is pending:
+// through the runtime poller, or with direct on the calling thread.
+func (ch *CompChannel) getEvent(ctx context.Context, direct bool) (*CQ, error) {
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
 	for len(ch.pending) == 0 {
-		if err := ch.read(ctx); err != nil {
+		var err error
+		if direct {
+			err = ch.readDirect(ctx)
+		} else {
+			err = ch.read(ctx)
+		}
+		if err != nil {
 			return nil, err
 		}
 	}
-	return ch.popEvent()
-}
-
-// popEvent returns the first pending event's CQ (under mu).
-func (ch *CompChannel) popEvent() (*CQ, error) {
 	h := ch.pending[0]
 	ch.pending = ch.pending[1:]
 	cq := ch.ctx.cqByID(h)
@@ -185,11 +192,15 @@ const directSlice = time.Millisecond
 // GOMAXPROCS above the number of such goroutines; use GetEvent anywhere
 // else.
 func (ch *CompChannel) GetEventDirect(ctx context.Context) (*CQ, error) {
-	ch.mu.Lock()
-	defer ch.mu.Unlock()
-	for len(ch.pending) == 0 {
+	return ch.getEvent(ctx, true)
+}
+
+// readDirect is read for GetEventDirect (under mu): it reads at least one
+// event description, waiting on this thread a slice at a time.
+func (ch *CompChannel) readDirect(ctx context.Context) error {
+	for {
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return err
 		}
 		ch.directN, ch.directErr = 0, nil
 		err := ch.conn.Control(ch.directFn)
@@ -200,22 +211,24 @@ func (ch *CompChannel) GetEventDirect(ctx context.Context) (*CQ, error) {
 		case ch.closed.Load():
 			// Control's error for a closed file is internal/poll's
 			// ErrFileClosing, not os.ErrClosed.
-			return nil, ErrClosed
-		case err == unix.EINTR || err == unix.ETIMEDOUT:
-			// Let the scheduler run what asked for the thread.
+			return ErrClosed
+		case err == unix.EINTR || (err == nil && ch.directN == 0):
+			// Interrupted, or a slice went by: let the scheduler run what
+			// asked for the thread, then look at ctx again.
 			runtime.Gosched()
-			continue
 		case err != nil:
-			return nil, &Error{Op: "get CQ event", Err: err}
+			return &Error{Op: "get CQ event", Err: err}
+		default:
+			ch.setPending(ch.directN)
+			return nil
 		}
-		ch.setPending(ch.directN)
 	}
-	return ch.popEvent()
 }
 
 // directRead reads events from fd, sleeping in poll(2) for at most
-// directSlice while there are none. It runs under RawConn.Control, which
-// keeps fd open meanwhile (Close waits for it).
+// directSlice while there are none; after a quiet slice it returns with
+// directN 0. It runs under RawConn.Control, which keeps fd open meanwhile
+// (Close waits for it).
 func (ch *CompChannel) directRead(fd uintptr) {
 	buf := ch.buf[:]
 	for {
@@ -236,8 +249,7 @@ func (ch *CompChannel) directRead(fd uintptr) {
 			ch.directErr = e
 			return
 		case r == 0:
-			ch.directErr = unix.ETIMEDOUT
-			return
+			return // a quiet slice: directN stays 0
 		}
 	}
 }
