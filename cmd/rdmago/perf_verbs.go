@@ -779,12 +779,7 @@ func (r *perfRun) exchangeRDMA() int {
 			return status
 		}
 	}
-	for i := range r.my {
-		if err := r.handshake(i); err != nil {
-			return r.stepFailf(err, "Failed to exchange data between server and clients")
-		}
-	}
-	if status := r.connectQPs(); status != 0 {
+	if status := r.exchangeAndConnect(); status != 0 {
 		return status
 	}
 	if status := r.printAddrs(); status != 0 {
@@ -796,12 +791,7 @@ func (r *perfRun) exchangeRDMA() int {
 // exchangeSend is the exchange of the send benchmarks: the addresses, the
 // connection, a synchronisation, and the addresses printed.
 func (r *perfRun) exchangeSend() int {
-	for i := range r.my {
-		if err := r.handshake(i); err != nil {
-			return r.stepFailf(err, "Failed to exchange data between server and clients")
-		}
-	}
-	if status := r.connectQPs(); status != 0 {
+	if status := r.exchangeAndConnect(); status != 0 {
 		return status
 	}
 	if status := r.sync(); status != 0 {
@@ -810,8 +800,15 @@ func (r *perfRun) exchangeSend() int {
 	return r.printAddrs()
 }
 
-// connectQPs checks the GIDs and connects the QPs, unless rdma_cm did.
-func (r *perfRun) connectQPs() int {
+// exchangeAndConnect trades each QP's address with the peer, then checks
+// the GIDs and connects the QPs, unless rdma_cm did: the part both
+// exchanges share.
+func (r *perfRun) exchangeAndConnect() int {
+	for i := range r.my {
+		if err := r.handshake(i); err != nil {
+			return r.stepFailf(err, "Failed to exchange data between server and clients")
+		}
+	}
 	if r.o.rdmaCM {
 		return 0
 	}
