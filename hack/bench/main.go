@@ -154,15 +154,18 @@ type result struct {
 	virtualDur time.Duration // the pair's run, by the guest's clock
 }
 
-// runPair runs one server and one client of tool t with args.
-func runPair(t tool, test string, args []string) (*result, error) {
+// runPair runs one server and one client of tool t with args. With
+// sample, it watches each process's mappings, descriptors and peak memory;
+// only the scale part does: on one vCPU the sampler's work would come out
+// of the measured programs' time.
+func runPair(t tool, test string, args []string, sample bool) (*result, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
 	port := nextPort
 	nextPort++
 	common := append([]string{"-d", *device, "-x", *gidIdx, "-F", "-p", strconv.Itoa(port)}, args...)
 	start := time.Now()
-	srv, err := startProc(ctx, append(t.argv(test), common...), t.env)
+	srv, err := startProc(ctx, append(t.argv(test), common...), t.env, sample)
 	if err != nil {
 		return nil, err
 	}
@@ -173,7 +176,7 @@ func runPair(t tool, test string, args []string) (*result, error) {
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
-	cli, err := startProc(ctx, append(append(t.argv(test), common...), *ip), t.env)
+	cli, err := startProc(ctx, append(append(t.argv(test), common...), *ip), t.env, sample)
 	if err != nil {
 		srv.kill()
 		return nil, err
@@ -213,7 +216,7 @@ func measure(rw row, n int, tools []tool) ([][]float64, error) {
 	vals := make([][]float64, len(tools))
 	for i := 0; i < n; i++ {
 		for ti, t := range tools {
-			res, err := runPair(t, rw.test, rw.args)
+			res, err := runPair(t, rw.test, rw.args, false)
 			if err != nil {
 				return nil, err
 			}
@@ -337,15 +340,13 @@ func scale() error {
 		for _, t := range tools {
 			var durs []float64
 			for range *reps {
-				res, err := runPair(t, "write_bw", args)
+				res, err := runPair(t, "write_bw", args, false)
 				if err != nil {
 					return err
 				}
 				durs = append(durs, float64(res.virtualDur))
 			}
-			sampling = true
-			res, err := runPair(t, "write_bw", args)
-			sampling = false
+			res, err := runPair(t, "write_bw", args, true)
 			if err != nil {
 				return err
 			}
@@ -364,11 +365,6 @@ func scale() error {
 	return nil
 }
 
-// sampling makes startProc watch each process's mappings and descriptors.
-// Only the scale part does: on one vCPU the sampler's work would come out
-// of the measured programs' time.
-var sampling bool
-
 // proc is a started program.
 type proc struct {
 	cmd            *exec.Cmd
@@ -380,7 +376,7 @@ type proc struct {
 	maxFDs         int
 }
 
-func startProc(ctx context.Context, argv, env []string) (*proc, error) {
+func startProc(ctx context.Context, argv, env []string, sample bool) (*proc, error) {
 	p := &proc{done: make(chan struct{})}
 	p.cmd = exec.CommandContext(ctx, argv[0], argv[1:]...)
 	p.cmd.Env = append(os.Environ(), env...)
@@ -389,7 +385,7 @@ func startProc(ctx context.Context, argv, env []string) (*proc, error) {
 		return nil, err
 	}
 	stop := make(chan struct{})
-	if sampling {
+	if sample {
 		go p.sample(stop)
 	}
 	go func() {
