@@ -275,13 +275,17 @@ func perfMask(s string) []string {
 	return out
 }
 
+// perftestCalibrationFailed begins the line perftest prints when its CPU
+// clock calibration fails.
+const perftestCalibrationFailed = "Correlation coefficient r^2:"
+
 // perftestClockFailed returns perftest's warning that its CPU clock
 // calibration failed ("Correlation coefficient r^2: 0.64 < 0.9"), or "".
 // perftest then converts cycles with a wrong frequency, and on a loaded
 // machine has printed rows of zeros: its figures mean nothing.
 func perftestClockFailed(p *ppProc) string {
 	for _, line := range strings.Split(p.stderr.String(), "\n") {
-		if strings.HasPrefix(line, "Correlation coefficient r^2:") {
+		if strings.HasPrefix(line, perftestCalibrationFailed) {
 			return line
 		}
 	}
@@ -296,7 +300,7 @@ func perftestClockFailed(p *ppProc) string {
 func dropClockWarnings(s string) string {
 	var b strings.Builder
 	for _, line := range strings.SplitAfter(s, "\n") {
-		if !strings.HasPrefix(line, "Correlation coefficient r^2:") && !strings.HasPrefix(line, "Conflicting CPU frequency values") {
+		if !strings.HasPrefix(line, perftestCalibrationFailed) && !strings.HasPrefix(line, "Conflicting CPU frequency values") {
 			b.WriteString(line)
 		}
 	}
