@@ -9,6 +9,7 @@ KERNELS   ?= bookworm trixie sid
 # fail, rather than skip, when the VM runner provides none.
 DEVICE_RUN ?= ^TestDevice
 VM        := $(CURDIR)/bin/vm
+TESTLOG   := $(CURDIR)/bin/testlog
 GOTEST    := CGO_ENABLED=0 $(GO) test -count=1
 BENCH_REPS ?= 3
 STATICCHECK_VERSION ?= v0.8.2
@@ -16,7 +17,7 @@ STATICCHECK_VERSION ?= v0.8.2
 export CGO_ENABLED := 0
 SHELL := /bin/bash
 
-.PHONY: all build vm deps test test-unit test-vm test-device test-nodevice test-kernels demo bench generate check-generate lint vet clean
+.PHONY: all build vm testlog deps test test-unit test-vm test-device test-nodevice test-kernels demo bench generate check-generate lint vet clean
 
 all: build
 
@@ -26,7 +27,12 @@ build:
 vm:
 	$(GO) build -o bin/vm ./hack/vm
 
-deps: vm
+# testlog filters `go test -json` for reading and repeats each failure's
+# messages at the end, where a CI log's reader looks.
+testlog:
+	$(GO) build -o bin/testlog ./hack/testlog
+
+deps: vm testlog
 	$(VM) deps
 
 ## test: host unit tests, the ABI check, every package in the VM on the
@@ -37,26 +43,25 @@ test-unit:
 	$(GOTEST) ./...
 
 test-vm: deps
-	$(GOTEST) -v -exec "$(VM) run --kernel $(KERNEL) --" ./... 2>&1 | tee $(CURDIR)/bin/test-vm.log | grep -Ev '^(=== RUN|=== PAUSE|=== CONT|    --- PASS|--- PASS)'; test $${PIPESTATUS[0]} -eq 0
-	@echo "== skipped in the VM (each must name a feature the kernel or provider lacks, or another VM mode):"; grep -B2 -- '--- SKIP' $(CURDIR)/bin/test-vm.log | grep -v '^--$$' || echo "   none"
+	set -o pipefail; $(GOTEST) -json -exec "$(VM) run --kernel $(KERNEL) --" ./... 2>&1 | $(TESTLOG) -log $(CURDIR)/bin/test-vm.log
 
 # The device tests on every kernel but the default one.
 test-device: deps
 	@set -e; pkgs=$$(grep -l '^func TestDevice' $$(git ls-files '*_test.go') | xargs -n1 dirname | sort -u | sed 's|^|./|'); \
 	for k in $(filter-out $(KERNEL),$(KERNELS)); do \
 		echo "== device tests on $$k: $$pkgs"; \
-		$(GOTEST) -exec "$(VM) run --kernel $$k --" -run '$(DEVICE_RUN)' -v $$pkgs; \
+		set -o pipefail; $(GOTEST) -json -exec "$(VM) run --kernel $$k --" -run '$(DEVICE_RUN)' $$pkgs 2>&1 | $(TESTLOG) -log $(CURDIR)/bin/test-device-$$k.log; \
 	done
 
 # The no-device errors, in a VM booted without rxe0.
 test-nodevice: deps
-	RDMAGO_EXPECT_NO_DEVICE=1 $(GOTEST) -v -exec "$(VM) run --no-rdma --kernel $(KERNEL) --" -run '^TestNoDevice' ./uverbs ./cmd/rdmago
+	set -o pipefail; RDMAGO_EXPECT_NO_DEVICE=1 $(GOTEST) -json -exec "$(VM) run --no-rdma --kernel $(KERNEL) --" -run '^TestNoDevice' ./uverbs ./cmd/rdmago 2>&1 | $(TESTLOG) -log $(CURDIR)/bin/test-nodevice.log
 
 ## test-kernels: everything on every kernel.
 test-kernels: deps test-unit
 	@set -e; for k in $(KERNELS); do \
 		echo "== all tests on $$k"; \
-		$(GOTEST) -exec "$(VM) run --kernel $$k --" ./...; \
+		set -o pipefail; $(GOTEST) -json -exec "$(VM) run --kernel $$k --" ./... 2>&1 | $(TESTLOG) -log $(CURDIR)/bin/test-all-$$k.log; \
 	done
 
 ## demo: boot the soft-RoCE VM and run the rdmago tools in it.

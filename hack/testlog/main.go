@@ -1,0 +1,229 @@
+// Command testlog reads `go test -json` from stdin and prints it as the
+// make targets want it read: the tests' own output, without the lines of
+// tests starting, pausing, resuming and passing; a list of the skipped
+// tests with their reasons; and, last, each failed test again with the
+// end of its output.
+//
+// The repetition at the end is the point. A device test's subtests can
+// print a good deal (the commands they ran, relayed program output), and a
+// failure's message then sits far above the final FAIL, out of sight of
+// anyone who reads only the end of a CI log. The summary puts it there.
+//
+// Usage:
+//
+//	go test -json ./... 2>&1 | testlog [-log FILE] [-lines N]
+//
+// testlog exits 1 when a test or package failed, 0 otherwise; lines that
+// are not JSON (build errors, go's own messages) are copied unchanged.
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"strings"
+)
+
+// event is the part of test2json's TestEvent that testlog reads.
+type event struct {
+	Action  string
+	Package string
+	Test    string
+	Output  string
+}
+
+// noise are the lines make's output leaves out; they stay in -log's file.
+var noise = regexp.MustCompile(`^(=== RUN|=== PAUSE|=== CONT|\s*--- PASS)`)
+
+// maxLine bounds each line that the summary repeats.
+const maxLine = 240
+
+// keep is how many lines of each running test's output are kept.
+const keep = 200
+
+type key struct{ pkg, test string }
+
+type summary struct {
+	lines  int              // output lines repeated per failed test
+	output map[key][]string // the last lines of each test's output
+	failed []key            // in the order they failed
+	skips  []string         // "pkg Test: reason"
+	bad    bool
+}
+
+func newSummary(lines int) *summary {
+	return &summary{lines: lines, output: map[key][]string{}}
+}
+
+func (s *summary) add(e event) {
+	k := key{e.Package, e.Test}
+	switch e.Action {
+	case "output", "build-output":
+		line := strings.TrimRight(e.Output, "\n")
+		if strings.HasPrefix(strings.TrimSpace(line), "=== ") {
+			return
+		}
+		o := append(s.output[k], line)
+		if len(o) > keep {
+			o = o[len(o)-keep:]
+		}
+		s.output[k] = o
+	case "skip":
+		if e.Test == "" {
+			return
+		}
+		reason := ""
+		for _, l := range s.output[k] {
+			if t := strings.TrimSpace(l); t != "" && !strings.HasPrefix(t, "--- SKIP") {
+				reason = t
+			}
+		}
+		s.skips = append(s.skips, fmt.Sprintf("%s %s: %s", e.Package, e.Test, reason))
+	case "fail", "build-fail":
+		s.bad = true
+		s.failed = append(s.failed, k)
+	case "pass":
+		// Passing tests' output is no longer needed.
+		delete(s.output, k)
+	}
+}
+
+// leaves are the failures to show: a test whose subtest failed is left
+// out (its subtest says why), and so is a package whose test failed.
+func (s *summary) leaves() []key {
+	var out []key
+	for _, k := range s.failed {
+		leaf := true
+		for _, o := range s.failed {
+			if o.pkg != k.pkg || o == k {
+				continue
+			}
+			if k.test == "" || strings.HasPrefix(o.test, k.test+"/") {
+				leaf = false
+				break
+			}
+		}
+		if leaf {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+func (s *summary) print(w io.Writer) {
+	if len(s.skips) > 0 {
+		fmt.Fprintln(w, "== skipped (each must name a feature the kernel or provider lacks, or another VM mode):")
+		for _, l := range s.skips {
+			fmt.Fprintln(w, "   "+cut(l))
+		}
+	}
+	leaves := s.leaves()
+	if len(leaves) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "== failed: %d; the end of each one's output:\n", len(leaves))
+	for _, k := range leaves {
+		name := k.pkg
+		if k.test != "" {
+			name += " " + k.test
+		}
+		fmt.Fprintf(w, "--- FAIL: %s\n", name)
+		for _, l := range s.brief(k) {
+			fmt.Fprintln(w, "    "+l)
+		}
+	}
+}
+
+// logStart matches the first line of a t.Log or t.Error message.
+var logStart = regexp.MustCompile(`^[\w.-]+\.go:\d+: `)
+
+// brief is the end of k's output, each message cut to its first
+// maxCont continuation lines (a relayed program's output can be long;
+// the message that says what failed must not be pushed out by it).
+func (s *summary) brief(k key) []string {
+	const maxCont = 4
+	var out []string
+	cont := 0
+	for _, l := range s.output[k] {
+		l = strings.TrimSpace(l)
+		switch {
+		case l == "" || strings.HasPrefix(l, "--- "):
+			continue
+		case logStart.MatchString(l):
+			cont = 0
+		default:
+			cont++
+			if cont > maxCont {
+				if cont == maxCont+1 {
+					out = append(out, "  …")
+				}
+				continue
+			}
+			l = "  " + l
+		}
+		out = append(out, cut(l))
+	}
+	if len(out) > s.lines {
+		out = out[len(out)-s.lines:]
+	}
+	return out
+}
+
+func cut(s string) string {
+	if len(s) > maxLine {
+		return s[:maxLine] + " …"
+	}
+	return s
+}
+
+func run(in io.Reader, out io.Writer, logw io.Writer, lines int) bool {
+	s := newSummary(lines)
+	sc := bufio.NewScanner(in)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for sc.Scan() {
+		raw := sc.Bytes()
+		var e event
+		if len(raw) == 0 || raw[0] != '{' || json.Unmarshal(raw, &e) != nil {
+			fmt.Fprintf(out, "%s\n", raw)
+			fmt.Fprintf(logw, "%s\n", raw)
+			continue
+		}
+		if e.Output != "" {
+			io.WriteString(logw, e.Output)
+			if !noise.MatchString(e.Output) {
+				io.WriteString(out, e.Output)
+			}
+		}
+		s.add(e)
+	}
+	if err := sc.Err(); err != nil {
+		fmt.Fprintf(out, "testlog: reading the test output: %v\n", err)
+		s.bad = true
+	}
+	s.print(out)
+	return !s.bad
+}
+
+func main() {
+	logFile := flag.String("log", "", "also write the whole plain-text output to `file`")
+	lines := flag.Int("lines", 25, "output lines to repeat for each failed test")
+	flag.Parse()
+	logw := io.Discard
+	if *logFile != "" {
+		f, err := os.Create(*logFile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "testlog:", err)
+			os.Exit(2)
+		}
+		logw = f
+		defer f.Close()
+	}
+	if !run(os.Stdin, os.Stdout, logw, *lines) {
+		// Exit skips the deferred Close; the file is written unbuffered.
+		os.Exit(1)
+	}
+}

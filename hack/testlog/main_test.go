@@ -1,0 +1,93 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// testdata/fail.json is `go test -json` of a package whose TestA/one logs,
+// fails and relays a program's output from a cleanup, whose TestA/two and
+// /three pass, and whose TestSkip skips.
+func TestRun(t *testing.T) {
+	in, err := os.Open("testdata/fail.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	var out, log bytes.Buffer
+	if run(in, &out, &log, 25) {
+		t.Error("run reported success for a failed package")
+	}
+	for _, noisy := range []string{"=== RUN", "--- PASS"} {
+		if strings.Contains(out.String(), noisy) {
+			t.Errorf("output has %q lines", noisy)
+		}
+		if !strings.Contains(log.String(), noisy) {
+			t.Errorf("log lacks %q lines", noisy)
+		}
+	}
+	_, tail, ok := strings.Cut(out.String(), "== skipped")
+	if !ok {
+		t.Fatalf("no summary in:\n%s", out.String())
+	}
+	want := []string{
+		" (each must name a feature the kernel or provider lacks, or another VM mode):",
+		"   tl/p TestSkip: p_test.go:13: no such feature",
+		"== failed: 1; the end of each one's output:",
+		"--- FAIL: tl/p TestA/one",
+		"    p_test.go:6: one line 0",
+		"    p_test.go:6: one line 1",
+		"    p_test.go:6: one line 2",
+		"    p_test.go:6: one line 3",
+		"    p_test.go:6: one line 4",
+		"    p_test.go:6: one line 5",
+		"    p_test.go:6: one line 6",
+		"    p_test.go:6: one line 7",
+		"    p_test.go:9: the reason one failed",
+		"    p_test.go:8: server output:",
+		"      row of perftest",
+		"      row of perftest",
+		"      row of perftest",
+		"      row of perftest",
+		"      …",
+	}
+	if diff := cmp.Diff(want, strings.Split(strings.TrimSuffix(tail, "\n"), "\n")); diff != "" {
+		t.Errorf("summary (-want +got):\n%s", diff)
+	}
+}
+
+func TestRunPass(t *testing.T) {
+	in := `{"Action":"run","Package":"p","Test":"TestX"}
+{"Action":"output","Package":"p","Test":"TestX","Output":"=== RUN   TestX\n"}
+{"Action":"output","Package":"p","Test":"TestX","Output":"--- PASS: TestX (0.00s)\n"}
+{"Action":"pass","Package":"p","Test":"TestX"}
+not json: copied
+{"Action":"output","Package":"p","Output":"ok  \tp\t0.1s\n"}
+{"Action":"pass","Package":"p"}
+`
+	var out bytes.Buffer
+	if !run(strings.NewReader(in), &out, &bytes.Buffer{}, 25) {
+		t.Error("run reported failure for a passing package")
+	}
+	if got, want := out.String(), "not json: copied\nok  \tp\t0.1s\n"; got != want {
+		t.Errorf("output %q, want %q", got, want)
+	}
+}
+
+// A package that fails without a failed test (a panic outside tests, a
+// build failure, a timeout in TestMain) is itself the failure to show.
+func TestLeavesPackage(t *testing.T) {
+	s := newSummary(25)
+	s.add(event{Action: "output", Package: "p", Output: "panic: boom\n"})
+	s.add(event{Action: "fail", Package: "p"})
+	s.add(event{Action: "fail", Package: "q", Test: "TestA"})
+	s.add(event{Action: "fail", Package: "q"})
+	want := []key{{"p", ""}, {"q", "TestA"}}
+	if diff := cmp.Diff(want, s.leaves(), cmp.AllowUnexported(key{})); diff != "" {
+		t.Errorf("leaves (-want +got):\n%s", diff)
+	}
+}
