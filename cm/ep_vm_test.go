@@ -98,22 +98,22 @@ func rdmaClient(ctx context.Context, t testing.TB, id *cm.ID) error {
 	}
 	defer cm.DeregMR(m)
 	if err := id.PostRecv(0, recvMsg, m); err != nil {
-		return err
+		return fmt.Errorf("post receive: %w", err)
 	}
 	if err := id.Connect(ctx, nil); err != nil {
 		if errors.Is(err, unix.ECONNREFUSED) {
 			return fmt.Errorf("%w: %w", errRefused, err)
 		}
-		return err
+		return fmt.Errorf("connect: %w", err)
 	}
 	if err := id.PostSend(0, sendMsg, nil, wr.Inline); err != nil {
-		return err
+		return fmt.Errorf("post send: %w", err)
 	}
 	if _, err := id.GetSendComp(ctx); err != nil {
-		return err
+		return fmt.Errorf("send completion: %w", err)
 	}
 	if _, err := id.GetRecvComp(ctx); err != nil {
-		return err
+		return fmt.Errorf("receive completion: %w", err)
 	}
 	t.Logf("client received %q", recvMsg)
 	return id.Disconnect(ctx)

@@ -149,6 +149,10 @@ func writeRequest(ioDir string, req guestRequest) error {
 	}
 	fmt.Fprintf(&cfg, "VM_RW=%s\n", shQuote(strings.Join(rw, "\n")))
 	fmt.Fprintf(&cfg, "VM_MAC=%s\nVM_ADDR=%s\nVM_GID=%s\n", shQuote(req.net.mac), shQuote(req.net.addr.String()), shQuote(roceGID(req.net.addr.Addr())))
+	// Dynamic debug queries, for chasing a kernel-side problem: with
+	// "module rdma_rxe +p" rxe logs its QP state changes and timers, which
+	// tests print from the kernel log when they fail.
+	fmt.Fprintf(&cfg, "VM_DYNDBG=%s\n", shQuote(os.Getenv("RDMAGO_VM_DYNDBG")))
 
 	var cmd strings.Builder
 	// Root in the guest may pin any amount of memory; keep that explicit

@@ -6,7 +6,7 @@
 #
 # Protocol with the host (hack/vm/guest.go), over the 9p share "rdmagoio":
 #   config.sh   host -> guest  shell variables VM_RDMA, VM_SHELL, VM_RW, VM_MAC,
-#                              VM_ADDR, VM_GID
+#                              VM_ADDR, VM_GID, VM_DYNDBG
 #   cmd.sh      host -> guest  the command: exports, cd, exec (run by the host's /bin/sh);
 #                              /init puts "export RDMAGO_GID_INDEX=N" before it
 #   started     guest -> host  /proc/uptime when the command starts
@@ -50,6 +50,7 @@ VM_RW=
 VM_MAC=     # empty: rxe0 on dummy0; else on the NIC with this MAC (vm pair)
 VM_ADDR=10.0.2.15/24
 VM_GID=0000:0000:0000:0000:0000:ffff:0a00:020f # VM_ADDR's RoCE v2 GID
+VM_DYNDBG=  # dynamic debug queries ("module rdma_rxe +p"), for the kernel log
 . /io/config.sh || die "cannot read /io/config.sh"
 trace "I/O share mounted"
 
@@ -77,6 +78,11 @@ while read -r tag path; do
 done <<EOF
 $VM_RW
 EOF
+
+if [ -n "$VM_DYNDBG" ]; then
+	mount -t debugfs debugfs /sys/kernel/debug || die "cannot mount debugfs for VM_DYNDBG"
+	echo "$VM_DYNDBG" >/sys/kernel/debug/dynamic_debug/control || die "dynamic debug rejected: $VM_DYNDBG"
+fi
 
 # Networking: rxe0 sits on dummy0 (which dummy.ko made by itself), or, in
 # vm pair, on the virtio-net NIC with the MAC the host gave it, whose other

@@ -51,6 +51,9 @@ environment:
   RDMAGO_VM_ACCEL         default for --accel: auto, kvm or tcg (default: auto)
   RDMAGO_VM_CONSOLE=1     copy the guest's serial console to stderr while it runs
   RDMAGO_VM_VERBOSE=1     print boot and run timings
+  RDMAGO_VM_DYNDBG        dynamic debug queries for the guest kernel, e.g.
+                          "module rdma_rxe +p" (failing device tests print
+                          the end of the kernel log)
   RDMAGO_DEBIAN_MIRROR    Debian mirror (default: http://deb.debian.org/debian)
   RDMAGO_DEBIAN_SECURITY  Debian security mirror (default: http://deb.debian.org/debian-security)
 `

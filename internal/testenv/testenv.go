@@ -8,6 +8,9 @@ package testenv
 
 import (
 	"os"
+	"os/exec"
+	"strings"
+	"sync"
 	"testing"
 )
 
@@ -33,6 +36,7 @@ func RequireDevice(t testing.TB) string {
 	name := DeviceName()
 	_, err := os.Stat("/sys/class/infiniband/" + name)
 	if err == nil {
+		LogKernelOnFailure(t)
 		return name
 	}
 	if InVM() || os.Getenv("RDMAGO_REQUIRE_DEVICE") == "1" {
@@ -53,4 +57,41 @@ func RequireNoDevice(t testing.TB) {
 	if _, err := os.Stat("/sys/class/infiniband/" + DeviceName()); err == nil {
 		t.Fatalf("RDMAGO_EXPECT_NO_DEVICE=1 but %s exists", DeviceName())
 	}
+}
+
+// kernelLogged holds the tests that will print the kernel log.
+var kernelLogged sync.Map
+
+// kernelLogLines is how much of the kernel log LogKernelOnFailure prints.
+const kernelLogLines = 40
+
+// LogKernelOnFailure has t print the end of the kernel log if it fails
+// under the VM runner: rxe and rdma_cm report there what they did to a QP
+// or a connection (with RDMAGO_VM_CMDLINE=rdma_rxe.dyndbg=+p, every QP
+// state change and timer).
+// It is called by RequireDevice; a test gets the log once however often it
+// is called.
+func LogKernelOnFailure(t testing.TB) {
+	if !InVM() {
+		return
+	}
+	if _, dup := kernelLogged.LoadOrStore(t, true); dup {
+		return
+	}
+	t.Cleanup(func() {
+		kernelLogged.Delete(t)
+		if !t.Failed() {
+			return
+		}
+		out, err := exec.Command("dmesg").CombinedOutput()
+		if err != nil {
+			t.Logf("kernel log: dmesg: %v: %s", err, out)
+			return
+		}
+		lines := strings.Split(strings.TrimRight(string(out), "\n"), "\n")
+		if len(lines) > kernelLogLines {
+			lines = lines[len(lines)-kernelLogLines:]
+		}
+		t.Logf("kernel log, last %d lines:\n%s", len(lines), strings.Join(lines, "\n"))
+	})
 }
