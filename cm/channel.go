@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -284,10 +285,12 @@ func processEvent(ch *EventChannel, r *abi.RdmaUcmEventResp) *Event {
 			return nil
 		}
 		copyConn(&ev.Conn, connParamOf(r))
-		// Unlike librdmacm, flush the QP: the connection is gone, and
-		// completion waits should end now rather than when the
-		// transport's retries run out.
-		id.modifyQPErr()
+		// The QP is not flushed yet: work the peer took before it
+		// disconnected may still be completing (its acknowledgement
+		// received but not yet turned into a completion), and flushing
+		// now would report it lost. Completion waits flush the QP a grace
+		// period from now (waitComp), Disconnect at once.
+		id.peerGone = time.Now()
 		id.setState(stateDisconnected)
 	case EventUnreachable, EventConnectError, EventDeviceRemoval:
 		copyParams(ev, id, r)

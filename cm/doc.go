@@ -44,8 +44,9 @@
 //   - A synchronous operation answered by an event it does not expect
 //     fails (DISCONNECTED: ECONNRESET; others: EPROTO) instead of
 //     succeeding because the event's status is 0.
-//   - The end of a connection moves its QP to the error state, and the
-//     completion waits of synchronous IDs watch their rdma_cm channel, so
+//   - The completion waits of synchronous IDs watch their rdma_cm
+//     channel, and a completion wait on a connection the peer ended moves
+//     the QP to the error state a second after the peer's disconnect, so
 //     outstanding work completes, flushed, instead of waiting for the
 //     transport's retries (see docs/rdma_verbs.md).
 //   - Destroy also destroys the QP, CQs and SRQ made on the ID.

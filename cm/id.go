@@ -129,6 +129,9 @@ type ID struct {
 	// the REJECTED or DISCONNECTED that follow are the kernel's cleanup.
 	connectErr     bool
 	disconnected   bool // Disconnect succeeded
+	// peerGone is when the peer's disconnect was processed; the QP is
+	// flushed a grace period later (see waitComp), or by Disconnect.
+	peerGone time.Time
 	initiatorDepth uint8
 	respRes        uint8
 	connectData    []byte             // ai_connect of CreateEP, sent first

@@ -280,9 +280,9 @@ func (id *ID) PostUDSend(context uint64, buf []byte, mr *uverbs.MR, flags wr.Sen
 // is waited for twice. It returns the completion, with its failure as the
 // error (a *wr.CompletionError, for example with status wr.WRFlushErr
 // after a disconnect). ctx ends the wait. On a synchronous ID the wait also
-// ends when the connection does (the peer disconnected or the device went
-// away): the QP is then moved to the error state, so the outstanding work
-// comes back flushed instead of never.
+// watches the rdma_cm channel, and when the peer has disconnected, work
+// that has not completed a second later is flushed: the QP is moved to the
+// error state, so it comes back with wr.WRFlushErr instead of never.
 func (id *ID) GetSendComp(ctx context.Context) (wr.Completion, error) {
 	return id.getComp(ctx, "get send comp", true)
 }
@@ -385,6 +385,15 @@ func DeregMR(mr *uverbs.MR) error {
 // outstanding at once, so a longer silence means nothing is.
 const connGoneGrace = time.Second
 
+// peerGoneGrace is how long after the peer's disconnect completion waits
+// leave the QP as it is, before they move it to the error state to flush
+// what is outstanding. A request the peer took and acknowledged just
+// before disconnecting still completes successfully meanwhile: the device
+// may have the acknowledgement and not yet the completion (rxe hands it
+// to a deferred task, which on a loaded machine runs late). Flushing at
+// once turned such requests into WR_FLUSH_ERR.
+const peerGoneGrace = time.Second
+
 // waitComp waits for the next event of a completion channel. On a
 // synchronous ID, whose channel nobody else reads, it also watches the
 // rdma_cm channel: an event there (the peer disconnected, the device went
@@ -394,13 +403,21 @@ const connGoneGrace = time.Second
 // when the caller should poll again.
 func (id *ID) waitComp(ctx context.Context, op string, compCh *uverbs.CompChannel) (*uverbs.CQ, error) {
 	id.mu.Lock()
-	sync, ch := id.sync, id.ch
+	sync, ch, peerGone := id.sync, id.ch, id.peerGone
 	id.mu.Unlock()
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	if q := id.qp.Load(); id.getState() == stateDisconnected && (q == nil || q.State() == qp.StateErr) {
+	if id.getState() == stateDisconnected {
+		q := id.qp.Load()
 		var c2 context.CancelFunc
-		wctx, c2 = context.WithTimeoutCause(wctx, connGoneGrace, errConnGone)
+		switch {
+		case q == nil || q.State() == qp.StateErr:
+			wctx, c2 = context.WithTimeoutCause(wctx, connGoneGrace, errConnGone)
+		case !peerGone.IsZero():
+			wctx, c2 = context.WithDeadlineCause(wctx, peerGone.Add(peerGoneGrace), errFlushDue)
+		default:
+			c2 = func() {}
+		}
 		defer c2()
 	}
 	var cmReady chan struct{}
@@ -432,6 +449,15 @@ func (id *ID) waitComp(ctx context.Context, op string, compCh *uverbs.CompChanne
 	if errors.Is(context.Cause(wctx), errConnGone) {
 		return nil, postErr(op, unix.ENOTCONN, "the connection is gone and no work request is outstanding")
 	}
+	if errors.Is(context.Cause(wctx), errFlushDue) {
+		id.mu.Lock()
+		err := id.modifyQPErr()
+		id.mu.Unlock()
+		if err != nil {
+			return nil, wrapPost(op, err)
+		}
+		return nil, nil // poll for the flushed completions
+	}
 	select {
 	case <-cmReady:
 		ev, err := ch.read(ctx)
@@ -449,4 +475,7 @@ func (id *ID) waitComp(ctx context.Context, op string, compCh *uverbs.CompChanne
 	return nil, &Error{Op: op, Err: err}
 }
 
-var errConnGone = errors.New("connection gone")
+var (
+	errConnGone = errors.New("connection gone")
+	errFlushDue = errors.New("the peer's disconnect is a grace period old")
+)
