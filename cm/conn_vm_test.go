@@ -97,8 +97,12 @@ func TestDeviceDisconnectDuringTraffic(t *testing.T) {
 	}
 	must(t, c.Disconnect(ctx))
 	must(t, <-srvDisc)
-	// The server's receives come back flushed.
-	flushed := 0
+	// The server's receives come back: the messages that arrived before
+	// the disconnect, then the rest flushed. Every receive posted is
+	// accounted for. How many are flushed depends on how far the client
+	// got before the disconnect took effect: on a loaded machine it has
+	// filled all of them, and then none is.
+	flushed, late := 0, 0
 	for {
 		wc, err := s.GetRecvComp(ctx)
 		if err != nil && errors.As(err, &ce) && wc.Status == wr.WRFlushErr {
@@ -106,15 +110,17 @@ func TestDeviceDisconnectDuringTraffic(t *testing.T) {
 			continue
 		}
 		if err == nil {
-			continue // a message that arrived before the disconnect
+			late++ // a message that arrived before the disconnect
+			continue
 		}
 		wantErrno(t, "server wait after the flush", err, 107)
 		break
 	}
-	if flushed == 0 {
-		t.Errorf("no receive was flushed")
+	if posted := nrecv + got; got+late+flushed != posted {
+		t.Errorf("server: %d receives posted, %d taken, %d arrived late, %d flushed; %d unaccounted for",
+			posted, got, late, flushed, posted-got-late-flushed)
 	}
-	t.Logf("server flushed %d receives; the whole dance took %v", flushed, time.Since(start))
+	t.Logf("server: %d messages arrived late, %d receives flushed; the whole dance took %v", late, flushed, time.Since(start))
 	if d := time.Since(start); d > 15*time.Second {
 		t.Errorf("took %v", d)
 	}
