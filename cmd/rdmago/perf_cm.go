@@ -15,7 +15,8 @@ package main
 // data, MTU over it; the buffer, CQs and PD on the rdma_cm device; a
 // synchronisation; the test's connections, one rdma_cm ID and QP each, on
 // the same port (the server listens again once the first connection is
-// made, so the client retries a refused connect ten times, 100 ms apart);
+// made, so the client retries a refused connect, 100 ms apart, for up to
+// five seconds where perftest gives up after one);
 // another synchronisation; then the addresses and the benchmark as
 // without -R, minus the QPs' own state changes. The client disconnects
 // the test's connections at the end.
@@ -43,7 +44,10 @@ const (
 	perfCMTimeout = 2000 * time.Millisecond
 	// perfCMRetries and perfCMRetryDelay: how often and how far apart the
 	// client connects again when the server is not listening (yet).
-	perfCMRetries    = 10
+	// perftest tries 10 times, about a second in all; a server on a
+	// loaded machine can take longer than that to listen again after the
+	// synchronisation, so rdmago tries for five seconds.
+	perfCMRetries    = 50
 	perfCMRetryDelay = 100 * time.Millisecond
 	// perfCMRetryCount is DEF_RETRY_COUNT, the transport and RNR retries of
 	// the test's connections (perftest's --retry_count, which rdmago does
