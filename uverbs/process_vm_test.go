@@ -102,7 +102,7 @@ func (s *side) connect(t *testing.T, p peerInfo) {
 	if err := s.qp.Modify(&a, m); err != nil {
 		t.Fatal(err)
 	}
-	a, m = qp.RTSAttrs(qp.RC, 0)
+	a, m = testRTSAttrs(qp.RC)
 	if err := s.qp.Modify(&a, m); err != nil {
 		t.Fatal(err)
 	}

@@ -247,6 +247,24 @@ func TestDeviceSRQShared(t *testing.T) {
 	})
 }
 
+// testQPTimeout is the local ACK timeout of the tests' RC QPs: 18, about
+// 1.07 s, where qp.RTSAttrs sets pingpong's 14 (67 ms). An emulated VM on a
+// loaded host stalls for longer than 67 ms, and each stall then makes rxe
+// retransmit what it had sent; in one full run on 6.1 a send that its peer
+// had received and acted on never completed after such retransmissions (the
+// retransmit timer fired every 68 ms for the 20 s the test waited). The
+// tests here are not about retransmission.
+const testQPTimeout = 18
+
+// testRTSAttrs is qp.RTSAttrs with the tests' timeout for RC.
+func testRTSAttrs(typ qp.Type) (qp.Attr, qp.AttrMask) {
+	a, m := qp.RTSAttrs(typ, 0)
+	if typ == qp.RC {
+		a.Timeout = testQPTimeout
+	}
+	return a, m
+}
+
 // connectPair moves q to RTS, talking to peer through the device's GID.
 func connectPair(t testing.TB, q, peer *uverbs.QP, gid [16]byte, gidIndex uint8) {
 	t.Helper()
@@ -258,7 +276,7 @@ func connectPair(t testing.TB, q, peer *uverbs.QP, gid [16]byte, gidIndex uint8)
 	for _, step := range []func() (qp.Attr, qp.AttrMask){
 		func() (qp.Attr, qp.AttrMask) { return qp.InitAttrs(typ, 1, 0, allAccess, testQKey) },
 		func() (qp.Attr, qp.AttrMask) { return qp.RTRAttrs(typ, remote, uint8(uverbs.MTU1024)) },
-		func() (qp.Attr, qp.AttrMask) { return qp.RTSAttrs(typ, 0) },
+		func() (qp.Attr, qp.AttrMask) { return testRTSAttrs(typ) },
 	} {
 		attr, mask := step()
 		if err := q.Modify(&attr, mask); err != nil {

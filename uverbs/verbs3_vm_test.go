@@ -25,8 +25,8 @@ func TestDeviceQueryQPAndGoMemory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a.State != qp.StateRTS || a.DestQPNum != r.b.qp.Num() || a.PathMTU != uint8(uverbs.MTU1024) || a.Timeout != 14 {
-		t.Errorf("query: state %v dest %d mtu %d timeout %d; want RTS, %d, 3, 14", a.State, a.DestQPNum, a.PathMTU, a.Timeout, r.b.qp.Num())
+	if a.State != qp.StateRTS || a.DestQPNum != r.b.qp.Num() || a.PathMTU != uint8(uverbs.MTU1024) || a.Timeout != testQPTimeout {
+		t.Errorf("query: state %v dest %d mtu %d timeout %d; want RTS, %d, 3, %d", a.State, a.DestQPNum, a.PathMTU, a.Timeout, r.b.qp.Num(), testQPTimeout)
 	}
 	if !a.AHAttr.IsGlobal || a.AHAttr.DGID != r.gid || init.Cap.MaxSendWR < 8 {
 		t.Errorf("query: AH %+v, init %+v", a.AHAttr, init)
