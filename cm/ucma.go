@@ -6,11 +6,11 @@ import (
 	"os"
 	"runtime"
 	"syscall"
-	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rdmago/rdma/internal/pollctx"
 	"github.com/rdmago/rdma/uverbs/abi"
 )
 
@@ -113,9 +113,7 @@ func (d *devFile) waitLoop(ctx context.Context, op func(fd uintptr) bool) error 
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	dl, _ := ctx.Deadline()
-	d.f.SetReadDeadline(dl)
-	stop := context.AfterFunc(ctx, func() { d.f.SetReadDeadline(time.Unix(1, 0)) })
+	stop := pollctx.CancelRead(ctx, d.f)
 	err := d.rc.Read(op)
 	stop()
 	if err != nil {

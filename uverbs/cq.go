@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rdmago/rdma/internal/pollctx"
 	"github.com/rdmago/rdma/provider"
 	"github.com/rdmago/rdma/uverbs/abi"
 	"github.com/rdmago/rdma/wr"
@@ -72,22 +73,11 @@ func readContext(ctx context.Context, f *os.File, buf []byte, op string) (int, e
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	if dl, ok := ctx.Deadline(); ok {
-		f.SetReadDeadline(dl)
-	} else {
-		f.SetReadDeadline(time.Time{})
-	}
-	var n int
-	var err error
-	if ctx.Done() == nil {
-		// A context that is never done (context.Background) needs no
-		// watcher, and a wait then allocates nothing.
-		n, err = f.Read(buf)
-	} else {
-		stop := context.AfterFunc(ctx, func() { f.SetReadDeadline(time.Unix(1, 0)) })
-		n, err = f.Read(buf)
-		stop()
-	}
+	// A context that is never done (context.Background) needs no
+	// watcher, and a wait then allocates nothing.
+	stop := pollctx.CancelRead(ctx, f)
+	n, err := f.Read(buf)
+	stop()
 	if err == nil {
 		return n, nil
 	}
