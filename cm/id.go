@@ -127,11 +127,11 @@ type ID struct {
 	state     atomic.Uint32 // connState, read by the posting calls
 	// connectErr marks a CONNECT_RESPONSE that could not be completed:
 	// the REJECTED or DISCONNECTED that follow are the kernel's cleanup.
-	connectErr     bool
-	disconnected   bool // Disconnect succeeded
+	connectErr   bool
+	disconnected bool // Disconnect succeeded
 	// peerGone is when the peer's disconnect was processed; the QP is
 	// flushed a grace period later (see waitComp), or by Disconnect.
-	peerGone time.Time
+	peerGone       time.Time
 	initiatorDepth uint8
 	respRes        uint8
 	connectData    []byte             // ai_connect of CreateEP, sent first
