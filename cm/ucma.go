@@ -117,12 +117,7 @@ func (d *devFile) waitLoop(ctx context.Context, op func(fd uintptr) bool) error 
 	err := d.rc.Read(op)
 	stop()
 	if err != nil {
-		if errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() == nil {
-			// The read deadline, copied from ctx, fired a moment before
-			// ctx's own timer.
-			<-ctx.Done()
-		}
-		if cerr := ctx.Err(); cerr != nil {
+		if cerr := pollctx.ReadErr(ctx, err); cerr != nil {
 			return cerr
 		}
 		return closedErr(err)

@@ -73,20 +73,13 @@ func readContext(ctx context.Context, f *os.File, buf []byte, op string) (int, e
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	// A context that is never done (context.Background) needs no
-	// watcher, and a wait then allocates nothing.
 	stop := pollctx.CancelRead(ctx, f)
 	n, err := f.Read(buf)
 	stop()
 	if err == nil {
 		return n, nil
 	}
-	if errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() == nil {
-		// The read deadline, copied from ctx, fired a moment before ctx's
-		// own timer.
-		<-ctx.Done()
-	}
-	if cerr := ctx.Err(); cerr != nil {
+	if cerr := pollctx.ReadErr(ctx, err); cerr != nil {
 		return 0, cerr
 	}
 	if errors.Is(err, os.ErrClosed) {

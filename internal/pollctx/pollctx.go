@@ -4,6 +4,8 @@ package pollctx
 
 import (
 	"context"
+	"errors"
+	"os"
 	"time"
 )
 
@@ -17,7 +19,9 @@ var past = time.Unix(1, 0)
 
 // CancelRead sets f's read deadline to ctx's (none if it has none) and
 // arranges for it to move into the past when ctx is done, which ends a
-// read in progress. Call the returned stop once the read has returned.
+// read in progress. Call the returned stop once the read has returned,
+// then ReadErr with the read's error. A context that is never done
+// (context.Background) needs no watcher, and then nothing is allocated.
 //
 // stop waits for the cancellation if it has already started. Without that
 // wait, a cancellation that ran late (its goroutine scheduled after the
@@ -40,4 +44,16 @@ func CancelRead(ctx context.Context, f Deadliner) (stop func()) {
 			<-done
 		}
 	}
+}
+
+// ReadErr is ctx's error when err, from a read that CancelRead bounded,
+// ended because of ctx, and nil otherwise. When the read deadline copied
+// from ctx fired a moment before ctx's own timer, it waits for that timer,
+// so that the caller reports context.DeadlineExceeded and not the file's
+// timeout.
+func ReadErr(ctx context.Context, err error) error {
+	if errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() == nil {
+		<-ctx.Done()
+	}
+	return ctx.Err()
 }

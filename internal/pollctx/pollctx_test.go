@@ -87,3 +87,23 @@ func TestReadAfterCancel(t *testing.T) {
 	}
 	stop2()
 }
+
+// ReadErr reports ctx's error for a read its deadline or cancellation
+// ended, waiting out ctx's timer when the copied deadline fired first, and
+// nil for a read that failed otherwise.
+func TestReadErr(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	defer cancel()
+	if err := ReadErr(ctx, os.ErrDeadlineExceeded); err != context.DeadlineExceeded {
+		t.Errorf("deadline error before ctx's timer: %v, want %v", err, context.DeadlineExceeded)
+	}
+	live, cancel2 := context.WithCancel(context.Background())
+	defer cancel2()
+	if err := ReadErr(live, os.ErrClosed); err != nil {
+		t.Errorf("closed file, ctx live: %v, want nil", err)
+	}
+	cancel2()
+	if err := ReadErr(live, os.ErrDeadlineExceeded); err != context.Canceled {
+		t.Errorf("cancelled ctx: %v, want %v", err, context.Canceled)
+	}
+}
