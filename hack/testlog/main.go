@@ -83,11 +83,13 @@ func (s *summary) add(e event) {
 			}
 		}
 		s.skips = append(s.skips, fmt.Sprintf("%s %s: %s", e.Package, e.Test, reason))
+		delete(s.output, k)
 	case "fail", "build-fail":
 		s.bad = true
 		s.failed = append(s.failed, k)
 	case "pass":
-		// Passing tests' output is no longer needed.
+		// Passing tests' output is no longer needed (nor, once the reason
+		// is taken, skipped tests').
 		delete(s.output, k)
 	}
 }

@@ -67,7 +67,7 @@ const kernelLogLines = 40
 
 // LogKernelOnFailure has t print the end of the kernel log if it fails
 // under the VM runner: rxe and rdma_cm report there what they did to a QP
-// or a connection (with RDMAGO_VM_CMDLINE=rdma_rxe.dyndbg=+p, every QP
+// or a connection (with RDMAGO_VM_DYNDBG="module rdma_rxe +p", every QP
 // state change and timer).
 // It is called by RequireDevice; a test gets the log once however often it
 // is called.
