@@ -42,26 +42,31 @@ test: vet test-unit check-generate test-vm test-device test-nodevice
 test-unit:
 	$(GOTEST) ./...
 
+# vmtest runs go test in the VM (vm run flags $(1), go test's arguments
+# $(2)) through testlog, which logs everything to bin/$(3).log; the
+# status is go test's.
+vmtest = set -o pipefail; $(GOTEST) -json -exec "$(VM) run $(1) --" $(2) 2>&1 | $(TESTLOG) -log $(CURDIR)/bin/$(3).log
+
 test-vm: deps
-	set -o pipefail; $(GOTEST) -json -exec "$(VM) run --kernel $(KERNEL) --" ./... 2>&1 | $(TESTLOG) -log $(CURDIR)/bin/test-vm.log
+	$(call vmtest,--kernel $(KERNEL),./...,test-vm)
 
 # The device tests on every kernel but the default one.
 test-device: deps
 	@set -e; pkgs=$$(grep -l '^func TestDevice' $$(git ls-files '*_test.go') | xargs -n1 dirname | sort -u | sed 's|^|./|'); \
 	for k in $(filter-out $(KERNEL),$(KERNELS)); do \
 		echo "== device tests on $$k: $$pkgs"; \
-		set -o pipefail; $(GOTEST) -json -exec "$(VM) run --kernel $$k --" -run '$(DEVICE_RUN)' $$pkgs 2>&1 | $(TESTLOG) -log $(CURDIR)/bin/test-device-$$k.log; \
+		$(call vmtest,--kernel $$k,-run '$(DEVICE_RUN)' $$pkgs,test-device-$$k); \
 	done
 
 # The no-device errors, in a VM booted without rxe0.
 test-nodevice: deps
-	set -o pipefail; RDMAGO_EXPECT_NO_DEVICE=1 $(GOTEST) -json -exec "$(VM) run --no-rdma --kernel $(KERNEL) --" -run '^TestNoDevice' ./uverbs ./cmd/rdmago 2>&1 | $(TESTLOG) -log $(CURDIR)/bin/test-nodevice.log
+	export RDMAGO_EXPECT_NO_DEVICE=1; $(call vmtest,--no-rdma --kernel $(KERNEL),-run '^TestNoDevice' ./uverbs ./cmd/rdmago,test-nodevice)
 
 ## test-kernels: everything on every kernel.
 test-kernels: deps test-unit
 	@set -e; for k in $(KERNELS); do \
 		echo "== all tests on $$k"; \
-		set -o pipefail; $(GOTEST) -json -exec "$(VM) run --kernel $$k --" ./... 2>&1 | $(TESTLOG) -log $(CURDIR)/bin/test-all-$$k.log; \
+		$(call vmtest,--kernel $$k,./...,test-all-$$k); \
 	done
 
 ## demo: boot the soft-RoCE VM and run the rdmago tools in it.
