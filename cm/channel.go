@@ -296,6 +296,9 @@ func processEvent(ch *EventChannel, r *abi.RdmaUcmEventResp) *Event {
 		copyParams(ev, id, r)
 		id.modifyQPErr()
 		id.setState(stateDisconnected)
+		if ev.Type == EventDeviceRemoval && id.dev != nil {
+			id.dev.removed()
+		}
 	default:
 		copyParams(ev, id, r)
 	}

@@ -1,7 +1,6 @@
 package cm
 
 import (
-	"errors"
 	"sync"
 
 	"github.com/rdmago/rdma/uverbs"
@@ -9,12 +8,24 @@ import (
 
 // device is one RDMA device as rdma_cm IDs share it (librdmacm's struct
 // cma_device): one uverbs context and one protection domain, opened when
-// the first ID is bound to the device and closed when the last one goes.
+// the first ID is bound to the device and kept for the life of the
+// process, as librdmacm keeps its device contexts. A PD, CQ or memory
+// region a program makes on ID.Verbs or ID.PD therefore stays valid after
+// the last ID on the device is destroyed, and programs ported from C that
+// keep them across connections (cmtime, cmatose) work. Refcounting the
+// context by the objects made on it would need a hook in every uverbs
+// object; one context and one PD per device used is a small price.
+//
+// The one exception is a device the kernel removes (DEVICE_REMOVAL): it
+// is no longer handed to new IDs, and its context and PD close with the
+// last ID on it, since the kernel cannot finish removing a device whose
+// uverbs file stays open.
 type device struct {
 	key  devKey
 	ctx  *uverbs.Context
 	pd   *uverbs.PD
-	refs int
+	refs int  // IDs bound to the device
+	dead bool // removed: closed with the last ID
 
 	maxQPWR      int
 	maxInitDepth uint8 // max_qp_init_rd_atom
@@ -44,17 +55,14 @@ var openDevice = func(guid uverbs.GUID, index uint32) (*device, error) {
 	}
 	d := &device{ctx: ctx}
 	if err := d.init(); err != nil {
-		if d.pd != nil {
-			d.pd.Close()
-		}
-		ctx.Close()
+		d.close()
 		return nil, err
 	}
 	return d, nil
 }
 
 // getDevice returns the device with node GUID guid and kernel index index,
-// opening it if no ID uses it yet, with one more reference.
+// opening it the first time, with one more reference.
 func getDevice(guid uverbs.GUID, index uint32) (*device, error) {
 	devices.mu.Lock()
 	defer devices.mu.Unlock()
@@ -93,26 +101,55 @@ func (d *device) init() error {
 	return nil
 }
 
-// put drops a reference; the last one closes the device. A PD the kernel
-// will not free because the program still has memory registered on it
-// keeps the device open, as librdmacm keeps its PD then, until a later put
-// succeeds.
+// put drops an ID's reference. The device stays open for the process
+// unless it was removed; then the last reference closes it.
 func (d *device) put() {
 	devices.mu.Lock()
 	defer devices.mu.Unlock()
 	d.refs--
-	if d.refs > 0 {
+	if d.refs > 0 || !d.dead {
 		return
 	}
+	d.close()
+}
+
+// removed marks the device gone (a DEVICE_REMOVAL event): new IDs will
+// not get it, and the last ID on it closes it.
+func (d *device) removed() {
+	devices.mu.Lock()
+	defer devices.mu.Unlock()
+	if d.dead {
+		return
+	}
+	d.dead = true
+	if devices.m[d.key] == d {
+		delete(devices.m, d.key)
+	}
+}
+
+// close closes the PD and the context. The caller holds devices.mu, or
+// owns d alone.
+func (d *device) close() {
 	if d.pd != nil {
-		if err := d.pd.Close(); err != nil && !errors.Is(err, uverbs.ErrClosed) {
-			return
-		}
+		d.pd.Close()
 	}
 	if d.ctx != nil {
 		d.ctx.Close()
 	}
-	delete(devices.m, d.key)
+}
+
+// closeIdleDevices closes the devices no ID is bound to, for tests that
+// check that nothing is left open; objects a program made on them go with
+// them.
+func closeIdleDevices() {
+	devices.mu.Lock()
+	defer devices.mu.Unlock()
+	for k, d := range devices.m {
+		if d.refs == 0 {
+			d.close()
+			delete(devices.m, k)
+		}
+	}
 }
 
 // transport is the device's transport (IB for InfiniBand and RoCE).

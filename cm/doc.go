@@ -33,8 +33,9 @@
 // errors.Is(err, unix.ECONNREFUSED) and the like.
 //
 // The device an ID is bound to is opened with package uverbs, once per
-// device for all IDs, with one protection domain (ID.Verbs, ID.PD); it is
-// closed with the last ID.
+// device for all IDs, with one protection domain (ID.Verbs, ID.PD), and
+// kept open for the life of the process, as librdmacm keeps its device
+// contexts: what a program makes on them outlives the IDs.
 //
 // Where this package differs from librdmacm, it is so that nothing waits
 // for ever on a connection that is gone:

@@ -263,9 +263,8 @@ func destroyKernID(f ucmaFile, h uint32) (int, error) {
 // Destroy destroys the ID (rdma_destroy_id) and returns the number of
 // events the kernel reported for it. It also destroys the QP, CQs and
 // completion channels CreateQP made and the SRQ CreateSRQ made, which
-// librdmacm leaves to rdma_destroy_qp, and releases the ID's hold on its
-// device: the device's context and PD close with the last ID on it, unless
-// memory is still registered on the PD.
+// librdmacm leaves to rdma_destroy_qp. The device's context and shared PD
+// stay open (see Verbs).
 //
 // Unlike rdma_destroy_id, Destroy does not wait for the ID's events to be
 // acknowledged, so it cannot hang on an event a program never acked: Go's
@@ -340,8 +339,12 @@ func (id *ID) PortNum() uint8 {
 }
 
 // Verbs returns the uverbs context of the device the ID is bound to, or
-// nil before it is. The context is shared by all IDs on the device and
-// closed with the last of them: do not close it.
+// nil before it is and after Destroy. The context is shared by all IDs on
+// the device and, as librdmacm's, kept open for the life of the process:
+// PDs, CQs and memory regions a program makes on it stay valid after the
+// last ID on the device is gone, and serve the device's next IDs. Do not
+// close it. Only a device the kernel removes (DEVICE_REMOVAL) is closed,
+// with the last ID on it.
 func (id *ID) Verbs() *uverbs.Context {
 	id.mu.Lock()
 	defer id.mu.Unlock()
@@ -353,7 +356,8 @@ func (id *ID) Verbs() *uverbs.Context {
 
 // PD returns the protection domain the ID's QP and memory use: the device's
 // shared one, or the one given to CreateEP or CreateQP. It is nil before the
-// ID is bound to a device. Do not close the shared one.
+// ID is bound to a device. The shared one is kept open with the device's
+// context (see Verbs): do not close it.
 func (id *ID) PD() *uverbs.PD {
 	id.mu.Lock()
 	defer id.mu.Unlock()

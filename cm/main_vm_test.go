@@ -8,16 +8,20 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rdmago/rdma/cm"
 	"github.com/rdmago/rdma/internal/testenv"
 )
 
 // TestMain checks, under the VM runner, that the tests left no kernel
 // object behind (rdma res lists every PD, CQ, QP, MR and rdma_cm ID with
-// its owner) and no file descriptor open.
+// its owner) and no file descriptor open, beyond the device contexts
+// rdma_cm IDs opened, which the package keeps for the process.
 func TestMain(m *testing.M) {
 	fds := fdCount()
 	code := m.Run()
 	if code == 0 && testenv.InVM() {
+		// The device contexts the IDs opened are kept for the process.
+		cm.CloseIdleDevices()
 		if leaks := ourRDMAResources(); leaks != "" {
 			fmt.Fprintf(os.Stderr, "kernel objects left behind by the tests (rdma res):\n%s", leaks)
 			code = 1
