@@ -92,10 +92,13 @@ func (ch *EventChannel) Fd() int { return ch.f.fd() }
 // and route; a CONNECT_REQUEST brings a new ID (Event.ID); a
 // CONNECT_RESPONSE on an ID with a QP moves the QP to RTS and establishes
 // the connection, and is reported as ESTABLISHED; a MULTICAST_JOIN attaches
-// the ID's QP to the group; a REJECTED, DISCONNECTED, UNREACHABLE,
-// CONNECT_ERROR or DEVICE_REMOVAL moves the ID's QP to the error state, so
-// its outstanding work requests complete, flushed (librdmacm does so for
-// REJECTED only). When that work fails, the event reports the failure
+// the ID's QP to the group; a REJECTED, UNREACHABLE, CONNECT_ERROR or
+// DEVICE_REMOVAL moves the ID's QP to the error state, so its outstanding
+// work requests complete, flushed, and a DISCONNECTED does so a second
+// later, which leaves requests the peer acknowledged just before it left
+// the time to complete successfully (librdmacm moves the QP for REJECTED
+// only, and leaves a QP whose peer disconnected in RTS, where requests the
+// peer never answers wait for the transport's retries). When that work fails, the event reports the failure
 // (ADDR_ERROR, ROUTE_ERROR, CONNECT_ERROR, MULTICAST_ERROR) with the errno
 // as status. Events of IDs destroyed meanwhile are dropped.
 func (ch *EventChannel) GetEvent(ctx context.Context) (*Event, error) {
@@ -288,10 +291,16 @@ func processEvent(ch *EventChannel, r *abi.RdmaUcmEventResp) *Event {
 		// The QP is not flushed yet: work the peer took before it
 		// disconnected may still be completing (its acknowledgement
 		// received but not yet turned into a completion), and flushing
-		// now would report it lost. Completion waits flush the QP a grace
-		// period from now (waitComp), Disconnect at once.
+		// now would report it lost. It is flushed a grace period from
+		// now, whether or not anybody waits for its completions: a
+		// program that polls its CQ itself would otherwise wait for the
+		// transport's retries, which need not end (librdmacm leaves the
+		// QP alone on DISCONNECTED). Disconnect flushes at once.
 		id.peerGone = time.Now()
 		id.setState(stateDisconnected)
+		if q := id.qp.Load(); q != nil {
+			time.AfterFunc(peerGoneGrace, func() { id.flushPeerGone(q) })
+		}
 	case EventUnreachable, EventConnectError, EventDeviceRemoval:
 		copyParams(ev, id, r)
 		id.modifyQPErr()

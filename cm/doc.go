@@ -46,9 +46,9 @@
 //     fails (DISCONNECTED: ECONNRESET; others: EPROTO) instead of
 //     succeeding because the event's status is 0.
 //   - The completion waits of synchronous IDs watch their rdma_cm
-//     channel, and a completion wait on a connection the peer ended moves
-//     the QP to the error state a second after the peer's disconnect, so
-//     outstanding work completes, flushed, instead of waiting for the
-//     transport's retries (see docs/rdma_verbs.md).
+//     channel, and the peer's DISCONNECTED moves the QP to the error state
+//     a second after it is processed, so outstanding work completes,
+//     flushed, instead of waiting for the transport's retries, even for a
+//     program that polls its CQs itself (see docs/rdma_verbs.md).
 //   - Destroy also destroys the QP, CQs and SRQ made on the ID.
 package cm

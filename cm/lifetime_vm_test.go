@@ -3,6 +3,7 @@ package cm_test
 import (
 	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/rdmago/rdma/cm"
 	"github.com/rdmago/rdma/qp"
@@ -63,4 +64,100 @@ func TestDeviceVerbsOutliveIDs(t *testing.T) {
 		t.Errorf("QP in %v", q.State())
 	}
 	must(t, id2.DestroyQP())
+}
+
+// TestDeviceAsyncPeerGoneFlush: the peer goes away while an asynchronous
+// ID has RDMA writes outstanding, and the program only polls the CQ. The
+// DISCONNECTED event moves the QP to the error state (a grace period
+// later), so every write completes, flushed or not, within a bound. The
+// ACK timeout is long enough (4 s a try, 8 tries) that the transport's own
+// retries would not end them within it.
+func TestDeviceAsyncPeerGoneFlush(t *testing.T) {
+	ctx := testCtx(t)
+	l, port := listenSync(t, cm.PSTCP)
+	ch, err := cm.NewEventChannel()
+	must(t, err)
+	defer ch.Close()
+	client, err := cm.CreateID(ch, nil, cm.PSTCP)
+	must(t, err)
+	defer destroy(t, client)
+	must(t, client.SetAckTimeout(20))
+	must(t, client.ResolveAddr(ctx, netip.AddrPort{}, netip.AddrPortFrom(vmAddr, port), 0))
+	nextEvent(ctx, t, ch, cm.EventAddrResolved, client)
+	must(t, client.ResolveRoute(ctx, 0))
+	nextEvent(ctx, t, ch, cm.EventRouteResolved, client)
+	must(t, client.CreateQP(nil, uverbs.QPInitAttr{Cap: defaultCaps}))
+
+	sbuf := alloc(t, 1<<16)
+	type accepted struct {
+		id  *cm.ID
+		err error
+	}
+	srv := make(chan accepted, 1)
+	go func() {
+		id, err := l.GetRequest(ctx)
+		if err == nil {
+			if err = id.CreateQP(nil, uverbs.QPInitAttr{Cap: defaultCaps}); err == nil {
+				err = id.Accept(ctx, nil)
+			}
+			if err != nil {
+				id.Destroy()
+			}
+		}
+		srv <- accepted{id, err}
+	}()
+	must(t, client.Connect(ctx, nil))
+	nextEvent(ctx, t, ch, cm.EventEstablished, client)
+	s := <-srv
+	must(t, s.err)
+	sm := reg(t, s.id.RegWrite, sbuf)
+	raddr, rkey := sm.Addr(), sm.RKey
+
+	// The peer goes: its QP, then its ID, which sends the DREQ.
+	destroy(t, s.id)
+
+	const n = 16
+	cbuf := alloc(t, 1<<16)
+	cmr := reg(t, client.RegMsgs, cbuf)
+	for i := range n {
+		must(t, client.PostWrite(uint64(i), cbuf[i*1024:(i+1)*1024], cmr, wr.Signaled, raddr+uint64(i*1024), rkey))
+	}
+	nextEvent(ctx, t, ch, cm.EventDisconnected, client)
+	gone := time.Now()
+
+	const bound = 5 * time.Second
+	cq := client.SendCQ()
+	wc := make([]wr.Completion, n)
+	got := map[uint64]wr.Status{}
+	for len(got) < n && time.Since(gone) < bound {
+		k, err := cq.Poll(wc)
+		must(t, err)
+		for _, c := range wc[:k] {
+			if _, dup := got[c.ID]; dup {
+				t.Errorf("request %d completed twice", c.ID)
+			}
+			got[c.ID] = c.Status
+		}
+		if k == 0 {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	if len(got) < n {
+		t.Fatalf("%d of %d outstanding writes completed within %v of DISCONNECTED (QP in %v)",
+			len(got), n, bound, client.QP().State())
+	}
+	flushed := 0
+	for id, st := range got {
+		switch st {
+		case wr.Success:
+		case wr.WRFlushErr:
+			flushed++
+		default:
+			t.Errorf("write %d: %v", id, st)
+		}
+	}
+	t.Logf("all %d writes completed %v after DISCONNECTED, %d flushed", n, time.Since(gone).Round(time.Millisecond), flushed)
+	if client.QP().State() != qp.StateErr {
+		t.Errorf("QP in %v after the peer's disconnect", client.QP().State())
+	}
 }

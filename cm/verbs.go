@@ -385,14 +385,26 @@ func DeregMR(mr *uverbs.MR) error {
 // outstanding at once, so a longer silence means nothing is.
 const connGoneGrace = time.Second
 
-// peerGoneGrace is how long after the peer's disconnect completion waits
-// leave the QP as it is, before they move it to the error state to flush
-// what is outstanding. A request the peer took and acknowledged just
+// peerGoneGrace is how long after the peer's disconnect the QP is left as
+// it is, before it is moved to the error state to flush what is
+// outstanding (by a timer the DISCONNECTED event starts, and by a
+// completion wait that is due first). A request the peer took and acknowledged just
 // before disconnecting still completes successfully meanwhile: the device
 // may have the acknowledgement and not yet the completion (rxe hands it
 // to a deferred task, which on a loaded machine runs late). Flushing at
 // once turned such requests into WR_FLUSH_ERR.
 const peerGoneGrace = time.Second
+
+// flushPeerGone moves the ID's QP q to the error state a grace period
+// after the peer's DISCONNECTED, unless the ID or the QP is gone.
+func (id *ID) flushPeerGone(q *uverbs.QP) {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.destroyed || id.qp.Load() != q {
+		return
+	}
+	id.modifyQPErr()
+}
 
 // waitComp waits for the next event of a completion channel. On a
 // synchronous ID, whose channel nobody else reads, it also watches the
