@@ -1,15 +1,25 @@
-// Package mr provides memory for RDMA: page-aligned buffers mapped outside
-// the Go heap, and regions that pair such a buffer with its registration.
+// Package mr provides memory for RDMA: page-aligned buffers, and regions
+// that pair such a buffer with its registration.
 //
 // Any memory can be registered (uverbs.PD.RegMR takes a []byte), but memory
 // from this package has properties devices and peers like: it starts on a
-// page boundary, is a whole number of pages, is never touched by the garbage
-// collector, and stays valid until Free, however the Go program uses it.
+// page boundary and is a whole number of pages.
+//
+// The memory is Go memory, so it follows Go's rules: it stays valid for as
+// long as anything refers to it, a slice kept after Free or Close included,
+// and the device can reach it only while a registration covers it (a
+// registration keeps it alive). Nothing a program does with this package's
+// values can make an access fault or let a peer write into memory the
+// runtime has reused. The garbage collector never moves it and does not
+// scan it: it holds no pointers.
 package mr
 
 import (
 	"fmt"
+	"math"
+	"os"
 	"sync"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -17,25 +27,40 @@ import (
 	"github.com/rdmago/rdma/wr"
 )
 
-// Memory is a page-aligned anonymous mapping.
+// Memory is page-aligned memory.
 type Memory struct {
 	mu  sync.Mutex
-	mem []byte // the whole mapping
+	mem []byte // whole pages
 	n   int    // the size asked for
 }
 
-// Alloc maps at least n bytes of zeroed, page-aligned memory.
+// Alloc allocates at least n bytes of zeroed, page-aligned memory. A size
+// beyond the machine's memory is refused with ENOMEM rather than left to
+// the runtime, which would end the process.
 func Alloc(n int) (*Memory, error) {
 	if n <= 0 {
 		return nil, fmt.Errorf("mr: alloc %d bytes: %w", n, unix.EINVAL)
 	}
-	page := unix.Getpagesize()
-	size := (n + page - 1) / page * page
-	mem, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
-	if err != nil {
-		return nil, fmt.Errorf("mr: alloc %d bytes: %w", n, err)
+	page := os.Getpagesize()
+	if n > math.MaxInt-2*page || uint64(n) > physicalMemory() {
+		return nil, fmt.Errorf("mr: alloc %d bytes: more than the machine has: %w", n, unix.ENOMEM)
 	}
-	return &Memory{mem: mem, n: n}, nil
+	size := (n + page - 1) / page * page
+	// One page more than needed, so that a page boundary falls inside:
+	// large Go allocations are aligned to the runtime's pages, which need
+	// not be the system's.
+	raw := make([]byte, size+page)
+	off := (page - int(uintptr(unsafe.Pointer(&raw[0])))%page) % page
+	return &Memory{mem: raw[off : off+size : off+size], n: n}, nil
+}
+
+// physicalMemory is the machine's RAM and swap, or no limit when unknown.
+func physicalMemory() uint64 {
+	var si unix.Sysinfo_t
+	if unix.Sysinfo(&si) != nil {
+		return math.MaxUint64
+	}
+	return (uint64(si.Totalram) + uint64(si.Totalswap)) * uint64(si.Unit)
 }
 
 // Bytes returns the n bytes asked for; nil after Free.
@@ -48,17 +73,14 @@ func (m *Memory) Bytes() []byte {
 	return m.mem[:m.n]
 }
 
-// Free unmaps the memory. It is idempotent. Deregister any region over it
-// first: the device may otherwise still write to the pages.
+// Free gives the memory back. It is idempotent. Slices obtained from Bytes
+// stay valid (the runtime frees the memory once nothing refers to it), and
+// so does a registration over it, which keeps it alive until it is closed.
 func (m *Memory) Free() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.mem == nil {
-		return nil
-	}
-	err := unix.Munmap(m.mem)
 	m.mem = nil
-	return err
+	return nil
 }
 
 // Region is page-aligned memory registered with a protection domain.
@@ -81,8 +103,8 @@ func New(pd *uverbs.PD, n int, access wr.Access) (*Region, error) {
 	return &Region{MR: r, mem: m}, nil
 }
 
-// Bytes returns the region's memory.
-func (r *Region) Bytes() []byte { return r.mem.Bytes() }
+// Bytes returns the region's memory. It stays valid after Close.
+func (r *Region) Bytes() []byte { return r.MR.Buf() }
 
 // Close deregisters the region and frees its memory. It is idempotent.
 func (r *Region) Close() error {

@@ -41,6 +41,9 @@ func (q *QP) DetachMcast(gid GID, lid uint16) error {
 }
 
 func (q *QP) mcast(cmdID uint32, gid GID, lid uint16, op string) error {
+	if q == nil {
+		return errNil
+	}
 	q.rw.RLock()
 	defer q.rw.RUnlock()
 	if q.dead.Load() {

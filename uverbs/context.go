@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"unsafe"
+	"weak"
 
 	"golang.org/x/sys/unix"
 
@@ -31,18 +32,56 @@ type Context struct {
 	// prov is the provider's state for this context; nil when no provider
 	// knows the device's driver (then only queries work).
 	prov provider.Context
+	// res is what releasing the context needs; a context dropped without
+	// Close is released by its cleanup, which gets res and not the
+	// Context.
+	res *ctxRes
 
 	// nextID numbers the user handles given to the kernel for CQs, QPs and
 	// SRQs, which events carry back.
 	nextID atomic.Uint64
 	objMu  sync.Mutex
-	cqs    map[uint64]*CQ
-	qps    map[uint64]*QP
-	srqs   map[uint64]*SRQ
+	cqs    map[uint64]entry[CQ]
+	qps    map[uint64]entry[QP]
+	srqs   map[uint64]entry[SRQ]
 	events *asyncEvents // the async event file, once GetAsyncEvent used it
+	closed bool         // under objMu
 
 	closeOnce sync.Once
 	closeErr  error
+}
+
+// entry is a registered object: its object, for the context's Close, and
+// a weak pointer to its public value, for the events that name it. The
+// registry must not keep a dropped object reachable.
+type entry[T any] struct {
+	o *object
+	w weak.Pointer[T]
+}
+
+// ctxRes is what a context owns in the kernel and the process: the command
+// file and the provider's state (its mappings). Its cleanup runs only once
+// every object on the context is gone, because each object's own state
+// points to the Context.
+type ctxRes struct {
+	f    cmdFile
+	prov provider.Context
+	once sync.Once
+	err  error
+}
+
+// close releases the provider's state, then closes the command file,
+// which makes the kernel destroy the ucontext and everything still on it.
+func (r *ctxRes) close() error {
+	r.once.Do(func() {
+		if r.prov != nil {
+			r.err = r.prov.Close()
+		}
+		if err := r.f.Close(); err != nil && r.err == nil {
+			r.err = err
+		}
+	})
+	return r.err
 }
 
 // Open opens the named device. An unknown name gives an error that lists the
@@ -79,11 +118,14 @@ func (d Device) Open() (*Context, error) {
 // newContext creates the user context on an open command file. It is split
 // from Open so tests can run it against a fake kernel.
 func newContext(d Device, f cmdFile) (*Context, error) {
-	c := &Context{dev: d, f: f, asyncFD: -1, cqs: map[uint64]*CQ{}, qps: map[uint64]*QP{}, srqs: map[uint64]*SRQ{}}
+	c := &Context{dev: d, f: f, asyncFD: -1, res: &ctxRes{f: f},
+		cqs: map[uint64]entry[CQ]{}, qps: map[uint64]entry[QP]{}, srqs: map[uint64]entry[SRQ]{}}
 	var b provider.Builder[provider.Context]
 	if drv := drivers[d.DriverID]; drv != nil {
 		var err error
-		if b, err = drv.NewContext(kernelPort{c}); err != nil {
+		// The provider keeps the port: it must not reach the Context, or
+		// the context's cleanup could never run.
+		if b, err = drv.NewContext(kernelPort{f: f, driverID: d.DriverID}); err != nil {
 			return nil, wrapErr("get context", err)
 		}
 	}
@@ -111,10 +153,21 @@ func newContext(d Device, f cmdFile) (*Context, error) {
 			c.Close()
 			return nil, wrapErr("get context", err)
 		}
-		c.prov = p
+		c.prov, c.res.prov = p, p
 	}
+	// Hand the async event file to the runtime poller now, so that one
+	// *os.File owns the descriptor from here on, and closes it if the
+	// context is dropped.
+	if _, err := c.asyncFile(); err != nil {
+		c.Close()
+		return nil, err
+	}
+	runtime.AddCleanup(c, (*ctxRes).collect, c.res)
 	return c, nil
 }
+
+// collect is the cleanup of a context dropped without Close.
+func (r *ctxRes) collect() { r.close() }
 
 // providerContext returns the provider state, or an error saying that no
 // provider drives this device's data path.
@@ -128,43 +181,62 @@ func (c *Context) providerContext(op string) (provider.Context, error) {
 
 // The registries map the user handles that events carry back to objects.
 
-func register[T any](c *Context, m map[uint64]*T, id uint64, o *T) {
+func register[T any](c *Context, m map[uint64]entry[T], o *object, v *T) {
 	c.objMu.Lock()
-	m[id] = o
+	m[o.id] = entry[T]{o: o, w: weak.Make(v)}
 	c.objMu.Unlock()
 }
 
-func unregister[T any](c *Context, m map[uint64]*T, id uint64) {
-	c.objMu.Lock()
-	delete(m, id)
-	c.objMu.Unlock()
-}
-
-func lookup[T any](c *Context, m map[uint64]*T, id uint64) *T {
+func lookup[T any](c *Context, m map[uint64]entry[T], id uint64) *T {
 	c.objMu.Lock()
 	defer c.objMu.Unlock()
-	return m[id]
+	return m[id].w.Value()
 }
 
-func values[T any](m map[uint64]*T) []*T {
-	out := make([]*T, 0, len(m))
-	for _, v := range m {
-		out = append(out, v)
-	}
-	return out
-}
-
-func (c *Context) registerCQ(cq *CQ)      { register(c, c.cqs, cq.id, cq) }
-func (c *Context) unregisterCQ(cq *CQ)    { unregister(c, c.cqs, cq.id) }
+func registerCQ(c *Context, cq *CQ)       { register(c, c.cqs, cq.object, cq) }
+func registerQP(c *Context, q *QP)        { register(c, c.qps, q.object, q) }
+func registerSRQ(c *Context, s *SRQ)      { register(c, c.srqs, s.object, s) }
 func (c *Context) cqByID(id uint64) *CQ   { return lookup(c, c.cqs, id) }
 func (c *Context) qpByID(id uint64) *QP   { return lookup(c, c.qps, id) }
 func (c *Context) srqByID(id uint64) *SRQ { return lookup(c, c.srqs, id) }
 
+// forget drops a closed object from its registry.
+func (c *Context) forget(o *object) {
+	c.objMu.Lock()
+	defer c.objMu.Unlock()
+	switch o.kind {
+	case kindCQ:
+		delete(c.cqs, o.id)
+	case kindQP:
+		delete(c.qps, o.id)
+	case kindSRQ:
+		delete(c.srqs, o.id)
+	}
+}
+
+// registered returns the objects of the registries (under objMu).
+func (c *Context) registered() []*object {
+	var out []*object
+	for _, e := range c.qps {
+		out = append(out, e.o)
+	}
+	for _, e := range c.srqs {
+		out = append(out, e.o)
+	}
+	for _, e := range c.cqs {
+		out = append(out, e.o)
+	}
+	return out
+}
+
 // kernelPort is what providers see of the context (provider.Kernel).
-type kernelPort struct{ c *Context }
+type kernelPort struct {
+	f        cmdFile
+	driverID uint32
+}
 
 func (k kernelPort) Mmap(offset int64, length int, prot int) ([]byte, error) {
-	fd := k.c.f.fd()
+	fd := k.f.fd()
 	if fd < 0 {
 		return nil, ErrClosed
 	}
@@ -177,7 +249,7 @@ func (k kernelPort) Mmap(offset int64, length int, prot int) ([]byte, error) {
 
 func (k kernelPort) Munmap(b []byte) error { return unix.Munmap(b) }
 
-func (k kernelPort) Write(b []byte) error { return k.c.f.fastWrite(b) }
+func (k kernelPort) Write(b []byte) error { return k.f.fastWrite(b) }
 
 // Invoke sends one driver method call, tagged with the device's driver id
 // as rdma-core's execute_ioctl tags it, and reads back the handles of the
@@ -185,7 +257,7 @@ func (k kernelPort) Write(b []byte) error { return k.c.f.fastWrite(b) }
 func (k kernelPort) Invoke(object, method uint16, attrs []provider.Attr) error {
 	op := fmt.Sprintf("driver method %#x of object %#x", method, object)
 	cmd := newCommand(object, method)
-	cmd.driverID = k.c.dev.DriverID
+	cmd.driverID = k.driverID
 	for i := range attrs {
 		a := &attrs[i]
 		switch a.Kind {
@@ -209,7 +281,7 @@ func (k kernelPort) Invoke(object, method uint16, attrs []provider.Attr) error {
 			return &Error{Op: op, Err: fmt.Errorf("attribute %#x of kind %d: %w", a.ID, a.Kind, unix.EINVAL)}
 		}
 	}
-	if err := cmd.execute(k.c.f, op); err != nil {
+	if err := cmd.execute(k.f, op); err != nil {
 		return err
 	}
 	for i := range attrs {
@@ -308,44 +380,35 @@ func (c *Context) ReadSysfs(name string) (string, bool) {
 }
 
 // Close destroys the user context and closes its files. It is idempotent.
+// Objects still open on the context are destroyed with it; their methods
+// then return ErrClosed. A context dropped without Close is closed once it
+// is unreachable and every object made on it is gone.
 func (c *Context) Close() error {
+	if c == nil {
+		return errNil
+	}
 	c.closeOnce.Do(func() {
 		// Closing the command file destroys every kernel object of the
 		// context; first release the user-space side of those still open
 		// (the providers' ring mappings), so nothing outlives the context
 		// and later use of them reports ErrClosed.
 		c.objMu.Lock()
-		qps, srqs, cqs := values(c.qps), values(c.srqs), values(c.cqs)
+		c.closed = true
+		objs := c.registered()
 		c.objMu.Unlock()
-		for _, q := range qps {
-			q.release()
-		}
-		for _, s := range srqs {
-			s.release()
-		}
-		for _, cq := range cqs {
-			cq.release()
-		}
-		if c.prov != nil {
-			c.closeErr = c.prov.Close()
+		for _, o := range objs {
+			o.release()
 		}
 		c.objMu.Lock()
 		if c.events != nil {
-			// The poller owns the descriptor now; this also wakes a
-			// goroutine waiting in GetAsyncEvent.
-			if err := c.events.file.Close(); err != nil && c.closeErr == nil {
-				c.closeErr = err
-			}
+			// The poller owns the descriptor; this also wakes a goroutine
+			// waiting in GetAsyncEvent.
+			c.closeErr = c.events.file.Close()
 		} else if c.asyncFD >= 0 {
-			if err := unix.Close(c.asyncFD); err != nil && c.closeErr == nil {
-				c.closeErr = err
-			}
+			c.closeErr = unix.Close(c.asyncFD)
 		}
-		c.asyncFD = -1
 		c.objMu.Unlock()
-		// Closing the command file makes the kernel destroy the ucontext and
-		// every object still attached to it.
-		if err := c.f.Close(); err != nil && c.closeErr == nil {
+		if err := c.res.close(); err != nil && c.closeErr == nil {
 			c.closeErr = err
 		}
 	})

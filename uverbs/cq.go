@@ -35,6 +35,9 @@ type CompChannel struct {
 	directN   int
 	directErr error
 	closed    atomic.Bool
+	// useMu is held shared while the channel's descriptor number is in a
+	// command (CreateCQ), exclusively by Close.
+	useMu sync.RWMutex
 	// pending holds the CQ handles of events read but not yet returned.
 	// A read happens only when it is empty and yields at most len(buf)/8
 	// events, so pendingArr always has room: waiting allocates nothing.
@@ -102,6 +105,9 @@ func pollableFile(fd int, name string) (*os.File, error) {
 // with CQ.AckEvents. The wait ends early, with ctx's error, when ctx is
 // done.
 func (ch *CompChannel) GetEvent(ctx context.Context) (*CQ, error) {
+	if ch == nil {
+		return nil, errNil
+	}
 	return ch.getEvent(ctx, false)
 }
 
@@ -175,6 +181,9 @@ const directSlice = time.Millisecond
 // GOMAXPROCS above the number of such goroutines; use GetEvent anywhere
 // else.
 func (ch *CompChannel) GetEventDirect(ctx context.Context) (*CQ, error) {
+	if ch == nil {
+		return nil, errNil
+	}
 	return ch.getEvent(ctx, true)
 }
 
@@ -247,9 +256,28 @@ func (ch *CompChannel) Fd() int {
 	return fd
 }
 
+// use holds the channel open for a command that names its descriptor.
+func (ch *CompChannel) use() error {
+	ch.useMu.RLock()
+	if ch.closed.Load() {
+		ch.useMu.RUnlock()
+		return ErrClosed
+	}
+	return nil
+}
+
+func (ch *CompChannel) done() { ch.useMu.RUnlock() }
+
 // Close destroys the channel. CQs using it must be closed first (EBUSY).
+// A channel dropped without Close is closed once it is unreachable and no
+// CQ uses it.
 func (ch *CompChannel) Close() error {
+	if ch == nil {
+		return errNil
+	}
+	ch.useMu.Lock()
 	ch.closed.Store(true)
+	ch.useMu.Unlock()
 	err := ch.file.Close()
 	if errors.Is(err, os.ErrClosed) {
 		return nil
@@ -258,17 +286,15 @@ func (ch *CompChannel) Close() error {
 }
 
 // CQ is a completion queue (struct ibv_cq).
+//
+// Its object's rw lets Poll run without blocking other pollers while Close
+// waits for them before the provider unmaps the queue.
 type CQ struct {
-	object
-	id      uint64
-	prov    provider.CQ
-	channel *CompChannel
-	cqe     int
-	// rw lets Poll run without blocking other pollers while Close waits
-	// for them before the provider unmaps the queue.
-	rw         sync.RWMutex
+	*object
+	prov       provider.CQ
+	channel    *CompChannel
+	cqe        int
 	single     bool // SingleThreaded: Poll skips rw
-	dead       atomic.Bool
 	eventsGot  atomic.Uint32
 	eventsAckd atomic.Uint32
 }
@@ -296,6 +322,14 @@ func (c *Context) CreateCQ(attr CQAttr) (*CQ, error) {
 	if attr.Channel != nil && attr.Channel.ctx != c {
 		return nil, &Error{Op: "create CQ", Err: fmt.Errorf("completion channel of another context: %w", unix.EINVAL)}
 	}
+	if attr.Channel != nil {
+		// The channel's descriptor number goes to the kernel: hold the
+		// channel open until the command is done.
+		if err := attr.Channel.use(); err != nil {
+			return nil, &Error{Op: "create CQ", Err: fmt.Errorf("completion channel: %w", err)}
+		}
+		defer attr.Channel.done()
+	}
 	pc, err := c.providerContext("create CQ")
 	if err != nil {
 		return nil, err
@@ -305,13 +339,14 @@ func (c *Context) CreateCQ(attr CQAttr) (*CQ, error) {
 		return nil, wrapErr("create CQ", err)
 	}
 	in, out := b.Udata()
-	cq := &CQ{id: c.nextID.Add(1), channel: attr.Channel}
+	cq := &CQ{channel: attr.Channel}
+	id := c.nextID.Add(1)
 	var respCQE uint32
 	cmd := newCommand(abi.UVERBS_OBJECT_CQ, abi.UVERBS_METHOD_CQ_CREATE)
 	cmd.driverID = c.dev.DriverID
 	h := cmd.idrNew(abi.UVERBS_ATTR_CREATE_CQ_HANDLE)
 	cmd.u32In(abi.UVERBS_ATTR_CREATE_CQ_CQE, uint32(attr.CQE))
-	cmd.constIn(abi.UVERBS_ATTR_CREATE_CQ_USER_HANDLE, cq.id)
+	cmd.constIn(abi.UVERBS_ATTR_CREATE_CQ_USER_HANDLE, id)
 	cmd.u32In(abi.UVERBS_ATTR_CREATE_CQ_COMP_VECTOR, uint32(attr.CompVector))
 	if attr.Channel != nil {
 		cmd.fdIn(abi.UVERBS_ATTR_CREATE_CQ_COMP_CHANNEL, attr.Channel.Fd())
@@ -325,21 +360,26 @@ func (c *Context) CreateCQ(attr CQAttr) (*CQ, error) {
 		b.Abort()
 		return nil, err
 	}
-	cq.object = object{ctx: c, handle: cmd.outIDR(h)}
+	cq.object = newObject(c, kindCQ, cmd.outIDR(h))
+	cq.id = id
+	if attr.Channel != nil {
+		cq.deps = append(cq.deps, attr.Channel)
+	}
 	cq.cqe = int(respCQE)
 	p, err := b.Finish(provider.Created{Handle: cq.handle, CQE: respCQE})
 	if err != nil {
 		cq.destroyKernel()
 		return nil, wrapErr("create CQ", err)
 	}
-	cq.prov = p
+	cq.prov, cq.object.prov = p, p
 	if attr.SingleThreaded {
 		if s, ok := p.(provider.SingleThreader); ok {
 			s.SetSingleThreaded()
 		}
 		cq.single = true
 	}
-	c.registerCQ(cq)
+	registerCQ(c, cq)
+	track(cq, cq.object)
 	return cq, nil
 }
 
@@ -352,6 +392,9 @@ func (cq *CQ) Handle() uint32 { return cq.handle }
 // Poll moves up to len(wc) completions into wc (ibv_poll_cq) and returns
 // how many. It never blocks and does not allocate.
 func (cq *CQ) Poll(wc []wr.Completion) (int, error) {
+	if cq == nil {
+		return 0, errNil
+	}
 	if cq.single {
 		if cq.dead.Load() {
 			return 0, ErrClosed
@@ -371,6 +414,9 @@ func (cq *CQ) Poll(wc []wr.Completion) (int, error) {
 // ReqNotify arms the CQ (ibv_req_notify_cq): the next completion, or the
 // next solicited one, raises an event on the CQ's completion channel.
 func (cq *CQ) ReqNotify(solicitedOnly bool) error {
+	if cq == nil {
+		return errNil
+	}
 	cq.rw.RLock()
 	defer cq.rw.RUnlock()
 	if cq.dead.Load() {
@@ -389,36 +435,8 @@ func (cq *CQ) AckEvents(n int) { cq.eventsAckd.Add(uint32(n)) }
 // Close destroys the CQ (ibv_destroy_cq). Queue pairs using it must be
 // closed first (the kernel answers EBUSY).
 func (cq *CQ) Close() error {
-	cq.rw.Lock()
-	defer cq.rw.Unlock()
-	if cq.dead.Load() {
-		return nil
+	if cq == nil {
+		return errNil
 	}
-	if err := cq.destroyKernel(); err != nil {
-		return err
-	}
-	cq.dead.Store(true)
-	cq.ctx.unregisterCQ(cq)
-	if cq.prov != nil {
-		return cq.prov.Close()
-	}
-	return nil
-}
-
-// release drops the provider's side of a CQ whose kernel object is gone
-// with its context.
-func (cq *CQ) release() {
-	cq.rw.Lock()
-	defer cq.rw.Unlock()
-	if !cq.dead.Swap(true) && cq.prov != nil {
-		cq.prov.Close()
-	}
-}
-
-func (cq *CQ) destroyKernel() error {
-	resp := new(abi.IbUverbsDestroyCqResp)
-	return cq.destroy(abi.UVERBS_OBJECT_CQ, abi.UVERBS_METHOD_CQ_DESTROY, abi.UVERBS_ATTR_DESTROY_CQ_HANDLE, "destroy CQ",
-		func(cmd *command) {
-			cmd.ptrOut(abi.UVERBS_ATTR_DESTROY_CQ_RESP, unsafe.Pointer(resp), int(unsafe.Sizeof(*resp)))
-		})
+	return cq.close()
 }

@@ -3,10 +3,18 @@ package uverbs
 import (
 	"errors"
 	"fmt"
+	"net"
 )
 
-// ErrClosed is returned by every method of an object after its Close.
-var ErrClosed = errors.New("uverbs: use of closed object")
+// ErrClosed is returned by every method of an object after its Close, and
+// by calls given a closed object as an argument. It matches net.ErrClosed
+// under errors.Is, so code that handles closed connections handles it too.
+var ErrClosed error = closedError{}
+
+type closedError struct{}
+
+func (closedError) Error() string { return "uverbs: use of closed object" }
+func (closedError) Unwrap() error { return net.ErrClosed }
 
 // Error is a failed kernel call. It wraps the errno, so callers test it with
 // errors.Is(err, unix.EOPNOTSUPP) and the like.

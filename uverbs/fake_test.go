@@ -3,6 +3,7 @@ package uverbs
 import (
 	"encoding/binary"
 	"fmt"
+	"sync"
 	"testing"
 	"unsafe"
 
@@ -17,6 +18,9 @@ import (
 // and writes back what the handler answers: output buffers, new handles and
 // file descriptors, and the valid-output flags.
 type fakeKernel struct {
+	// mu serializes calls: objects' cleanups call from the runtime's
+	// cleanup goroutine.
+	mu       sync.Mutex
 	t        *testing.T
 	handlers map[[2]uint16]func(*fakeCall) error
 	calls    []fakeCall
@@ -47,6 +51,8 @@ func (k *fakeKernel) handle(object, method uint16, h func(*fakeCall) error) {
 }
 
 func (k *fakeKernel) ioctl(req uint, arg unsafe.Pointer) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
 	if k.closed {
 		return ErrClosed
 	}
@@ -87,6 +93,8 @@ func (k *fakeKernel) ioctl(req uint, arg unsafe.Pointer) error {
 }
 
 func (k *fakeKernel) write(b []byte) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
 	if k.closed {
 		return ErrClosed
 	}
@@ -101,7 +109,19 @@ func (k *fakeKernel) fastWrite(b []byte) error { return k.write(b) }
 
 func (k *fakeKernel) fd() int { return -1 }
 
-func (k *fakeKernel) Close() error { k.closed = true; return nil }
+func (k *fakeKernel) Close() error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.closed = true
+	return nil
+}
+
+// snapshot returns the calls so far and whether the file is closed.
+func (k *fakeKernel) snapshot() ([]fakeCall, bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return append([]fakeCall(nil), k.calls...), k.closed
+}
 
 func (c *fakeCall) attr(id uint16) (fakeAttr, int, bool) {
 	for i, a := range c.Attrs {

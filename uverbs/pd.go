@@ -1,7 +1,6 @@
 package uverbs
 
 import (
-	"errors"
 	"fmt"
 	"sync"
 	"unsafe"
@@ -12,47 +11,14 @@ import (
 	"github.com/rdmago/rdma/wr"
 )
 
-// object is the bookkeeping every kernel object shares: its handle, the
-// context it lives in, and a once-only destroy. Destroying twice, or using an
-// object after Close, is an error (ErrClosed), never a second kernel call.
-type object struct {
-	ctx    *Context
-	handle uint32
-	mu     sync.Mutex
-	closed bool
-}
-
-// destroy runs the kernel's destroy method for the object once.
-func (o *object) destroy(objType, method, attr uint16, op string, extra func(*command)) error {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.closed {
-		return nil
-	}
-	cmd := newCommand(objType, method)
-	cmd.driverID = o.ctx.dev.DriverID
-	cmd.idrIn(attr, o.handle)
-	if extra != nil {
-		extra(cmd)
-	}
-	err := cmd.execute(o.ctx.f, op)
-	if err != nil && !isGone(err) {
-		return err
-	}
-	o.closed = true
-	return nil
-}
-
-// isGone reports errors that mean the kernel object no longer exists, for
-// instance because the context was closed under it: closing is then done.
-func isGone(err error) bool {
-	return errors.Is(err, ErrClosed) || errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EBADF)
-}
-
 // PD is a protection domain (struct ibv_pd): memory regions, queue pairs and
 // address handles used together must belong to the same one.
 type PD struct {
-	object
+	*object
+	// ahMu orders UD posts against the destruction of the PD's address
+	// handles: a post reads an AH's number while holding it shared, so an
+	// AH number the kernel has given to a newer AH is never posted.
+	ahMu sync.RWMutex
 }
 
 // AllocPD allocates a protection domain (ibv_alloc_pd).
@@ -64,7 +30,9 @@ func (c *Context) AllocPD() (*PD, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &PD{object{ctx: c, handle: resp.Pd_handle}}, nil
+	pd := &PD{object: newObject(c, kindPD, resp.Pd_handle)}
+	track(pd, pd.object)
+	return pd, nil
 }
 
 // Context returns the context the PD belongs to.
@@ -74,16 +42,28 @@ func (pd *PD) Context() *Context { return pd.ctx }
 func (pd *PD) Handle() uint32 { return pd.handle }
 
 // Close deallocates the PD (ibv_dealloc_pd). The kernel refuses while
-// objects still use it (EBUSY).
+// objects still use it (EBUSY). A PD dropped without Close is deallocated
+// once it is unreachable and every object made on it is gone.
 func (pd *PD) Close() error {
-	return pd.destroy(abi.UVERBS_OBJECT_PD, abi.UVERBS_METHOD_PD_DESTROY, abi.UVERBS_ATTR_DESTROY_PD_HANDLE, "dealloc PD", nil)
+	if pd == nil {
+		return errNil
+	}
+	return pd.close()
+}
+
+// pdObject is pd's object, or nil for a nil PD.
+func (pd *PD) pdObject() *object {
+	if pd == nil {
+		return nil
+	}
+	return pd.object
 }
 
 // MR is a registered memory region (struct ibv_mr). It keeps the memory it
 // covers reachable until Close, so Go memory registered with RegMR cannot be
 // freed while the device may still access it.
 type MR struct {
-	object
+	*object
 	pd   *PD
 	buf  []byte // holding it keeps the memory alive: Go's heap never moves
 	LKey uint32 // local key, for SGEs
@@ -94,13 +74,24 @@ type MR struct {
 // buf may be Go memory or memory mapped by the caller (for example with
 // mr.Alloc, which gives page-aligned memory). Remote write or atomic access
 // requires LocalWrite as well, as in libibverbs.
+//
+// An MR dropped without Close is deregistered once it is unreachable, and
+// the memory stays allocated until then: a peer holding the old rkey can
+// never reach memory the Go runtime has given to something else.
 func (pd *PD) RegMR(buf []byte, access wr.Access) (*MR, error) {
+	if pd == nil {
+		return nil, &Error{Op: "reg MR", Err: fmt.Errorf("PD: %w", errNil)}
+	}
 	if len(buf) == 0 {
 		return nil, &Error{Op: "reg MR", Err: fmt.Errorf("empty buffer: %w", unix.EINVAL)}
 	}
 	if access&(wr.RemoteWrite|wr.RemoteAtomic) != 0 && access&wr.LocalWrite == 0 {
 		return nil, &Error{Op: "reg MR", Err: fmt.Errorf("remote write or atomic access needs LocalWrite: %w", unix.EINVAL)}
 	}
+	if err := pd.use(); err != nil {
+		return nil, &Error{Op: "reg MR", Err: fmt.Errorf("PD: %w", err)}
+	}
+	defer pd.done()
 	// Storing buf in the heap-allocated MR also moves a would-be stack
 	// array to the heap, where the garbage collector never moves it.
 	m := &MR{pd: pd, buf: buf}
@@ -118,8 +109,10 @@ func (pd *PD) RegMR(buf []byte, access wr.Access) (*MR, error) {
 	if err != nil {
 		return nil, err
 	}
-	m.object = object{ctx: pd.ctx, handle: resp.Mr_handle}
+	m.object = newObject(pd.ctx, kindMR, resp.Mr_handle, pd)
+	m.mem = buf
 	m.LKey, m.RKey = resp.Lkey, resp.Rkey
+	track(m, m.object)
 	return m, nil
 }
 
@@ -139,5 +132,8 @@ func (m *MR) SGE(off, n int) wr.SGE {
 // then fail with protection errors in their completions; the memory itself
 // stays valid for as long as the caller holds it.
 func (m *MR) Close() error {
-	return m.destroy(abi.UVERBS_OBJECT_MR, abi.UVERBS_METHOD_MR_DESTROY, abi.UVERBS_ATTR_DESTROY_MR_HANDLE, "dereg MR", nil)
+	if m == nil {
+		return errNil
+	}
+	return m.close()
 }

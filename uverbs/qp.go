@@ -2,7 +2,6 @@ package uverbs
 
 import (
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -36,8 +35,7 @@ type QPInitAttr struct {
 
 // QP is a queue pair (struct ibv_qp).
 type QP struct {
-	object
-	id     uint64
+	*object
 	pd     *PD
 	typ    qp.Type
 	num    uint32
@@ -52,25 +50,37 @@ type QP struct {
 	single bool
 
 	state atomic.Uint32 // qp.State as last set by Modify
-	rw    sync.RWMutex
-	dead  atomic.Bool
 }
 
 // CreateQP creates a queue pair in the protection domain (ibv_create_qp).
 // The capabilities the device granted, which may exceed those asked for, are
 // in QP.Caps.
 func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
-	c := pd.ctx
 	if attr.SendCQ == nil || (attr.RecvCQ == nil && attr.SRQ == nil) {
 		return nil, &Error{Op: "create QP", Err: fmt.Errorf("a send CQ and a receive CQ are required: %w", unix.EINVAL)}
 	}
 	if attr.RecvCQ == nil {
 		attr.RecvCQ = attr.SendCQ
 	}
-	for _, o := range []*object{&attr.SendCQ.object, &attr.RecvCQ.object} {
-		if o.ctx != c {
-			return nil, &Error{Op: "create QP", Err: fmt.Errorf("CQ of another context: %w", unix.EINVAL)}
+	var srqObj *object
+	if attr.SRQ != nil {
+		srqObj = attr.SRQ.object
+	}
+	// Every handle the command names stays valid until it is done.
+	done, err := useAll("create QP", []*object{pd.pdObject(), attr.SendCQ.object, attr.RecvCQ.object, srqObj},
+		[]string{"PD", "send CQ", "receive CQ", "SRQ"})
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	c := pd.ctx
+	for _, o := range []*object{attr.SendCQ.object, attr.RecvCQ.object, srqObj} {
+		if o != nil && o.ctx != c {
+			return nil, &Error{Op: "create QP", Err: fmt.Errorf("CQ or SRQ of another context: %w", unix.EINVAL)}
 		}
+	}
+	if attr.SRQ != nil && attr.SRQ.pd != pd {
+		return nil, &Error{Op: "create QP", Err: fmt.Errorf("SRQ of another PD: %w", unix.EINVAL)}
 	}
 	pc, err := c.providerContext("create QP")
 	if err != nil {
@@ -85,7 +95,8 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 		return nil, wrapErr("create QP", err)
 	}
 	in, out := b.Udata()
-	q := &QP{id: c.nextID.Add(1), pd: pd, typ: attr.Type, sendCQ: attr.SendCQ, recvCQ: attr.RecvCQ, srq: attr.SRQ}
+	q := &QP{pd: pd, typ: attr.Type, sendCQ: attr.SendCQ, recvCQ: attr.RecvCQ, srq: attr.SRQ}
+	id := c.nextID.Add(1)
 
 	capIn := &abi.IbUverbsQpCap{
 		Max_send_wr:     attr.Cap.MaxSendWR,
@@ -109,7 +120,7 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 	if attr.SRQ != nil {
 		cmd.idrIn(abi.UVERBS_ATTR_CREATE_QP_SRQ_HANDLE, attr.SRQ.handle)
 	}
-	cmd.constIn(abi.UVERBS_ATTR_CREATE_QP_USER_HANDLE, q.id)
+	cmd.constIn(abi.UVERBS_ATTR_CREATE_QP_USER_HANDLE, id)
 	cmd.ptrIn(abi.UVERBS_ATTR_CREATE_QP_CAP, unsafe.Pointer(capIn), int(unsafe.Sizeof(*capIn)))
 	cmd.constIn(abi.UVERBS_ATTR_CREATE_QP_TYPE, uint64(attr.Type))
 	cmd.constIn(abi.UVERBS_ATTR_CREATE_QP_FLAGS, flags)
@@ -123,7 +134,11 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 		b.Abort()
 		return nil, err
 	}
-	q.object = object{ctx: c, handle: cmd.outIDR(h)}
+	q.object = newObject(c, kindQP, cmd.outIDR(h), pd, attr.SendCQ, attr.RecvCQ)
+	q.id = id
+	if attr.SRQ != nil {
+		q.deps = append(q.deps, attr.SRQ)
+	}
 	q.num = *qpNum
 	q.caps = provider.QPCaps{
 		MaxSendWR:     capOut.Max_send_wr,
@@ -137,14 +152,15 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 		q.destroyKernel()
 		return nil, wrapErr("create QP", err)
 	}
-	q.prov = p
+	q.prov, q.object.prov = p, p
 	if attr.SingleThreaded {
 		if s, ok := p.(provider.SingleThreader); ok {
 			s.SetSingleThreaded()
 		}
 		q.single = true
 	}
-	register(c, c.qps, q.id, q)
+	registerQP(c, q)
+	track(q, q.object)
 	return q, nil
 }
 
@@ -169,6 +185,9 @@ func (q *QP) Handle() uint32 { return q.handle }
 // so a wrong one fails with a message naming the attributes, before the
 // kernel sees it.
 func (q *QP) Modify(a *qp.Attr, mask qp.AttrMask) error {
+	if q == nil || a == nil {
+		return &Error{Op: "modify QP", Err: errNil}
+	}
 	q.rw.RLock()
 	defer q.rw.RUnlock()
 	if q.dead.Load() {
@@ -208,6 +227,9 @@ func (q *QP) modify(a *qp.Attr, mask qp.AttrMask) error {
 // Query returns the attributes named by mask and the creation attributes
 // (ibv_query_qp).
 func (q *QP) Query(mask qp.AttrMask) (qp.Attr, qp.InitAttr, error) {
+	if q == nil {
+		return qp.Attr{}, qp.InitAttr{}, errNil
+	}
 	q.rw.RLock()
 	defer q.rw.RUnlock()
 	if q.dead.Load() {
@@ -243,6 +265,9 @@ func (e *PostError) Unwrap() error { return e.Err }
 // A QP that is not ready to send (RESET, INIT, RTR) gets EINVAL and nothing
 // reaches its queue; a full queue gets ENOMEM.
 func (q *QP) PostSend(wrs []wr.SendWR) (int, error) {
+	if q == nil {
+		return 0, errNil
+	}
 	if !q.single {
 		q.rw.RLock()
 		defer q.rw.RUnlock()
@@ -254,6 +279,27 @@ func (q *QP) PostSend(wrs []wr.SendWR) (int, error) {
 	case qp.StateReset, qp.StateInit, qp.StateRTR:
 		return 0, &PostError{Op: "post send", Err: fmt.Errorf("QP %d is in state %v: %w", q.num, q.State(), unix.EINVAL)}
 	}
+	if q.typ == qp.UD {
+		// The AHs' numbers go into the queue: hold off their Close.
+		q.pd.ahMu.RLock()
+		defer q.pd.ahMu.RUnlock()
+		for i := range wrs {
+			if err := q.checkAH(&wrs[i]); err != nil {
+				n, perr := q.post(wrs[:i])
+				if perr != nil {
+					return n, perr
+				}
+				return n, &PostError{Op: "post send", Index: i, Err: err}
+			}
+		}
+	}
+	return q.post(wrs)
+}
+
+func (q *QP) post(wrs []wr.SendWR) (int, error) {
+	if len(wrs) == 0 {
+		return 0, nil
+	}
 	n, err := q.prov.PostSend(wrs)
 	if err != nil {
 		return n, &PostError{Op: "post send", Index: n, Err: err}
@@ -261,9 +307,36 @@ func (q *QP) PostSend(wrs []wr.SendWR) (int, error) {
 	return n, nil
 }
 
+// checkAH checks the address handle of a UD send (under pd.ahMu): the
+// provider reads its number, which must belong to a live AH of the QP's
+// PD.
+func (q *QP) checkAH(w *wr.SendWR) error {
+	if w.Opcode != wr.OpSend && w.Opcode != wr.OpSendWithImm {
+		return nil // the provider refuses other opcodes on UD
+	}
+	if w.AH == nil {
+		return fmt.Errorf("UD send without an address handle: %w", unix.EINVAL)
+	}
+	ah, ok := w.AH.(*AH)
+	switch {
+	case !ok:
+		return fmt.Errorf("address handle of type %T, not *uverbs.AH: %w", w.AH, unix.EINVAL)
+	case ah == nil:
+		return fmt.Errorf("nil address handle: %w", unix.EINVAL)
+	case ah.dead.Load():
+		return fmt.Errorf("address handle: %w", ErrClosed)
+	case ah.pd != q.pd:
+		return fmt.Errorf("address handle of another PD: %w", unix.EINVAL)
+	}
+	return nil
+}
+
 // PostRecv posts receive work requests (ibv_post_recv). A QP in RESET, or
 // one that receives through an SRQ, gets EINVAL; a full queue ENOMEM.
 func (q *QP) PostRecv(wrs []wr.RecvWR) (int, error) {
+	if q == nil {
+		return 0, errNil
+	}
 	if !q.single {
 		q.rw.RLock()
 		defer q.rw.RUnlock()
@@ -289,6 +362,9 @@ const drainTimeout = 2 * time.Second
 // requests complete with WRFlushErr on its CQs and a program sees every
 // request it posted come back.
 func (q *QP) Close() error {
+	if q == nil {
+		return errNil
+	}
 	q.rw.Lock()
 	defer q.rw.Unlock()
 	if q.dead.Load() {
@@ -305,31 +381,5 @@ func (q *QP) Close() error {
 			}
 		}
 	}
-	if err := q.destroyKernel(); err != nil {
-		return err
-	}
-	q.dead.Store(true)
-	unregister(q.ctx, q.ctx.qps, q.id)
-	if q.prov != nil {
-		return q.prov.Close()
-	}
-	return nil
-}
-
-func (q *QP) destroyKernel() error {
-	resp := new(abi.IbUverbsDestroyQpResp)
-	return q.destroy(abi.UVERBS_OBJECT_QP, abi.UVERBS_METHOD_QP_DESTROY, abi.UVERBS_ATTR_DESTROY_QP_HANDLE, "destroy QP",
-		func(cmd *command) {
-			cmd.ptrOut(abi.UVERBS_ATTR_DESTROY_QP_RESP, unsafe.Pointer(resp), int(unsafe.Sizeof(*resp)))
-		})
-}
-
-// release drops the provider's side of a QP whose kernel object is gone
-// with its context.
-func (q *QP) release() {
-	q.rw.Lock()
-	defer q.rw.Unlock()
-	if !q.dead.Swap(true) && q.prov != nil {
-		q.prov.Close()
-	}
+	return q.closeLocked()
 }

@@ -2,8 +2,6 @@ package uverbs
 
 import (
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -25,17 +23,18 @@ type SRQAttr struct {
 // SRQ is a shared receive queue (struct ibv_srq): one pool of receive
 // requests serving several queue pairs.
 type SRQ struct {
-	object
-	id   uint64
+	*object
 	pd   *PD
 	prov provider.SRQ
 	attr SRQAttr
-	rw   sync.RWMutex
-	dead atomic.Bool
 }
 
 // CreateSRQ creates a shared receive queue (ibv_create_srq).
 func (pd *PD) CreateSRQ(attr SRQAttr) (*SRQ, error) {
+	if err := pd.pdObject().use(); err != nil {
+		return nil, &Error{Op: "create SRQ", Err: fmt.Errorf("PD: %w", err)}
+	}
+	defer pd.done()
 	c := pd.ctx
 	if attr.MaxWR == 0 || attr.MaxSGE == 0 {
 		return nil, &Error{Op: "create SRQ", Err: fmt.Errorf("max_wr and max_sge must be positive: %w", unix.EINVAL)}
@@ -49,13 +48,14 @@ func (pd *PD) CreateSRQ(attr SRQAttr) (*SRQ, error) {
 		return nil, wrapErr("create SRQ", err)
 	}
 	in, out := b.Udata()
-	s := &SRQ{id: c.nextID.Add(1), pd: pd}
+	s := &SRQ{pd: pd}
+	id := c.nextID.Add(1)
 	resp := new(struct{ maxWR, maxSGE uint32 })
 	cmd := newCommand(abi.UVERBS_OBJECT_SRQ, abi.UVERBS_METHOD_SRQ_CREATE)
 	cmd.driverID = c.dev.DriverID
 	h := cmd.idrNew(abi.UVERBS_ATTR_CREATE_SRQ_HANDLE)
 	cmd.idrIn(abi.UVERBS_ATTR_CREATE_SRQ_PD_HANDLE, pd.handle)
-	cmd.constIn(abi.UVERBS_ATTR_CREATE_SRQ_USER_HANDLE, s.id)
+	cmd.constIn(abi.UVERBS_ATTR_CREATE_SRQ_USER_HANDLE, id)
 	cmd.u32In(abi.UVERBS_ATTR_CREATE_SRQ_MAX_WR, uint32(attr.MaxWR))
 	cmd.u32In(abi.UVERBS_ATTR_CREATE_SRQ_MAX_SGE, uint32(attr.MaxSGE))
 	cmd.u32In(abi.UVERBS_ATTR_CREATE_SRQ_LIMIT, uint32(attr.Limit))
@@ -70,15 +70,17 @@ func (pd *PD) CreateSRQ(attr SRQAttr) (*SRQ, error) {
 		b.Abort()
 		return nil, err
 	}
-	s.object = object{ctx: c, handle: cmd.outIDR(h)}
+	s.object = newObject(c, kindSRQ, cmd.outIDR(h), pd)
+	s.id = id
 	s.attr = SRQAttr{MaxWR: resp.maxWR, MaxSGE: resp.maxSGE, Limit: attr.Limit}
 	p, err := b.Finish(provider.Created{Handle: s.handle, Caps: provider.QPCaps{MaxRecvWR: resp.maxWR, MaxRecvSGE: resp.maxSGE}})
 	if err != nil {
 		s.destroyKernel()
 		return nil, wrapErr("create SRQ", err)
 	}
-	s.prov = p
-	register(c, c.srqs, s.id, s)
+	s.prov, s.object.prov = p, p
+	registerSRQ(c, s)
+	track(s, s.object)
 	return s, nil
 }
 
@@ -87,6 +89,9 @@ func (s *SRQ) Attr() SRQAttr { return s.attr }
 
 // PostRecv posts receive requests to the SRQ (ibv_post_srq_recv).
 func (s *SRQ) PostRecv(wrs []wr.RecvWR) (int, error) {
+	if s == nil {
+		return 0, errNil
+	}
 	s.rw.RLock()
 	defer s.rw.RUnlock()
 	if s.dead.Load() {
@@ -107,6 +112,9 @@ const (
 
 // Modify resizes the SRQ or arms its limit event (ibv_modify_srq).
 func (s *SRQ) Modify(attr SRQAttr, mask int) error {
+	if s == nil {
+		return errNil
+	}
 	s.rw.Lock()
 	defer s.rw.Unlock()
 	if s.dead.Load() {
@@ -138,6 +146,9 @@ func (s *SRQ) Modify(attr SRQAttr, mask int) error {
 
 // Query returns the SRQ's current attributes (ibv_query_srq).
 func (s *SRQ) Query() (SRQAttr, error) {
+	if s == nil {
+		return SRQAttr{}, errNil
+	}
 	s.rw.RLock()
 	defer s.rw.RUnlock()
 	if s.dead.Load() {
@@ -154,44 +165,17 @@ func (s *SRQ) Query() (SRQAttr, error) {
 
 // Close destroys the SRQ (ibv_destroy_srq). QPs using it must be closed first.
 func (s *SRQ) Close() error {
-	s.rw.Lock()
-	defer s.rw.Unlock()
-	if s.dead.Load() {
-		return nil
+	if s == nil {
+		return errNil
 	}
-	if err := s.destroyKernel(); err != nil {
-		return err
-	}
-	s.dead.Store(true)
-	unregister(s.ctx, s.ctx.srqs, s.id)
-	if s.prov != nil {
-		return s.prov.Close()
-	}
-	return nil
-}
-
-// release drops the provider's side of an SRQ whose kernel object is gone
-// with its context.
-func (s *SRQ) release() {
-	s.rw.Lock()
-	defer s.rw.Unlock()
-	if !s.dead.Swap(true) && s.prov != nil {
-		s.prov.Close()
-	}
-}
-
-func (s *SRQ) destroyKernel() error {
-	resp := new(abi.IbUverbsDestroySrqResp)
-	return s.destroy(abi.UVERBS_OBJECT_SRQ, abi.UVERBS_METHOD_SRQ_DESTROY, abi.UVERBS_ATTR_DESTROY_SRQ_HANDLE, "destroy SRQ",
-		func(cmd *command) {
-			cmd.ptrOut(abi.UVERBS_ATTR_DESTROY_SRQ_RESP, unsafe.Pointer(resp), int(unsafe.Sizeof(*resp)))
-		})
+	return s.close()
 }
 
 // AH is an address handle (struct ibv_ah): the destination of UD sends.
 // It implements wr.AddressHandle.
 type AH struct {
-	object
+	*object
+	pd   *PD
 	prov provider.AH
 	attr provider.AHAttr
 }
@@ -199,6 +183,10 @@ type AH struct {
 // CreateAH creates an address handle (ibv_create_ah). For RoCE, set
 // IsGlobal with the destination GID and the local SGID index.
 func (pd *PD) CreateAH(attr provider.AHAttr) (*AH, error) {
+	if err := pd.pdObject().use(); err != nil {
+		return nil, &Error{Op: "create AH", Err: fmt.Errorf("PD: %w", err)}
+	}
+	defer pd.done()
 	c := pd.ctx
 	pc, err := c.providerContext("create AH")
 	if err != nil {
@@ -226,25 +214,34 @@ func (pd *PD) CreateAH(attr provider.AHAttr) (*AH, error) {
 		b.Abort()
 		return nil, err
 	}
-	ah := &AH{object: object{ctx: c, handle: resp.Ah_handle}, attr: attr}
+	ah := &AH{object: newObject(c, kindAH, resp.Ah_handle, pd), pd: pd, attr: attr}
 	p, err := b.Finish(provider.Created{Handle: ah.handle})
 	if err != nil {
-		ah.Close()
+		ah.object.close()
 		return nil, wrapErr("create AH", err)
 	}
 	ah.prov = p
+	track(ah, ah.object)
 	return ah, nil
 }
 
-// ProviderAH returns the provider's form of the handle, for UD sends.
+// ProviderAH returns the provider's form of the handle, for UD sends; nil
+// for a nil or closed AH, which providers refuse.
 func (ah *AH) ProviderAH() any {
-	if ah.prov == nil {
+	if ah == nil || ah.prov == nil || ah.dead.Load() {
 		return nil
 	}
 	return ah.prov.ProviderAH()
 }
 
-// Close destroys the address handle (ibv_destroy_ah).
+// Close destroys the address handle (ibv_destroy_ah). It waits for UD
+// posts on the AH's PD in progress, so no send is posted with the handle
+// after Close returns.
 func (ah *AH) Close() error {
-	return ah.destroy(abi.UVERBS_OBJECT_AH, abi.UVERBS_METHOD_AH_DESTROY, abi.UVERBS_ATTR_DESTROY_AH_HANDLE, "destroy AH", nil)
+	if ah == nil {
+		return errNil
+	}
+	ah.pd.ahMu.Lock()
+	defer ah.pd.ahMu.Unlock()
+	return ah.close()
 }

@@ -210,12 +210,15 @@ func (sq *sendQueue) check(w *wr.SendWR) (*addressVector, error) {
 		return nil, unix.EOPNOTSUPP
 	}
 	if w.Flags&wr.Inline != 0 {
-		var n uint32
-		for i := range w.SGList {
-			n += w.SGList[i].Length
+		n, err := provider.SGLength(w.SGList)
+		if err != nil {
+			return nil, err
 		}
 		if n > sq.maxInl {
 			return nil, unix.EINVAL
+		}
+		if err := provider.ProbeInline(w.SGList); err != nil {
+			return nil, err
 		}
 	}
 	return av, nil

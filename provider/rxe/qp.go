@@ -138,9 +138,9 @@ func (qp *QP) validateSend(w *wr.SendWR) (uint32, error) {
 	if uint32(len(w.SGList)) > qp.caps.MaxSendSGE {
 		return 0, unix.EINVAL
 	}
-	var length uint32
-	for i := range w.SGList {
-		length += w.SGList[i].Length
+	length, err := provider.SGLength(w.SGList)
+	if err != nil {
+		return 0, err
 	}
 	switch w.Opcode {
 	case wr.OpSend, wr.OpSendWithImm:
@@ -167,8 +167,13 @@ func (qp *QP) validateSend(w *wr.SendWR) (uint32, error) {
 	default:
 		return 0, unix.EOPNOTSUPP
 	}
-	if w.Flags&wr.Inline != 0 && length > qp.caps.MaxInlineData {
-		return 0, unix.EINVAL
+	if w.Flags&wr.Inline != 0 {
+		if length > qp.caps.MaxInlineData {
+			return 0, unix.EINVAL
+		}
+		if err := provider.ProbeInline(w.SGList); err != nil {
+			return 0, err
+		}
 	}
 	return length, nil
 }
@@ -261,12 +266,12 @@ func postRecv(q *queue, maxSGE, maxWR uint32, wrs []wr.RecvWR) (int, error) {
 			err = unix.ENOMEM
 			break
 		}
+		var length uint32
+		if length, err = provider.SGLength(w.SGList); err != nil {
+			break
+		}
 		wqe := (*abi.RxeRecvWqe)(q.elem(prod))
 		*wqe = abi.RxeRecvWqe{Wr_id: w.ID}
-		var length uint32
-		for j := range w.SGList {
-			length += w.SGList[j].Length
-		}
 		writeSGEs(unsafe.Add(unsafe.Pointer(wqe), recvSGEOffset), w.SGList)
 		wqe.Dma.Length, wqe.Dma.Resid, wqe.Dma.Num_sge = length, length, uint32(len(w.SGList))
 		prod = (prod + 1) & q.mask

