@@ -102,7 +102,8 @@ func DefaultConnParam() ConnParam {
 
 // UDParam is what UD events carry (struct rdma_ud_param): the peer's
 // address, QP number and Q_Key, from which an address handle for sending to
-// it is built (ID.CreateAH).
+// it is built (ID.CreateAH). A CONNECT_REQUEST's carries only the private
+// data; see ID.CreateAH for how a UD server answers.
 type UDParam struct {
 	PrivateData []byte
 	AHAttr      qp.AHAttr
