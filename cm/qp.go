@@ -315,8 +315,13 @@ func (id *ID) SRQ() *uverbs.SRQ {
 
 // CreateAH creates an address handle on the ID's PD for UD sends to the
 // peer a UD event names (its UDParam.AHAttr): the ESTABLISHED event of a
-// UD Connect, a CONNECT_REQUEST on a UD listener, or a MULTICAST_JOIN.
-// The caller closes it.
+// UD Connect, or a MULTICAST_JOIN. A CONNECT_REQUEST on a UD listener
+// names no peer: the kernel fills only its private data (the client's QP
+// number is not known before its first datagram either), and CreateAH of
+// its empty address fails with EINVAL. A UD server answers a client from
+// a datagram it received, as udaddy's does with ibv_create_ah_from_wc:
+// id.PD().CreateAHFromWC(&wc, buf[:uverbs.GRHSize], id.PortNum()) and
+// the client's QP number wc.SrcQP. The caller closes the handle.
 func (id *ID) CreateAH(attr qp.AHAttr) (*uverbs.AH, error) {
 	pd := id.PD()
 	if pd == nil {
