@@ -40,22 +40,27 @@ type Context struct {
 	// nextID numbers the user handles given to the kernel for CQs, QPs and
 	// SRQs, which events carry back.
 	nextID atomic.Uint64
-	objMu  sync.Mutex
-	cqs    map[uint64]entry[CQ]
-	qps    map[uint64]entry[QP]
-	srqs   map[uint64]entry[SRQ]
-	events *asyncEvents // the async event file, once GetAsyncEvent used it
-	closed bool         // under objMu
+	reg    *registry
+	events *asyncEvents // the async event file and its reader
 
 	closeOnce sync.Once
 	closeErr  error
 }
 
-// entry is a registered object: its object, for the context's Close, and
-// a weak pointer to its public value, for the events that name it. The
-// registry must not keep a dropped object reachable.
+// registry maps the user handles that events carry back to objects. It
+// holds only weak pointers: the async event reader keeps it, and must keep
+// neither the objects nor, through them, the Context alive.
+type registry struct {
+	mu   sync.Mutex
+	cqs  map[uint64]entry[CQ]
+	qps  map[uint64]entry[QP]
+	srqs map[uint64]entry[SRQ]
+}
+
+// entry is a registered object: its object, for the context's Close and
+// the CQ overrun flag, and its public value, for the events that name it.
 type entry[T any] struct {
-	o *object
+	o weak.Pointer[object]
 	w weak.Pointer[T]
 }
 
@@ -64,10 +69,11 @@ type entry[T any] struct {
 // every object on the context is gone, because each object's own state
 // points to the Context.
 type ctxRes struct {
-	f    cmdFile
-	prov provider.Context
-	once sync.Once
-	err  error
+	f     cmdFile
+	prov  provider.Context
+	async *os.File // the async event file, owned by the runtime poller
+	once  sync.Once
+	err   error
 }
 
 // close releases the provider's state, then closes the command file,
@@ -76,6 +82,12 @@ func (r *ctxRes) close() error {
 	r.once.Do(func() {
 		if r.prov != nil {
 			r.err = r.prov.Close()
+		}
+		if r.async != nil {
+			// This also ends the event reader.
+			if err := r.async.Close(); err != nil && r.err == nil {
+				r.err = err
+			}
 		}
 		if err := r.f.Close(); err != nil && r.err == nil {
 			r.err = err
@@ -119,7 +131,7 @@ func (d Device) Open() (*Context, error) {
 // from Open so tests can run it against a fake kernel.
 func newContext(d Device, f cmdFile) (*Context, error) {
 	c := &Context{dev: d, f: f, asyncFD: -1, res: &ctxRes{f: f},
-		cqs: map[uint64]entry[CQ]{}, qps: map[uint64]entry[QP]{}, srqs: map[uint64]entry[SRQ]{}}
+		reg: &registry{cqs: map[uint64]entry[CQ]{}, qps: map[uint64]entry[QP]{}, srqs: map[uint64]entry[SRQ]{}}}
 	var b provider.Builder[provider.Context]
 	if drv := drivers[d.DriverID]; drv != nil {
 		var err error
@@ -155,10 +167,9 @@ func newContext(d Device, f cmdFile) (*Context, error) {
 		}
 		c.prov, c.res.prov = p, p
 	}
-	// Hand the async event file to the runtime poller now, so that one
-	// *os.File owns the descriptor from here on, and closes it if the
-	// context is dropped.
-	if _, err := c.asyncFile(); err != nil {
+	// Hand the async event file to the runtime poller and its reader now:
+	// the reader must see a CQ overrun when it happens.
+	if err := c.startEvents(); err != nil {
 		c.Close()
 		return nil, err
 	}
@@ -179,52 +190,58 @@ func (c *Context) providerContext(op string) (provider.Context, error) {
 	return c.prov, nil
 }
 
-// The registries map the user handles that events carry back to objects.
-
-func register[T any](c *Context, m map[uint64]entry[T], o *object, v *T) {
-	c.objMu.Lock()
-	m[o.id] = entry[T]{o: o, w: weak.Make(v)}
-	c.objMu.Unlock()
+func register[T any](r *registry, m map[uint64]entry[T], o *object, v *T) {
+	r.mu.Lock()
+	m[o.id] = entry[T]{o: weak.Make(o), w: weak.Make(v)}
+	r.mu.Unlock()
 }
 
-func lookup[T any](c *Context, m map[uint64]entry[T], id uint64) *T {
-	c.objMu.Lock()
-	defer c.objMu.Unlock()
+func lookup[T any](r *registry, m map[uint64]entry[T], id uint64) *T {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	return m[id].w.Value()
 }
 
-func registerCQ(c *Context, cq *CQ)       { register(c, c.cqs, cq.object, cq) }
-func registerQP(c *Context, q *QP)        { register(c, c.qps, q.object, q) }
-func registerSRQ(c *Context, s *SRQ)      { register(c, c.srqs, s.object, s) }
-func (c *Context) cqByID(id uint64) *CQ   { return lookup(c, c.cqs, id) }
-func (c *Context) qpByID(id uint64) *QP   { return lookup(c, c.qps, id) }
-func (c *Context) srqByID(id uint64) *SRQ { return lookup(c, c.srqs, id) }
+func registerCQ(c *Context, cq *CQ)       { register(c.reg, c.reg.cqs, cq.object, cq) }
+func registerQP(c *Context, q *QP)        { register(c.reg, c.reg.qps, q.object, q) }
+func registerSRQ(c *Context, s *SRQ)      { register(c.reg, c.reg.srqs, s.object, s) }
+func (c *Context) cqByID(id uint64) *CQ   { return lookup(c.reg, c.reg.cqs, id) }
+func (c *Context) qpByID(id uint64) *QP   { return lookup(c.reg, c.reg.qps, id) }
+func (c *Context) srqByID(id uint64) *SRQ { return lookup(c.reg, c.reg.srqs, id) }
 
 // forget drops a closed object from its registry.
 func (c *Context) forget(o *object) {
-	c.objMu.Lock()
-	defer c.objMu.Unlock()
+	r := c.reg
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	switch o.kind {
 	case kindCQ:
-		delete(c.cqs, o.id)
+		delete(r.cqs, o.id)
 	case kindQP:
-		delete(c.qps, o.id)
+		delete(r.qps, o.id)
 	case kindSRQ:
-		delete(c.srqs, o.id)
+		delete(r.srqs, o.id)
 	}
 }
 
-// registered returns the objects of the registries (under objMu).
-func (c *Context) registered() []*object {
+// objects returns the registered objects still alive, QPs first.
+func (r *registry) objects() []*object {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	var out []*object
-	for _, e := range c.qps {
-		out = append(out, e.o)
+	add := func(w weak.Pointer[object]) {
+		if o := w.Value(); o != nil {
+			out = append(out, o)
+		}
 	}
-	for _, e := range c.srqs {
-		out = append(out, e.o)
+	for _, e := range r.qps {
+		add(e.o)
 	}
-	for _, e := range c.cqs {
-		out = append(out, e.o)
+	for _, e := range r.srqs {
+		add(e.o)
+	}
+	for _, e := range r.cqs {
+		add(e.o)
 	}
 	return out
 }
@@ -392,22 +409,9 @@ func (c *Context) Close() error {
 		// context; first release the user-space side of those still open
 		// (the providers' ring mappings), so nothing outlives the context
 		// and later use of them reports ErrClosed.
-		c.objMu.Lock()
-		c.closed = true
-		objs := c.registered()
-		c.objMu.Unlock()
-		for _, o := range objs {
+		for _, o := range c.reg.objects() {
 			o.release()
 		}
-		c.objMu.Lock()
-		if c.events != nil {
-			// The poller owns the descriptor; this also wakes a goroutine
-			// waiting in GetAsyncEvent.
-			c.closeErr = c.events.file.Close()
-		} else if c.asyncFD >= 0 {
-			c.closeErr = unix.Close(c.asyncFD)
-		}
-		c.objMu.Unlock()
 		if err := c.res.close(); err != nil && c.closeErr == nil {
 			c.closeErr = err
 		}

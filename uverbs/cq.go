@@ -390,26 +390,40 @@ func (cq *CQ) CQE() int { return cq.cqe }
 func (cq *CQ) Handle() uint32 { return cq.handle }
 
 // Poll moves up to len(wc) completions into wc (ibv_poll_cq) and returns
-// how many. It never blocks and does not allocate.
+// how many. It never blocks and does not allocate. A CQ whose completions
+// overflowed it reports ErrCQOverrun once it is empty: size a CQ for every
+// completion that can be outstanding at once.
 func (cq *CQ) Poll(wc []wr.Completion) (int, error) {
 	if cq == nil {
 		return 0, errNil
 	}
+	var n int
 	if cq.single {
 		if cq.dead.Load() {
 			return 0, ErrClosed
 		}
-		return cq.prov.Poll(wc), nil
-	}
-	cq.rw.RLock()
-	if cq.dead.Load() {
+		n = cq.prov.Poll(wc)
+	} else {
+		cq.rw.RLock()
+		if cq.dead.Load() {
+			cq.rw.RUnlock()
+			return 0, ErrClosed
+		}
+		n = cq.prov.Poll(wc)
 		cq.rw.RUnlock()
-		return 0, ErrClosed
 	}
-	n := cq.prov.Poll(wc)
-	cq.rw.RUnlock()
+	if n == 0 && len(wc) > 0 && cq.overrun.Load() {
+		return 0, ErrCQOverrun
+	}
 	return n, nil
 }
+
+// ErrCQOverrun is Poll's error for a CQ that completions overflowed: the
+// device reported a CQ error (IBV_EVENT_CQ_ERR, which rxe and mlx5 raise
+// when a completion does not fit), so some were lost. Poll returns the
+// completions the CQ still holds first, then this error each time it
+// finds the queue empty. It wraps EOVERFLOW.
+var ErrCQOverrun = &Error{Op: "poll CQ", Err: fmt.Errorf("completions overflowed the CQ and were lost: %w", unix.EOVERFLOW)}
 
 // ReqNotify arms the CQ (ibv_req_notify_cq): the next completion, or the
 // next solicited one, raises an event on the CQ's completion channel.

@@ -3,7 +3,9 @@ package uverbs
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"sync"
 )
@@ -80,36 +82,125 @@ func (e AsyncEvent) String() string {
 	return e.Type.String()
 }
 
-// asyncEvents reads the context's asynchronous event file.
+// asyncEvents reads the context's asynchronous event file from the moment
+// the context is opened, in a goroutine parked in the runtime poller, and
+// queues the events for GetAsyncEvent. Reading them as they come is what
+// lets a CQ overrun reach the CQ's Poll (ErrCQOverrun) whether or not the
+// program waits for events. The reader holds the registry, which holds
+// only weak pointers, and never the Context.
 type asyncEvents struct {
-	mu   sync.Mutex
-	file *os.File
-	buf  [16]byte
+	file   *os.File
+	reg    *registry
+	notify chan struct{} // one token: an event was queued
+	done   chan struct{} // closed when the reader ends
+
+	mu      sync.Mutex
+	queue   []rawEvent
+	dropped int   // events dropped from a full queue
+	err     error // why the reader ended
+}
+
+// rawEvent is struct ib_uverbs_async_event_desc.
+type rawEvent struct {
+	element uint64
+	typ     EventType
+}
+
+// maxQueuedEvents bounds the events kept for a program that never asks
+// for them; the oldest go first.
+const maxQueuedEvents = 4096
+
+// startEvents hands the async event descriptor to the runtime poller,
+// which owns it from then on, and starts the reader.
+func (c *Context) startEvents() error {
+	f, err := pollableFile(c.asyncFD, "async_event")
+	if err != nil {
+		return &Error{Op: "async event file", Err: err}
+	}
+	c.res.async = f
+	c.events = &asyncEvents{file: f, reg: c.reg, notify: make(chan struct{}, 1), done: make(chan struct{})}
+	go c.events.run()
+	return nil
+}
+
+func (ev *asyncEvents) run() {
+	defer close(ev.done)
+	var buf [32 * 16]byte
+	for {
+		n, err := ev.file.Read(buf[:])
+		if err == nil && n == 0 {
+			err = io.EOF
+		}
+		if err != nil {
+			ev.mu.Lock()
+			ev.err = err
+			ev.mu.Unlock()
+			return
+		}
+		ev.mu.Lock()
+		for i := 0; i+16 <= n; i += 16 {
+			e := rawEvent{element: binary.NativeEndian.Uint64(buf[i:]), typ: EventType(binary.NativeEndian.Uint32(buf[i+8:]))}
+			if e.typ == EventCQErr {
+				ev.reg.mu.Lock()
+				if o := ev.reg.cqs[e.element].o.Value(); o != nil {
+					o.overrun.Store(true)
+				}
+				ev.reg.mu.Unlock()
+			}
+			if len(ev.queue) == maxQueuedEvents {
+				ev.queue = ev.queue[1:]
+				ev.dropped++
+			}
+			ev.queue = append(ev.queue, e)
+		}
+		ev.mu.Unlock()
+		select {
+		case ev.notify <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // GetAsyncEvent waits for the next asynchronous event of the device
 // (ibv_get_async_event): port state changes, QP and CQ errors, SRQ limits.
-// The wait parks the goroutine in the runtime poller and ends early when
-// ctx is done.
+// The wait parks the goroutine and ends early when ctx is done. Events
+// are read from the moment the context opens and kept until asked for
+// (the newest 4096 of them).
 func (c *Context) GetAsyncEvent(ctx context.Context) (AsyncEvent, error) {
-	ev, err := c.asyncFile()
-	if err != nil {
-		return AsyncEvent{}, err
+	if c == nil {
+		return AsyncEvent{}, errNil
 	}
-	ev.mu.Lock()
-	defer ev.mu.Unlock()
-	n, err := readContext(ctx, ev.file, ev.buf[:], "get async event")
-	if err != nil {
-		return AsyncEvent{}, err
+	ev := c.events
+	for {
+		if err := ctx.Err(); err != nil {
+			return AsyncEvent{}, err
+		}
+		ev.mu.Lock()
+		if len(ev.queue) > 0 {
+			r := ev.queue[0]
+			ev.queue = ev.queue[1:]
+			ev.mu.Unlock()
+			return c.decodeEvent(r), nil
+		}
+		err := ev.err
+		ev.mu.Unlock()
+		if err != nil {
+			if errors.Is(err, os.ErrClosed) {
+				return AsyncEvent{}, ErrClosed
+			}
+			return AsyncEvent{}, &Error{Op: "get async event", Err: err}
+		}
+		select {
+		case <-ev.notify:
+		case <-ev.done:
+		case <-ctx.Done():
+		}
 	}
-	if n < 16 {
-		return AsyncEvent{}, &Error{Op: "get async event", Err: fmt.Errorf("short event of %d bytes", n)}
-	}
-	// struct ib_uverbs_async_event_desc
-	e := AsyncEvent{
-		Element: binary.NativeEndian.Uint64(ev.buf[0:]),
-		Type:    EventType(binary.NativeEndian.Uint32(ev.buf[8:])),
-	}
+}
+
+// decodeEvent names the object an event is about.
+func (c *Context) decodeEvent(r rawEvent) AsyncEvent {
+	e := AsyncEvent{Element: r.element, Type: r.typ}
 	switch e.Type {
 	case EventCQErr:
 		e.CQ = c.cqByID(e.Element)
@@ -122,24 +213,5 @@ func (c *Context) GetAsyncEvent(ctx context.Context) (AsyncEvent, error) {
 		EventClientReregister, EventGIDChange:
 		e.Port = uint8(e.Element)
 	}
-	return e, nil
-}
-
-// asyncFile hands the async event descriptor to the runtime poller on
-// first use.
-func (c *Context) asyncFile() (*asyncEvents, error) {
-	c.objMu.Lock()
-	defer c.objMu.Unlock()
-	if c.events != nil {
-		return c.events, nil
-	}
-	if c.asyncFD < 0 {
-		return nil, ErrClosed
-	}
-	f, err := pollableFile(c.asyncFD, "async_event")
-	if err != nil {
-		return nil, &Error{Op: "get async event", Err: err}
-	}
-	c.events = &asyncEvents{file: f}
-	return c.events, nil
+	return e
 }

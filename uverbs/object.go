@@ -52,6 +52,9 @@ type object struct {
 	// never sent after Close returned.
 	rw   sync.RWMutex
 	dead atomic.Bool
+	// overrun: the kernel reported a CQ error (rxe and mlx5 raise it when
+	// a completion did not fit), so completions were lost.
+	overrun atomic.Bool
 
 	prov    interface{ Close() error }
 	deps    []any

@@ -416,8 +416,8 @@ func TestDeviceDeregInUse(t *testing.T) {
 }
 
 // TestDeviceCQOverrun lets more completions arrive than the CQ holds without
-// polling: the library must report it (an error completion or a CQ error
-// event) and never hang or crash.
+// polling: the library must report it, as a CQ error event and as Poll's
+// error once the CQ is drained, and never hang or crash.
 func TestDeviceCQOverrun(t *testing.T) {
 	name := testenv.RequireDevice(t)
 	ctx, err := uverbs.Open(name)
@@ -476,9 +476,27 @@ func TestDeviceCQOverrun(t *testing.T) {
 	if ev.Type != uverbs.EventCQErr || ev.CQ != small {
 		t.Fatalf("async event %v; want a CQ error on the small CQ", ev)
 	}
-	// The CQ still polls (what it holds) without crashing.
-	got, err := small.Poll(make([]wr.Completion, n))
-	t.Logf("overrun reported as %v; %d completions left to poll (%v)", ev, got, err)
+	// A slow poller learns of the loss from Poll itself: the completions
+	// the CQ holds come first, then ErrCQOverrun.
+	var got []wr.Completion
+	one := make([]wr.Completion, 1)
+	for {
+		k, err := small.Poll(one)
+		if err != nil {
+			if !errors.Is(err, uverbs.ErrCQOverrun) || !errors.Is(err, unix.EOVERFLOW) {
+				t.Fatalf("Poll after the overrun: %v; want ErrCQOverrun (EOVERFLOW)", err)
+			}
+			break
+		}
+		if k == 0 {
+			t.Fatalf("Poll found the overrun CQ empty without an error after %d completions", len(got))
+		}
+		got = append(got, one[:k]...)
+	}
+	if len(got) >= n {
+		t.Errorf("all %d completions polled from a CQ of %d", len(got), small.CQE())
+	}
+	t.Logf("overrun reported as %v; %d of %d completions polled, then %v", ev, len(got), n, uverbs.ErrCQOverrun)
 }
 
 // kernelRelease returns the running kernel's release, e.g. "6.1.0-57-amd64".
