@@ -3,13 +3,21 @@ package cm
 import (
 	"errors"
 	"fmt"
+	"net"
 
 	"golang.org/x/sys/unix"
 )
 
 // ErrClosed is returned by every method of an ID or EventChannel after it
-// was destroyed or closed.
-var ErrClosed = errors.New("cm: use of destroyed ID or closed event channel")
+// was destroyed or closed, before anything reaches the kernel, and by
+// calls given a closed EventChannel. It matches net.ErrClosed too, so
+// errors.Is(err, net.ErrClosed) holds for it, as for a closed socket.
+var ErrClosed error = closedError{}
+
+type closedError struct{}
+
+func (closedError) Error() string { return "cm: use of destroyed ID or closed event channel" }
+func (closedError) Unwrap() error { return net.ErrClosed }
 
 // Error is a failed rdma_cm operation. It wraps the errno, so callers test
 // it with errors.Is(err, unix.ECONNREFUSED) and the like:
