@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 	"unsafe"
+	"weak"
 
 	"golang.org/x/sys/unix"
 
@@ -30,7 +31,69 @@ type EventChannel struct {
 	closed bool
 	// pending holds events read while a completion wait of a synchronous
 	// ID watched the channel (ID.GetSendComp); GetEvent returns them first.
-	pending []*Event
+	pending []pendingEvent
+	cleanup runtime.Cleanup
+}
+
+// pendingEvent is a processed event kept on a synchronous ID's channel.
+// The channel belongs to the ID, and what the ID holds must not point back
+// to it (see idRes), so the event's IDs are kept by weak pointer; an event
+// whose ID was dropped meanwhile is dropped too. A CONNECT_REQUEST's new
+// ID, which only the event holds, is kept as it is.
+type pendingEvent struct {
+	ev         *Event // its ID and ListenID cleared
+	id, listen weak.Pointer[ID]
+	newID      *ID
+}
+
+func makePending(ev *Event) pendingEvent {
+	p := pendingEvent{ev: ev}
+	if ev.Type == EventConnectRequest {
+		p.newID = ev.ID
+	} else if ev.ID != nil {
+		p.id = ev.ID.self
+	}
+	if ev.ListenID != nil {
+		p.listen = ev.ListenID.self
+	}
+	ev.ID, ev.ListenID = nil, nil
+	return p
+}
+
+// event restores the event, or returns nil if its ID is gone.
+func (p pendingEvent) event() *Event {
+	ev := p.ev
+	switch {
+	case p.newID != nil:
+		ev.ID = p.newID
+	case p.id != (weak.Pointer[ID]{}):
+		if ev.ID = p.id.Value(); ev.ID == nil {
+			return nil
+		}
+	}
+	if p.listen != (weak.Pointer[ID]{}) {
+		if ev.ListenID = p.listen.Value(); ev.ListenID == nil {
+			return nil
+		}
+	}
+	return ev
+}
+
+// keep queues an event for GetEvent.
+func (ch *EventChannel) keep(ev *Event) {
+	ch.mu.Lock()
+	ch.pending = append(ch.pending, makePending(ev))
+	ch.mu.Unlock()
+}
+
+// check returns ErrClosed once the channel is closed.
+func (ch *EventChannel) check() error {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	if ch.closed {
+		return ErrClosed
+	}
+	return nil
 }
 
 // abiVersion checks the kernel's rdma_cm ABI once: rdmago speaks version 4.
@@ -63,13 +126,26 @@ func NewEventChannel() (*EventChannel, error) {
 		}
 		return nil, fmt.Errorf("cm: open %s: %w", devPath, err)
 	}
-	return &EventChannel{f: f}, nil
+	return newEventChannel(f), nil
+}
+
+// newEventChannel makes a channel on f. A channel dropped without Close
+// closes its file when the garbage collector finds it unreachable (which
+// it is not while an ID on it is reachable); the kernel then destroys the
+// IDs still on it.
+func newEventChannel(f ucmaFile) *EventChannel {
+	ch := &EventChannel{f: f}
+	ch.cleanup = runtime.AddCleanup(ch, func(f ucmaFile) { f.close() }, f)
+	return ch
 }
 
 // Close closes the channel (rdma_destroy_event_channel). The kernel then
 // destroys every ID still on it; their methods fail with ErrClosed, and
 // their Destroy only releases what they hold in the process. A goroutine
-// waiting in GetEvent returns ErrClosed.
+// waiting in GetEvent returns ErrClosed, as does every later GetEvent.
+// Closing twice is not an error. A channel dropped without Close is
+// closed once the garbage collector finds it and every ID on it
+// unreachable.
 func (ch *EventChannel) Close() error {
 	ch.mu.Lock()
 	if ch.closed {
@@ -78,6 +154,7 @@ func (ch *EventChannel) Close() error {
 	}
 	ch.closed = true
 	ch.pending = nil
+	ch.cleanup.Stop()
 	ch.mu.Unlock()
 	return ch.f.close()
 }
@@ -103,11 +180,18 @@ func (ch *EventChannel) Fd() int { return ch.f.fd() }
 // as status. Events of IDs destroyed meanwhile are dropped.
 func (ch *EventChannel) GetEvent(ctx context.Context) (*Event, error) {
 	ch.mu.Lock()
-	if len(ch.pending) > 0 {
-		ev := ch.pending[0]
-		ch.pending = ch.pending[1:]
+	if ch.closed {
 		ch.mu.Unlock()
-		return ev, nil
+		return nil, ErrClosed
+	}
+	for len(ch.pending) > 0 {
+		p := ch.pending[0]
+		ch.pending[0] = pendingEvent{}
+		ch.pending = ch.pending[1:]
+		if ev := p.event(); ev != nil {
+			ch.mu.Unlock()
+			return ev, nil
+		}
 	}
 	ch.mu.Unlock()
 	for {
@@ -195,10 +279,13 @@ func processEvent(ch *EventChannel, r *abi.RdmaUcmEventResp) *Event {
 		if mc == nil {
 			return nil // left meanwhile
 		}
-		id := mc.id
+		id := mc.id.Value()
+		if id == nil {
+			return nil // dropped meanwhile
+		}
 		id.mu.Lock()
 		defer id.mu.Unlock()
-		if id.destroyed {
+		if id.destroyed.Load() {
 			return nil
 		}
 		id.eventsReported++
@@ -246,7 +333,7 @@ func processEvent(ch *EventChannel, r *abi.RdmaUcmEventResp) *Event {
 
 	id.mu.Lock()
 	defer id.mu.Unlock()
-	if id.destroyed {
+	if id.destroyed.Load() {
 		return nil
 	}
 	id.eventsReported++
@@ -330,7 +417,7 @@ func negErrno(err error) int {
 // nil) or the new ID could not be set up (it is then destroyed).
 func (listen *ID) processConnReq(ev *Event, r *abi.RdmaUcmEventResp) bool {
 	listen.mu.Lock()
-	if listen.destroyed {
+	if listen.destroyed.Load() {
 		listen.mu.Unlock()
 		return false
 	}
@@ -338,7 +425,8 @@ func (listen *ID) processConnReq(ev *Event, r *abi.RdmaUcmEventResp) bool {
 	ch, sync, pd, qpInit := listen.ch, listen.sync, listen.pd, listen.qpInit
 	listen.mu.Unlock()
 
-	id := &ID{uid: newUID(), handle: r.Id, ps: listen.ps, qpType: listen.qpType, context: listen.context, ch: ch}
+	id := newID(ch, false, listen.context, listen.ps, listen.qpType)
+	id.handle = r.Id
 	if qpInit != nil {
 		// A passive endpoint's PD serves its connections too.
 		id.pd = pd
@@ -347,7 +435,7 @@ func (listen *ID) processConnReq(ev *Event, r *abi.RdmaUcmEventResp) bool {
 	id.initiatorDepth = ev.Conn.InitiatorDepth
 	id.respRes = ev.Conn.ResponderResources
 	ev.ID, ev.ListenID = id, listen
-	registerID(id)
+	id.track()
 
 	id.mu.Lock()
 	err := error(nil)

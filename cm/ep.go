@@ -94,7 +94,7 @@ func (id *ID) DestroyEP() error {
 func (id *ID) GetRequest(ctx context.Context) (*ID, error) {
 	const op = "get request"
 	id.mu.Lock()
-	if id.destroyed {
+	if id.destroyed.Load() {
 		id.mu.Unlock()
 		return nil, ErrClosed
 	}

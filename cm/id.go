@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
+	"weak"
 
 	"golang.org/x/sys/unix"
 
@@ -107,56 +109,100 @@ type PathRec struct {
 // channel of its own, and each such operation waits for its event and
 // returns its outcome as an error.
 //
-// Its methods are safe for concurrent use.
+// Its methods are safe for concurrent use. Destroy releases it; an ID
+// dropped without Destroy is destroyed when the garbage collector finds
+// it unreachable, with what it holds (see Destroy).
 type ID struct {
-	uid     uint64
-	handle  uint32
+	// idRes is what the ID holds in the kernel and in files, and all its
+	// release needs; an ID dropped without Destroy is released by a
+	// cleanup that gets the idRes alone.
+	*idRes
 	ps      PortSpace
 	qpType  qp.Type
 	context any
 
-	mu        sync.Mutex
-	ch        *EventChannel
-	sync      bool
-	destroyed bool
-	dev       *device
-	pd        *uverbs.PD // the PD for QPs and memory: dev.pd unless given
-	port      uint8
-	route     Route
-	event     *Event        // the last event of a synchronous ID's operation
-	state     atomic.Uint32 // connState, read by the posting calls
+	mu    sync.Mutex
+	pd    *uverbs.PD // the PD for QPs and memory: dev.pd unless given
+	port  uint8
+	route Route
+	event *Event        // the last event of a synchronous ID's operation
+	state atomic.Uint32 // connState, read by the posting calls
 	// connectErr marks a CONNECT_RESPONSE that could not be completed:
 	// the REJECTED or DISCONNECTED that follow are the kernel's cleanup.
 	connectErr   bool
 	disconnected bool // Disconnect succeeded
 	// peerGone is when the peer's disconnect was processed; the QP is
-	// flushed a grace period later (see waitComp), or by Disconnect.
+	// flushed a grace period later (see flushPeerGone), or by Disconnect.
 	peerGone       time.Time
 	initiatorDepth uint8
 	respRes        uint8
 	connectData    []byte             // ai_connect of CreateEP, sent first
 	qpInit         *uverbs.QPInitAttr // CreateEP's QP for GetRequest's IDs
-	mcs            []*multicast       // joined groups
 	eventsReported int                // events reported for this ID
 	eventsAcked    atomic.Int64       // acknowledged with Event.Ack
-	srq            *uverbs.SRQ        // CreateSRQ's
-	verbs          verbsState         // QP, CQs, completion channels
 	scratch        scratch            // the posting calls' work requests
-	qp             atomic.Pointer[uverbs.QP]
+	cleanup        runtime.Cleanup
+}
+
+// idRes is what an ID holds outside the Go heap: its kernel ID on its
+// channel's file, the channel of a synchronous ID, its hold on the device,
+// its QP, CQs, completion channels and SRQ, and its multicast groups. It
+// is the argument of the cleanup that releases a dropped ID, so nothing
+// reachable from it may point to the ID: the ID would then stay reachable
+// from its own cleanup and never be collected. The registry and multicast
+// groups name the ID by weak pointer for that reason. Its fields are
+// guarded by ID.mu.
+type idRes struct {
+	self      weak.Pointer[ID]
+	uid       uint64
+	handle    uint32
+	ch        *EventChannel
+	sync      bool
+	destroyed atomic.Bool // set under ID.mu; read without it by the posting calls
+	dev       *device
+	srq       *uverbs.SRQ  // CreateSRQ's
+	verbs     verbsState   // QP, CQs, completion channels
+	mcs       []*multicast // joined groups
+	qp        atomic.Pointer[uverbs.QP]
+}
+
+// newID makes an ID on channel ch, not yet known to the kernel.
+func newID(ch *EventChannel, sync bool, userContext any, ps PortSpace, qpType qp.Type) *ID {
+	id := &ID{idRes: &idRes{uid: newUID(), ch: ch, sync: sync}, ps: ps, qpType: qpType, context: userContext}
+	id.self = weak.Make(id)
+	return id
+}
+
+// track registers the ID, whose kernel handle is set, for the events that
+// name it, and arms the cleanup that destroys it if it is dropped.
+func (id *ID) track() {
+	registerID(id)
+	id.cleanup = runtime.AddCleanup(id, (*idRes).dropped, id.idRes)
+}
+
+// dropped releases what an ID that was never destroyed held, once the
+// garbage collector found it unreachable: as Destroy, but nothing else
+// can reach the idRes, so no lock is taken.
+func (r *idRes) dropped() {
+	if !r.destroyed.Load() {
+		r.release()
+	}
 }
 
 func (id *ID) setState(s connState) { id.state.Store(uint32(s)) }
 func (id *ID) getState() connState  { return connState(id.state.Load()) }
 
 // registry maps the uids the kernel echoes in events back to IDs and
-// multicast groups, and kernel handles to IDs.
+// multicast groups, and kernel handles to IDs. It holds IDs by weak
+// pointer, so that it does not keep a dropped ID reachable; an event for
+// an ID already unreachable is dropped, as one for a destroyed ID.
 var registry = struct {
 	mu      sync.Mutex
 	next    uint64
-	ids     map[uint64]*ID
-	handles map[uint32]*ID
+	ids     map[uint64]weak.Pointer[ID]
+	handles map[uint32]weak.Pointer[ID]
 	mcs     map[uint64]*multicast
-}{ids: map[uint64]*ID{}, handles: map[uint32]*ID{}, mcs: map[uint64]*multicast{}}
+}{ids: map[uint64]weak.Pointer[ID]{}, handles: map[uint32]weak.Pointer[ID]{}, mcs: map[uint64]*multicast{}}
 
 func newUID() uint64 {
 	registry.mu.Lock()
@@ -167,18 +213,18 @@ func newUID() uint64 {
 
 func registerID(id *ID) {
 	registry.mu.Lock()
-	registry.ids[id.uid] = id
-	registry.handles[id.handle] = id
+	registry.ids[id.uid] = id.self
+	registry.handles[id.handle] = id.self
 	registry.mu.Unlock()
 }
 
-func unregisterID(id *ID) {
+func unregisterID(r *idRes) {
 	registry.mu.Lock()
-	if registry.ids[id.uid] == id {
-		delete(registry.ids, id.uid)
+	if registry.ids[r.uid] == r.self {
+		delete(registry.ids, r.uid)
 	}
-	if registry.handles[id.handle] == id {
-		delete(registry.handles, id.handle)
+	if registry.handles[r.handle] == r.self {
+		delete(registry.handles, r.handle)
 	}
 	registry.mu.Unlock()
 }
@@ -186,13 +232,13 @@ func unregisterID(id *ID) {
 func lookupUID(uid uint64) *ID {
 	registry.mu.Lock()
 	defer registry.mu.Unlock()
-	return registry.ids[uid]
+	return registry.ids[uid].Value()
 }
 
 func lookupHandle(h uint32) *ID {
 	registry.mu.Lock()
 	defer registry.mu.Unlock()
-	return registry.handles[h]
+	return registry.handles[h].Value()
 }
 
 // CreateID creates an ID in port space ps (rdma_create_id): PSTCP for RC
@@ -212,15 +258,18 @@ func CreateIDQPType(ch *EventChannel, userContext any, ps PortSpace, qpType qp.T
 var newChannel = NewEventChannel
 
 func createID(ch *EventChannel, userContext any, ps PortSpace, qpType qp.Type) (*ID, error) {
-	id := &ID{ps: ps, qpType: qpType, context: userContext, ch: ch}
+	if ch != nil {
+		if err := ch.check(); err != nil {
+			return nil, err
+		}
+	}
+	id := newID(ch, ch == nil, userContext, ps, qpType)
 	if ch == nil {
 		var err error
 		if id.ch, err = newChannel(); err != nil {
 			return nil, err
 		}
-		id.sync = true
 	}
-	id.uid = newUID()
 	resp := new(abi.RdmaUcmCreateIdResp)
 	c := newCmd[abi.RdmaUcmCreateId](abi.RDMA_USER_CM_CMD_CREATE_ID, int(unsafe.Sizeof(*resp)))
 	c.body.Uid = id.uid
@@ -234,14 +283,14 @@ func createID(ch *EventChannel, userContext any, ps PortSpace, qpType qp.Type) (
 		return nil, wrapErr("create id", err)
 	}
 	id.handle = resp.Id
-	registerID(id)
+	id.track()
 	return id, nil
 }
 
 // file returns the ID's channel file for a command, or ErrClosed. The
 // caller holds id.mu.
 func (id *ID) file() (ucmaFile, error) {
-	if id.destroyed {
+	if id.destroyed.Load() {
 		return nil, ErrClosed
 	}
 	return id.ch.f, nil
@@ -271,38 +320,62 @@ func destroyKernID(f ucmaFile, h uint32) (int, error) {
 // garbage collector keeps an event valid for as long as the program holds
 // it. Destroy waits only for an event of the ID that another goroutine's
 // GetEvent is processing. Events for the ID still queued in the kernel are
-// discarded. Destroying twice is not an error.
+// discarded. Destroying twice is not an error; every other method of a
+// destroyed ID returns ErrClosed.
+//
+// An ID dropped without Destroy is destroyed, as by Destroy, once the
+// garbage collector finds it unreachable, whatever its state: a connected
+// one disconnects, a listening one stops listening, and events still
+// queued for it are dropped. Destroy stays the way to release an ID at a
+// known time.
 func (id *ID) Destroy() (int, error) {
 	id.mu.Lock()
 	defer id.mu.Unlock()
-	if id.destroyed {
+	if id.destroyed.Load() {
 		return 0, nil
 	}
-	id.destroyVerbsLocked()
-	if id.srq != nil {
-		id.srq.Close()
-		id.srq = nil
+	if q := id.qp.Swap(nil); q != nil {
+		id.waitPosts()
+		q.Close()
 	}
-	n, err := destroyKernID(id.ch.f, id.handle)
-	if err != nil && !errors.Is(err, ErrClosed) && !errors.Is(err, unix.ENOENT) {
-		return 0, wrapErr("destroy id", err)
+	n, err := id.release()
+	if err != nil {
+		return 0, err
 	}
-	id.destroyed = true
-	unregisterID(id)
-	for _, mc := range id.mcs {
-		unregisterMulticast(mc)
-	}
-	id.mcs = nil
+	id.cleanup.Stop()
 	if id.event != nil {
 		id.event.Ack()
 		id.event = nil
 	}
-	if id.dev != nil {
-		id.dev.put()
-		id.dev = nil
+	return n, nil
+}
+
+// release destroys the QP, CQs, completion channels and SRQ, then the
+// kernel's ID, and lets go of the device and a synchronous ID's channel.
+// It is Destroy's work for an ID nothing else uses: the caller holds
+// ID.mu, or is the cleanup of an unreachable ID.
+func (r *idRes) release() (int, error) {
+	r.destroyVerbs()
+	if r.srq != nil {
+		r.srq.Close()
+		r.srq = nil
 	}
-	if id.sync {
-		id.ch.Close()
+	n, err := destroyKernID(r.ch.f, r.handle)
+	if err != nil && !errors.Is(err, ErrClosed) && !errors.Is(err, unix.ENOENT) {
+		return 0, wrapErr("destroy id", err)
+	}
+	r.destroyed.Store(true)
+	unregisterID(r)
+	for _, mc := range r.mcs {
+		unregisterMulticast(mc)
+	}
+	r.mcs = nil
+	if r.dev != nil {
+		r.dev.put()
+		r.dev = nil
+	}
+	if r.sync {
+		r.ch.Close()
 	}
 	return n, nil
 }
@@ -982,6 +1055,11 @@ func (id *ID) migrate(ch *EventChannel) error {
 	old, err := id.file()
 	if err != nil {
 		return err
+	}
+	if ch != nil {
+		if err := ch.check(); err != nil {
+			return err
+		}
 	}
 	if id.sync && ch == nil {
 		return errf("migrate id", unix.EINVAL, "the ID is already synchronous")

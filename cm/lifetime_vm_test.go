@@ -1,7 +1,9 @@
 package cm_test
 
 import (
+	"context"
 	"net/netip"
+	"runtime"
 	"testing"
 	"time"
 
@@ -159,5 +161,84 @@ func TestDeviceAsyncPeerGoneFlush(t *testing.T) {
 	t.Logf("all %d writes completed %v after DISCONNECTED, %d flushed", n, time.Since(gone).Round(time.Millisecond), flushed)
 	if client.QP().State() != qp.StateErr {
 		t.Errorf("QP in %v after the peer's disconnect", client.QP().State())
+	}
+}
+
+// dropIDs makes IDs of every kind and drops them without Destroy: bound
+// synchronous IDs with a QP, unbound ones, asynchronous IDs with and
+// without a QP on a channel that is dropped too, and a connected pair with
+// its listener. It returns how many IDs it made.
+func dropIDs(ctx context.Context, t *testing.T) int {
+	made := 0
+	for range 40 {
+		id := bindID(t)
+		must(t, id.CreateQP(nil, uverbs.QPInitAttr{Cap: defaultCaps}))
+		made++
+	}
+	for range 27 {
+		_, err := cm.CreateID(nil, nil, cm.PSTCP)
+		must(t, err)
+		made++
+	}
+	ch, err := cm.NewEventChannel()
+	must(t, err)
+	for i := range 30 {
+		id, err := cm.CreateID(ch, nil, cm.PSUDP)
+		must(t, err)
+		must(t, id.BindAddr(netip.AddrPortFrom(vmAddr, 0)))
+		if i%2 == 0 {
+			must(t, id.CreateQP(nil, uverbs.QPInitAttr{Cap: defaultCaps}))
+		}
+		made++
+	}
+	l := bindID(t)
+	must(t, l.Listen(0))
+	port := l.SrcAddr().Port()
+	srv := make(chan error, 1)
+	go func() {
+		id, err := l.GetRequest(ctx)
+		if err == nil {
+			if err = id.CreateQP(nil, uverbs.QPInitAttr{Cap: defaultCaps}); err == nil {
+				err = id.Accept(ctx, nil)
+			}
+		}
+		srv <- err
+	}()
+	c, err := dialSync(ctx, t, cm.PSTCP, port, defaultCaps, nil)
+	must(t, err)
+	must(t, <-srv)
+	if c.QP().State() != qp.StateRTS {
+		t.Fatalf("client QP in %v", c.QP().State())
+	}
+	return made + 3
+}
+
+// TestDeviceDroppedIDs: IDs dropped without Destroy are destroyed once the
+// garbage collector finds them unreachable, with their QPs, CQs,
+// completion channels and event channels: the process's descriptors and
+// kernel objects come back to where they were.
+func TestDeviceDroppedIDs(t *testing.T) {
+	ctx := testCtx(t)
+	destroy(t, bindID(t)) // opens rxe0's kept context
+	fds0, res0 := fdCount(), ourRDMAResources()
+	made := dropIDs(ctx, t)
+	t.Logf("%d IDs dropped: %d descriptors open, %d before", made, fdCount(), fds0)
+
+	deadline := time.Now().Add(20 * time.Second)
+	var fds int
+	var res string
+	for {
+		runtime.GC()
+		fds, res = fdCount(), ourRDMAResources()
+		if (fds == fds0 && res == res0) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if fds != fds0 {
+		t.Errorf("%d descriptors open, %d before the IDs were made:\n%s", fds, fds0, fdList())
+	}
+	if res != res0 {
+		t.Errorf("kernel objects:\n%s\nbefore the IDs were made:\n%s", res, res0)
 	}
 }

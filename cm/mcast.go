@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/netip"
 	"unsafe"
+	"weak"
 
 	"golang.org/x/sys/unix"
 
@@ -24,7 +25,7 @@ const (
 
 // multicast is one group an ID joined (librdmacm's struct cma_multicast).
 type multicast struct {
-	id      *ID
+	id      weak.Pointer[ID] // weak: the ID's idRes holds the group
 	uid     uint64
 	handle  uint32
 	context any
@@ -70,6 +71,9 @@ func (id *ID) JoinMulticast(ctx context.Context, addr netip.Addr, userContext an
 // JoinMulticastEx is JoinMulticast with join flags (rdma_join_multicast_ex).
 func (id *ID) JoinMulticastEx(ctx context.Context, addr netip.Addr, flags JoinFlags, userContext any) error {
 	const op = "join multicast"
+	if id.destroyed.Load() {
+		return ErrClosed
+	}
 	if flags != JoinFullMember && flags != JoinSendOnlyFullMember {
 		return errf(op, unix.EINVAL, "join flags %d", flags)
 	}
@@ -79,7 +83,7 @@ func (id *ID) JoinMulticastEx(ctx context.Context, addr netip.Addr, flags JoinFl
 		id.mu.Unlock()
 		return err
 	}
-	mc := &multicast{id: id, uid: newUID(), context: userContext, addr: addr, flags: flags}
+	mc := &multicast{id: id.self, uid: newUID(), context: userContext, addr: addr, flags: flags}
 	resp := new(abi.RdmaUcmCreateIdResp)
 	c := newCmd[abi.RdmaUcmJoinMcast](abi.RDMA_USER_CM_CMD_JOIN_MCAST, int(unsafe.Sizeof(*resp)))
 	c.body.Response = ptr(resp)

@@ -53,7 +53,7 @@ func (id *ID) CreateQP(pd *uverbs.PD, attr uverbs.QPInitAttr) error {
 	v := verbsState{hasSRQ: attr.SRQ != nil}
 	fail := func(err error) error {
 		id.verbs = v
-		id.destroyCQsLocked()
+		id.destroyCQs()
 		return wrapErr("create QP", err)
 	}
 	ctx := id.dev.ctx
@@ -187,26 +187,50 @@ func (id *ID) modifyQPState(s qp.State) error {
 func (id *ID) DestroyQP() error {
 	id.mu.Lock()
 	defer id.mu.Unlock()
+	if id.destroyed.Load() {
+		return ErrClosed
+	}
 	return id.destroyVerbsLocked()
 }
 
+// destroyVerbsLocked destroys the QP once no post is using it, then the
+// CQs and channels CreateQP made. The caller holds id.mu.
 func (id *ID) destroyVerbsLocked() error {
+	q := id.qp.Swap(nil)
+	id.waitPosts()
 	var err error
-	if q := id.qp.Swap(nil); q != nil {
-		// Wait for a post in progress: the scratch holds the QP.
-		id.scratch.mu.Lock()
-		id.scratch.reset(nil)
-		id.scratch.mu.Unlock()
+	if q != nil {
 		err = q.Close()
 	}
-	if e := id.destroyCQsLocked(); err == nil {
+	if e := id.destroyVerbs(); err == nil {
 		err = e
 	}
 	return err
 }
 
-func (id *ID) destroyCQsLocked() error {
-	v := &id.verbs
+// waitPosts waits for a post in progress, which holds the QP, and clears
+// the scratch's references to caller memory.
+func (id *ID) waitPosts() {
+	id.scratch.mu.Lock()
+	id.scratch.reset(nil)
+	id.scratch.mu.Unlock()
+}
+
+// destroyVerbs destroys the QP, then the CQs and completion channels
+// CreateQP made: a QP before its CQs.
+func (r *idRes) destroyVerbs() error {
+	var err error
+	if q := r.qp.Swap(nil); q != nil {
+		err = q.Close()
+	}
+	if e := r.destroyCQs(); err == nil {
+		err = e
+	}
+	return err
+}
+
+func (r *idRes) destroyCQs() error {
+	v := &r.verbs
 	var errs []error
 	if v.ownRecv {
 		if v.recvCQ != nil {
@@ -224,7 +248,7 @@ func (id *ID) destroyCQsLocked() error {
 			errs = append(errs, v.sendCh.Close())
 		}
 	}
-	id.verbs = verbsState{}
+	r.verbs = verbsState{}
 	for _, e := range errs {
 		if e != nil {
 			return e
@@ -298,6 +322,9 @@ func (id *ID) CreateSRQ(pd *uverbs.PD, attr uverbs.SRQAttr) error {
 func (id *ID) DestroySRQ() error {
 	id.mu.Lock()
 	defer id.mu.Unlock()
+	if id.destroyed.Load() {
+		return ErrClosed
+	}
 	if id.srq == nil {
 		return nil
 	}
@@ -323,7 +350,10 @@ func (id *ID) SRQ() *uverbs.SRQ {
 // id.PD().CreateAHFromWC(&wc, buf[:uverbs.GRHSize], id.PortNum()) and
 // the client's QP number wc.SrcQP. The caller closes the handle.
 func (id *ID) CreateAH(attr qp.AHAttr) (*uverbs.AH, error) {
-	pd := id.PD()
+	pd, err := id.livePD()
+	if err != nil {
+		return nil, err
+	}
 	if pd == nil {
 		return nil, errf("create AH", unix.EINVAL, "the ID is not bound to a device")
 	}

@@ -69,11 +69,20 @@ func postErr(op string, errno unix.Errno, why string) error {
 	return &Error{Op: op, Err: fmt.Errorf("%s: %w", why, errno)}
 }
 
+// noQP is the error of a post on an ID without a QP: ErrClosed once the
+// ID is destroyed.
+func (id *ID) noQP(op string) error {
+	if id.destroyed.Load() {
+		return ErrClosed
+	}
+	return postErr(op, unix.EINVAL, "the ID has no QP")
+}
+
 // sendQP returns the QP to send on, or why not.
 func (id *ID) sendQP(op string) (*uverbs.QP, error) {
 	q := id.qp.Load()
 	if q == nil {
-		return nil, postErr(op, unix.EINVAL, "the ID has no QP")
+		return nil, id.noQP(op)
 	}
 	if s := q.State(); s != qp.StateRTS && s != qp.StateSQD {
 		return nil, postErr(op, unix.ENOTCONN, "not connected: the QP is in state "+s.String())
@@ -89,7 +98,7 @@ func (id *ID) sendQP(op string) (*uverbs.QP, error) {
 func (id *ID) recvQP(op string) (*uverbs.QP, error) {
 	q := id.qp.Load()
 	if q == nil {
-		return nil, postErr(op, unix.EINVAL, "the ID has no QP")
+		return nil, id.noQP(op)
 	}
 	if s := q.State(); s == qp.StateReset || s == qp.StateErr {
 		return nil, postErr(op, unix.ENOTCONN, "not connected: the QP is in state "+s.String())
@@ -174,6 +183,9 @@ func (id *ID) postRecv(op string, context uint64, sgl []wr.SGE) error {
 // (rdma_post_recv). On a UD QP the first 40 bytes receive the GRH.
 func (id *ID) PostRecv(context uint64, buf []byte, mr *uverbs.MR) error {
 	const op = "post recv"
+	if id.destroyed.Load() {
+		return ErrClosed
+	}
 	if mr == nil {
 		return postErr(op, unix.EINVAL, "a receive needs an MR")
 	}
@@ -253,6 +265,9 @@ func (id *ID) PostSend(context uint64, buf []byte, mr *uverbs.MR, flags wr.SendF
 // PostRead reads the remote buffer at remoteAddr with rkey into buf, which
 // must lie inside mr (rdma_post_read).
 func (id *ID) PostRead(context uint64, buf []byte, mr *uverbs.MR, flags wr.SendFlags, remoteAddr uint64, rkey uint32) error {
+	if id.destroyed.Load() {
+		return ErrClosed
+	}
 	if mr == nil {
 		return postErr("post read", unix.EINVAL, "a read needs an MR for its local buffer")
 	}
@@ -268,6 +283,9 @@ func (id *ID) PostWrite(context uint64, buf []byte, mr *uverbs.MR, flags wr.Send
 // PostUDSend sends buf on a UD QP to the QP remoteQPN behind ah, with the
 // UDP port space's Q_Key (rdma_post_ud_send). mr may be nil with wr.Inline.
 func (id *ID) PostUDSend(context uint64, buf []byte, mr *uverbs.MR, flags wr.SendFlags, ah *uverbs.AH, remoteQPN uint32) error {
+	if id.destroyed.Load() {
+		return ErrClosed
+	}
 	if ah == nil {
 		return postErr("post UD send", unix.EINVAL, "no address handle")
 	}
@@ -304,7 +322,7 @@ func (id *ID) getComp(ctx context.Context, op string, send bool) (wr.Completion,
 	if send {
 		cq, ch = id.verbs.sendCQ, id.verbs.sendCh
 	}
-	destroyed := id.destroyed
+	destroyed := id.destroyed.Load()
 	id.mu.Unlock()
 	if destroyed {
 		return wr.Completion{}, ErrClosed
@@ -361,7 +379,10 @@ func (id *ID) RegWrite(buf []byte) (*uverbs.MR, error) {
 }
 
 func (id *ID) reg(op string, buf []byte, access wr.Access) (*uverbs.MR, error) {
-	pd := id.PD()
+	pd, err := id.livePD()
+	if err != nil {
+		return nil, err
+	}
 	if pd == nil {
 		return nil, errf(op, unix.EINVAL, "the ID is not bound to a device")
 	}
@@ -370,6 +391,16 @@ func (id *ID) reg(op string, buf []byte, access wr.Access) (*uverbs.MR, error) {
 		return nil, wrapErr(op, err)
 	}
 	return m, nil
+}
+
+// livePD returns the ID's PD, or ErrClosed once the ID is destroyed.
+func (id *ID) livePD() (*uverbs.PD, error) {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.destroyed.Load() {
+		return nil, ErrClosed
+	}
+	return id.pd, nil
 }
 
 // DeregMR deregisters a region the Reg calls registered (rdma_dereg_mr).
@@ -400,7 +431,7 @@ const peerGoneGrace = time.Second
 func (id *ID) flushPeerGone(q *uverbs.QP) {
 	id.mu.Lock()
 	defer id.mu.Unlock()
-	if id.destroyed || id.qp.Load() != q {
+	if id.destroyed.Load() || id.qp.Load() != q {
 		return
 	}
 	id.modifyQPErr()
@@ -477,9 +508,7 @@ func (id *ID) waitComp(ctx context.Context, op string, compCh *uverbs.CompChanne
 			return nil, err
 		}
 		if ev != nil {
-			ch.mu.Lock()
-			ch.pending = append(ch.pending, ev)
-			ch.mu.Unlock()
+			ch.keep(ev)
 		}
 		return nil, nil
 	default:
