@@ -160,16 +160,22 @@ func TestDeviceUdaddyClient(t *testing.T) {
 // answers, run through InitAHFromWC, give the same address back.
 func TestDeviceUdaddyServer(t *testing.T) {
 	ctx := testCtx(t)
-	cmd, wait := startUdaddy(ctx, t, "-b", vmAddr.String())
+	_, wait := startUdaddy(ctx, t, "-b", vmAddr.String())
 	var c *cm.ID
 	var err error
-	for range 50 { // until udaddy listens
-		if c, err = dialSync(ctx, t, cm.PSUDP, udaddyPort, defaultCaps, nil); err == nil || cmd.ProcessState != nil {
+	// Until udaddy listens, a SIDR request finds nobody and fails.
+	for tries := 1; ; tries++ {
+		if c, err = dialSync(ctx, t, cm.PSUDP, udaddyPort, defaultCaps, nil); err == nil {
 			break
+		}
+		if tries == 100 || ctx.Err() != nil {
+			t.Fatalf("connecting to udaddy, %d tries: %v", tries, err)
+		}
+		if tries == 1 {
+			t.Logf("udaddy not listening yet: %v", err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	must(t, err)
 	defer destroy(t, c)
 	ev := c.Event()
 	if ev.Type != cm.EventEstablished || ev.UD.QKey != cm.UDPQKey || !ev.UD.AHAttr.IsGlobal {
