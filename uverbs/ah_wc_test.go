@@ -159,6 +159,9 @@ func TestInitAHFromWCErrors(t *testing.T) {
 	badSum := ipv4GRH(0, "10.0.2.20", "10.0.2.15", 0, 64, grhNextUDP)
 	badSum[30] ^= 0xff
 	badSum[0], badSum[6] = 0x60, grhNextUDP
+	// An IPv4 header with options does not fit the GRH: RoCE v2 sends none.
+	ipv4Options := ipv4GRH(0, "10.0.2.20", "10.0.2.15", 0, 64, grhNextUDP)
+	ipv4Options[20] = 0x46
 	failed := recvWC(wr.WCGRH)
 	failed.Status = wr.WRFlushErr
 	send := recvWC(wr.WCGRH)
@@ -188,6 +191,8 @@ func TestInitAHFromWCErrors(t *testing.T) {
 		{"GID of another type", 1, recvWC(wr.WCGRH), ipv6GRH(0, 0, grhNextIB, 64, "2001:db8::2", "2001:db8::1"), nil, nil, unix.ENOENT},
 		{"IPv4 multicast", 1, recvWC(wr.WCGRH), ipv4GRH(0, "10.0.2.20", "239.1.2.3", 0, 64, grhNextUDP), nil, nil, unix.EINVAL},
 		{"IPv6 multicast", 1, recvWC(wr.WCGRH), ipv6GRH(0, 0, grhNextUDP, 64, "2001:db8::2", "ff0e::1"), nil, nil, unix.EINVAL},
+		{"IPv4-mapped multicast in IPv6", 1, recvWC(wr.WCGRH), ipv6GRH(0, 0, grhNextUDP, 64, "::ffff:10.0.2.20", "::ffff:224.0.0.1"), nil, nil, unix.EINVAL},
+		{"IPv4 options", 1, recvWC(wr.WCGRH), ipv4Options, nil, nil, unix.EPROTONOSUPPORT},
 		{"IPv4 not UDP", 1, recvWC(wr.WCGRH), ipv4GRH(0, "10.0.2.20", "10.0.2.15", 0, 64, unix.IPPROTO_TCP), nil, nil, unix.EPROTONOSUPPORT},
 		{"IPv6 not UDP", 1, recvWC(wr.WCGRH), ipv6GRH(0, 0, unix.IPPROTO_TCP, 64, "2001:db8::2", "2001:db8::1"), nil, nil, unix.EPROTONOSUPPORT},
 		{"no header", 1, recvWC(wr.WCGRH), make([]byte, GRHSize), nil, nil, unix.EPROTONOSUPPORT},
