@@ -80,8 +80,8 @@ func TestPerfDestStruct(t *testing.T) {
 	if got := hex.EncodeToString(m); got != want {
 		t.Errorf("encodeStruct = %s, want %s", got, want)
 	}
-	if got := decodePerfDestStruct(m); got != d {
-		t.Errorf("decodePerfDestStruct = %+v, want %+v", got, d)
+	if got, err := decodePerfDestStruct(m); err != nil || got != d {
+		t.Errorf("decodePerfDestStruct = %+v, %v; want %+v", got, err, d)
 	}
 }
 

@@ -365,7 +365,7 @@ func (c *perfConn) handshake(my perfDest, withGID bool) (perfDest, error) {
 		if err := c.xchg(mine, theirs); err != nil {
 			return perfDest{}, err
 		}
-		return decodePerfDestStruct(theirs), nil
+		return decodePerfDestStruct(theirs)
 	}
 	mine, err := my.encode(withGID)
 	if err != nil {
@@ -465,8 +465,12 @@ func (d perfDest) encodeStruct() []byte {
 }
 
 // decodePerfDestStruct reads an address sent by encodeStruct, taking the
-// fields rdma_read_keys takes (not the SRQ number).
-func decodePerfDestStruct(m []byte) perfDest {
+// fields rdma_read_keys takes (not the SRQ number). A message shorter than
+// the struct is an error.
+func decodePerfDestStruct(m []byte) (perfDest, error) {
+	if len(m) < perfDestStructSize {
+		return perfDest{}, fmt.Errorf("address message of %d bytes, want %d", len(m), perfDestStructSize)
+	}
 	be := binary.BigEndian
 	d := perfDest{
 		LID:      be.Uint32(m[0:]),
@@ -477,5 +481,5 @@ func decodePerfDestStruct(m []byte) perfDest {
 		VAddr:    be.Uint64(m[24:]),
 	}
 	copy(d.GID[:], m[32:48])
-	return d
+	return d, nil
 }

@@ -658,7 +658,11 @@ func (c *rpConn) serverRecv(wc *wr.Completion) int {
 		c.r.eprintf("Received bogus data, size %d\n", wc.ByteLen)
 		return -1
 	}
-	m := decodeRpInfo(c.recvBuf.bytes())
+	m, err := decodeRpInfo(c.recvBuf.bytes())
+	if err != nil {
+		c.r.eprintf("Received bogus data: %v\n", err)
+		return -1
+	}
 	c.r.debugf("Received rkey %x addr %x len %d from peer\n", m.RKey, m.Addr, int32(m.Size))
 	c.mu.Lock()
 	c.remote = m

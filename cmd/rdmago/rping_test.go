@@ -19,8 +19,8 @@ func TestRpInfo(t *testing.T) {
 	if !bytes.Equal(b[:], want) {
 		t.Errorf("encode = % x, want % x", b, want)
 	}
-	if got := decodeRpInfo(want); got != m {
-		t.Errorf("decode = %+v, want %+v", got, m)
+	if got, err := decodeRpInfo(want); err != nil || got != m {
+		t.Errorf("decode = %+v, %v; want %+v", got, err, m)
 	}
 }
 

@@ -46,13 +46,17 @@ func (m rpInfo) encode(b []byte) {
 	binary.BigEndian.PutUint32(b[12:16], m.Size)
 }
 
-// decodeRpInfo reads a message from b (at least rpInfoSize bytes).
-func decodeRpInfo(b []byte) rpInfo {
+// decodeRpInfo reads a message from b; fewer than rpInfoSize bytes are an
+// error.
+func decodeRpInfo(b []byte) (rpInfo, error) {
+	if len(b) < rpInfoSize {
+		return rpInfo{}, fmt.Errorf("rping message of %d bytes, want %d", len(b), rpInfoSize)
+	}
 	return rpInfo{
 		Addr: binary.BigEndian.Uint64(b[0:8]),
 		RKey: binary.BigEndian.Uint32(b[8:12]),
 		Size: binary.BigEndian.Uint32(b[12:16]),
-	}
+	}, nil
 }
 
 // Sizes of the ping data (-S). rping's RPING_MIN_BUFSIZE is
