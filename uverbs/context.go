@@ -51,10 +51,11 @@ type Context struct {
 // holds only weak pointers: the async event reader keeps it, and must keep
 // neither the objects nor, through them, the Context alive.
 type registry struct {
-	mu   sync.Mutex
-	cqs  map[uint64]entry[CQ]
-	qps  map[uint64]entry[QP]
-	srqs map[uint64]entry[SRQ]
+	mu    sync.Mutex
+	cqs   map[uint64]entry[CQ]
+	qps   map[uint64]entry[QP]
+	srqs  map[uint64]entry[SRQ]
+	byQPN map[uint32]weak.Pointer[QP] // completions name QPs by number
 }
 
 // entry is a registered object: its object, for the context's Close and
@@ -131,7 +132,8 @@ func (d Device) Open() (*Context, error) {
 // from Open so tests can run it against a fake kernel.
 func newContext(d Device, f cmdFile) (*Context, error) {
 	c := &Context{dev: d, f: f, asyncFD: -1, res: &ctxRes{f: f},
-		reg: &registry{cqs: map[uint64]entry[CQ]{}, qps: map[uint64]entry[QP]{}, srqs: map[uint64]entry[SRQ]{}}}
+		reg: &registry{cqs: map[uint64]entry[CQ]{}, qps: map[uint64]entry[QP]{}, srqs: map[uint64]entry[SRQ]{},
+			byQPN: map[uint32]weak.Pointer[QP]{}}}
 	var b provider.Builder[provider.Context]
 	if drv := drivers[d.DriverID]; drv != nil {
 		var err error
@@ -202,8 +204,20 @@ func lookup[T any](r *registry, m map[uint64]entry[T], id uint64) *T {
 	return m[id].w.Value()
 }
 
-func registerCQ(c *Context, cq *CQ)       { register(c.reg, c.reg.cqs, cq.object, cq) }
-func registerQP(c *Context, q *QP)        { register(c.reg, c.reg.qps, q.object, q) }
+func registerCQ(c *Context, cq *CQ) { register(c.reg, c.reg.cqs, cq.object, cq) }
+func registerQP(c *Context, q *QP) {
+	register(c.reg, c.reg.qps, q.object, q)
+	c.reg.mu.Lock()
+	c.reg.byQPN[q.num] = weak.Make(q)
+	c.reg.mu.Unlock()
+}
+
+// qpByNum returns the live QP with number n, or nil.
+func (c *Context) qpByNum(n uint32) *QP {
+	c.reg.mu.Lock()
+	defer c.reg.mu.Unlock()
+	return c.reg.byQPN[n].Value()
+}
 func registerSRQ(c *Context, s *SRQ)      { register(c.reg, c.reg.srqs, s.object, s) }
 func (c *Context) cqByID(id uint64) *CQ   { return lookup(c.reg, c.reg.cqs, id) }
 func (c *Context) qpByID(id uint64) *QP   { return lookup(c.reg, c.reg.qps, id) }
@@ -219,6 +233,7 @@ func (c *Context) forget(o *object) {
 		delete(r.cqs, o.id)
 	case kindQP:
 		delete(r.qps, o.id)
+		delete(r.byQPN, o.qpn)
 	case kindSRQ:
 		delete(r.srqs, o.id)
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/rdmago/rdma/internal/pollctx"
 	"github.com/rdmago/rdma/provider"
+	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/uverbs/abi"
 	"github.com/rdmago/rdma/wr"
 )
@@ -291,10 +292,15 @@ func (ch *CompChannel) Close() error {
 // waits for them before the provider unmaps the queue.
 type CQ struct {
 	*object
-	prov       provider.CQ
-	channel    *CompChannel
-	cqe        int
-	single     bool // SingleThreaded: Poll skips rw
+	prov    provider.CQ
+	channel *CompChannel
+	cqe     int
+	single  bool // SingleThreaded: Poll skips rw
+	// soft holds completions the library made itself (receives posted to
+	// a QP in the error state); Poll returns them after the device's.
+	softMu     sync.Mutex
+	soft       []wr.Completion
+	softN      atomic.Int32
 	eventsGot  atomic.Uint32
 	eventsAckd atomic.Uint32
 }
@@ -412,10 +418,37 @@ func (cq *CQ) Poll(wc []wr.Completion) (int, error) {
 		n = cq.prov.Poll(wc)
 		cq.rw.RUnlock()
 	}
+	for i := range wc[:n] {
+		if wc[i].Status != wr.Success {
+			cq.ctx.noteFailed(wc[i].QPNum)
+		}
+	}
+	if n < len(wc) && cq.softN.Load() > 0 {
+		n += cq.takeSoft(wc[n:])
+	}
 	if n == 0 && len(wc) > 0 && cq.overrun.Load() {
 		return 0, ErrCQOverrun
 	}
 	return n, nil
+}
+
+// takeSoft moves the library's own completions into wc.
+func (cq *CQ) takeSoft(wc []wr.Completion) int {
+	cq.softMu.Lock()
+	defer cq.softMu.Unlock()
+	n := copy(wc, cq.soft)
+	cq.soft = cq.soft[:copy(cq.soft, cq.soft[n:])]
+	cq.softN.Store(int32(len(cq.soft)))
+	return n
+}
+
+// noteFailed records that an RC QP showed an error completion: the device
+// has moved it to the error state, where receives are flushed by the
+// library (QP.PostRecv).
+func (c *Context) noteFailed(qpn uint32) {
+	if q := c.qpByNum(qpn); q != nil && q.typ == qp.RC {
+		q.failed.Store(true)
+	}
 }
 
 // ErrCQOverrun is Poll's error for a CQ that completions overflowed: the

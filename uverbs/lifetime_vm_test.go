@@ -315,3 +315,41 @@ func TestDeviceBadSGEs(t *testing.T) {
 		t.Errorf("region memory changed after Close")
 	}
 }
+
+// A receive posted to a QP in the error state completes with a flush
+// error, whether the QP got there by Modify or by a failed request, even
+// on kernels that leave such a receive in the queue for ever (rxe on 6.1).
+func TestDeviceRecvInErrorStateFlushes(t *testing.T) {
+	caps := provider.QPCaps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}
+	t.Run("Modify", func(t *testing.T) {
+		r := newRig(t, qp.RC, caps)
+		if err := r.a.qp.Modify(&qp.Attr{State: qp.StateErr}, qp.AttrState); err != nil {
+			t.Fatal(err)
+		}
+		n, err := r.a.qp.PostRecv([]wr.RecvWR{{ID: 1, SGList: []wr.SGE{r.a.buf.SGE(0, 64)}}, {ID: 2}})
+		if n != 2 || err != nil {
+			t.Fatalf("PostRecv in ERR: %d, %v", n, err)
+		}
+		for i, c := range waitWC(t, r.a.cq, 2) {
+			if c.ID != uint64(i+1) || c.Status != wr.WRFlushErr || c.Opcode != wr.WCRecv || c.QPNum != r.a.qp.Num() {
+				t.Errorf("completion %d: %+v; want a flushed receive %d", i, c, i+1)
+			}
+		}
+	})
+	t.Run("ErrorCompletion", func(t *testing.T) {
+		r := newRig(t, qp.RC, caps)
+		if _, err := r.a.qp.PostSend([]wr.SendWR{{ID: 7, Opcode: wr.OpRDMAWrite, Flags: wr.Signaled,
+			SGList: []wr.SGE{r.a.buf.SGE(0, 8)}, RemoteAddr: r.b.buf.Addr(), RKey: r.b.buf.RKey + 0x1000}}); err != nil {
+			t.Fatal(err)
+		}
+		if c := waitWC(t, r.a.cq, 1)[0]; c.Status != wr.RemAccessErr {
+			t.Fatalf("write with a bad rkey: %v", c.Status)
+		}
+		if _, err := r.a.qp.PostRecv([]wr.RecvWR{{ID: 8, SGList: []wr.SGE{r.a.buf.SGE(0, 64)}}}); err != nil {
+			t.Fatal(err)
+		}
+		if c := waitWC(t, r.a.cq, 1)[0]; c.ID != 8 || c.Status != wr.WRFlushErr {
+			t.Errorf("receive after the QP failed: %+v; want a flushed receive 8", c)
+		}
+	})
+}

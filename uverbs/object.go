@@ -46,6 +46,7 @@ type object struct {
 	kind   objKind
 	handle uint32
 	id     uint64 // the user handle events carry (CQ, QP, SRQ)
+	qpn    uint32 // a QP's number
 
 	// rw is held shared by every call that uses the handle and exclusively
 	// by the destroy: a handle the kernel may give to a newer object is

@@ -50,6 +50,9 @@ type QP struct {
 	single bool
 
 	state atomic.Uint32 // qp.State as last set by Modify
+	// failed: a completion of this RC QP had an error status, so the
+	// device moved it to the error state (whatever state says).
+	failed atomic.Bool
 }
 
 // CreateQP creates a queue pair in the protection domain (ibv_create_qp).
@@ -136,6 +139,7 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 	}
 	q.object = newObject(c, kindQP, cmd.outIDR(h), pd, attr.SendCQ, attr.RecvCQ)
 	q.id = id
+	q.qpn = *qpNum
 	if attr.SRQ != nil {
 		q.deps = append(q.deps, attr.SRQ)
 	}
@@ -220,6 +224,9 @@ func (q *QP) modify(a *qp.Attr, mask qp.AttrMask) error {
 	}
 	if mask&qp.AttrState != 0 {
 		q.state.Store(uint32(a.State))
+		if a.State == qp.StateReset {
+			q.failed.Store(false) // RESET is the way out of the error state
+		}
 	}
 	return nil
 }
@@ -333,6 +340,15 @@ func (q *QP) checkAH(w *wr.SendWR) error {
 
 // PostRecv posts receive work requests (ibv_post_recv). A QP in RESET, or
 // one that receives through an SRQ, gets EINVAL; a full queue ENOMEM.
+//
+// A receive posted to a QP the library knows to be in the error state
+// (moved there by Modify, or shown there by an error completion polled
+// from one of its CQs) completes at once with WRFlushErr on the receive
+// CQ, as the verbs specification asks. The library does it itself because
+// some kernels never flush such a receive (rxe on 6.1 leaves it in the
+// queue, which libibverbs programs see as a hang). The completion comes
+// from Poll; it raises no event on a completion channel, so a waiter must
+// poll after arming, as ibv_req_notify_cq requires anyway.
 func (q *QP) PostRecv(wrs []wr.RecvWR) (int, error) {
 	if q == nil {
 		return 0, errNil
@@ -347,11 +363,41 @@ func (q *QP) PostRecv(wrs []wr.RecvWR) (int, error) {
 	if q.State() == qp.StateReset {
 		return 0, &PostError{Op: "post recv", Err: fmt.Errorf("QP %d is in state RESET: %w", q.num, unix.EINVAL)}
 	}
+	if q.srq == nil && (q.State() == qp.StateErr || q.failed.Load()) {
+		return q.flushRecvs(wrs)
+	}
 	n, err := q.prov.PostRecv(wrs)
 	if err != nil {
 		return n, &PostError{Op: "post recv", Index: n, Err: err}
 	}
 	return n, nil
+}
+
+// flushRecvs completes receives posted in the error state with
+// WRFlushErr, through the receive CQ's own queue of completions.
+func (q *QP) flushRecvs(wrs []wr.RecvWR) (int, error) {
+	cq := q.recvCQ
+	cq.softMu.Lock()
+	defer cq.softMu.Unlock()
+	for i := range wrs {
+		w := &wrs[i]
+		var err error
+		switch {
+		case uint32(len(w.SGList)) > q.caps.MaxRecvSGE:
+			err = fmt.Errorf("%d SGEs, the QP takes %d: %w", len(w.SGList), q.caps.MaxRecvSGE, unix.EINVAL)
+		case len(cq.soft) >= cq.cqe:
+			err = unix.ENOMEM // as a full CQ would overflow
+		}
+		if err == nil {
+			_, err = provider.SGLength(w.SGList)
+		}
+		if err != nil {
+			return i, &PostError{Op: "post recv", Index: i, Err: err}
+		}
+		cq.soft = append(cq.soft, wr.Completion{ID: w.ID, Status: wr.WRFlushErr, Opcode: wr.WCRecv, QPNum: q.num})
+		cq.softN.Store(int32(len(cq.soft)))
+	}
+	return len(wrs), nil
 }
 
 // drainTimeout bounds how long Close waits for outstanding work to flush.
