@@ -51,4 +51,8 @@
 //     flushed, instead of waiting for the transport's retries, even for a
 //     program that polls its CQs itself (see docs/rdma_verbs.md).
 //   - Destroy also destroys the QP, CQs and SRQ made on the ID.
+//   - An ID or event channel dropped without Destroy or Close is released
+//     when the garbage collector finds it unreachable, and every method of
+//     a destroyed ID or closed channel returns ErrClosed, which matches
+//     net.ErrClosed.
 package cm
