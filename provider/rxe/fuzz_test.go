@@ -1,0 +1,104 @@
+package rxe
+
+// Fuzz targets for what rxe's kernel driver writes into memory the
+// library reads: completions (struct ib_uverbs_wc) and the header of a
+// mapped ring. The kernel is trusted, but a corrupt ring or a kernel
+// that lays it out differently must not make Poll read or write outside
+// the mapping.
+
+import (
+	"encoding/binary"
+	"testing"
+	"unsafe"
+
+	"github.com/rdmago/rdma/provider"
+	"github.com/rdmago/rdma/uverbs/abi"
+	"github.com/rdmago/rdma/wr"
+)
+
+// wcBytes returns the wire image of a completion.
+func wcBytes(w abi.IbUverbsWc) []byte {
+	return append([]byte(nil), bytesOf(&w)...)
+}
+
+func FuzzDecodeWC(f *testing.F) {
+	withImm := abi.IbUverbsWc{Wr_id: 9, Opcode: uint32(wr.WCRecv), Byte_len: 100, Qp_num: 17, Src_qp: 18,
+		Wc_flags: uint32(wr.WCWithImm | wr.WCGRH)}
+	binary.BigEndian.PutUint32(withImm.Ex[:], 0xcafe0001)
+	f.Add(wcBytes(withImm))
+	f.Add(wcBytes(abi.IbUverbsWc{Wr_id: 1, Status: uint32(wr.RemAccessErr), Vendor_err: 0x77}))
+	f.Add(wcBytes(abi.IbUverbsWc{Wr_id: 2, Opcode: uint32(wr.WCRDMAWrite), Wc_flags: uint32(wr.WCWithInv), Ex: [4]byte{1, 2, 3, 4}}))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var w abi.IbUverbsWc
+		copy(bytesOf(&w), b)
+		var c wr.Completion
+		decodeWC(&c, &w)
+		imm := binary.NativeEndian.Uint32(w.Ex[:])
+		if c.Flags&wr.WCWithImm != 0 {
+			imm = binary.BigEndian.Uint32(w.Ex[:])
+		}
+		if c.ID != w.Wr_id || uint32(c.Status) != w.Status || uint32(c.Opcode) != w.Opcode ||
+			c.VendorErr != w.Vendor_err || c.ByteLen != w.Byte_len || c.Imm != imm ||
+			c.QPNum != w.Qp_num || c.SrcQP != w.Src_qp || uint32(c.Flags) != w.Wc_flags ||
+			c.PKeyIndex != w.Pkey_index || c.SLID != w.Slid || c.SL != w.Sl || c.DLIDPathBits != w.Dlid_path_bits {
+			t.Fatalf("decodeWC(%+v) = %+v", w, c)
+		}
+		_ = c.Err()
+	})
+}
+
+// FuzzCQRing maps a CQ ring whose header (element size, index mask,
+// producer and consumer indices) and elements are the fuzzer's, through
+// the real CQ creation, and polls it: a header that does not fit the
+// mapping must be refused, and polling one that does must stay inside it.
+func FuzzCQRing(f *testing.F) {
+	var ring []byte
+	for i := range 8 {
+		ring = append(ring, wcBytes(abi.IbUverbsWc{Wr_id: uint64(i), Byte_len: 64, Qp_num: 17})...)
+	}
+	f.Add(uint32(6), uint32(7), uint32(3), uint32(0), ring)
+	f.Add(uint32(6), uint32(7), uint32(1), uint32(6), ring)
+	f.Add(uint32(6), uint32(7), uint32(9), uint32(2), ring)  // producer past the mask
+	f.Add(uint32(6), uint32(15), uint32(3), uint32(0), ring) // more slots than mapped
+	f.Add(uint32(3), uint32(7), uint32(1), uint32(0), ring)  // elements smaller than a completion
+	f.Add(uint32(31), uint32(0), uint32(1), uint32(0), ring)
+	f.Fuzz(func(t *testing.T, log2, mask, prod, cons uint32, elems []byte) {
+		if len(elems) > 1<<16 {
+			return
+		}
+		mem := make([]byte, abi.SizeofRxeQueueBuf+len(elems))
+		hdr := (*abi.RxeQueueBuf)(unsafe.Pointer(&mem[0]))
+		hdr.Log2_elem_size, hdr.Index_mask = log2, mask
+		hdr.Producer_index, hdr.Consumer_index = prod, cons
+		copy(mem[abi.SizeofRxeQueueBuf:], elems)
+		k := &fakeKernel{rings: map[int64][]byte{4096: mem}}
+		b, err := (&Context{k: k}).NewCQ(int(mask))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.(*cqBuilder).resp.Mi = abi.Mminfo{Offset: 4096, Size: uint32(len(mem))}
+		p, err := b.Finish(provider.Created{Handle: 3, CQE: mask})
+		if err != nil {
+			return
+		}
+		cq := p.(*CQ)
+		if end := abi.SizeofRxeQueueBuf + (uint64(cq.q.mask)+1)<<cq.q.elemLog2; end > uint64(len(mem)) {
+			t.Fatalf("ring of %d slots of %d bytes accepted in %d bytes", cq.q.mask+1, cq.q.elemSize(), len(mem))
+		}
+		wc := make([]wr.Completion, 4)
+		for range 3 {
+			n := cq.Poll(wc)
+			if n < 0 || n > len(wc) {
+				t.Fatalf("Poll returned %d into %d", n, len(wc))
+			}
+			// The index the library stores is masked (before any poll
+			// it is whatever the kernel wrote).
+			if c := hdr.Consumer_index; n > 0 && c&^cq.q.mask != 0 {
+				t.Fatalf("consumer index %#x outside mask %#x", c, cq.q.mask)
+			}
+		}
+		if err := cq.Close(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
