@@ -154,37 +154,52 @@ func (s *nlSocket) request(msgType, flags uint16, payload []byte) ([]nlAttrs, er
 			}
 			return nil, err
 		}
-		msgs, err := parseNLMessages(buf[:n])
-		if err != nil {
+		var done bool
+		if out, done, err = nlReply(buf[:n], seq, flags, out); err != nil {
 			return nil, err
 		}
-		for _, m := range msgs {
-			if m.seq != seq {
-				continue
-			}
-			switch m.typ {
-			case unix.NLMSG_DONE:
-				return out, nil
-			case unix.NLMSG_ERROR:
-				if len(m.data) < 4 {
-					return nil, unix.EIO
-				}
-				if errno := -int32(ne.Uint32(m.data)); errno != 0 {
-					return nil, unix.Errno(errno)
-				}
-				// An ACK ends a non-dump request.
-				if flags&unix.NLM_F_DUMP == 0 {
-					return out, nil
-				}
-			default:
-				a, err := parseNLAttrs(m.data)
-				if err != nil {
-					return nil, err
-				}
-				out = append(out, a)
-			}
+		if done {
+			return out, nil
 		}
 	}
+}
+
+// nlReply reads one datagram of the kernel's answer to request seq, sent
+// with flags: it appends the attribute sets of the request's messages to
+// out and reports whether the answer is complete (the end of a dump, or
+// the ACK of a single request). Messages of other requests are skipped.
+func nlReply(b []byte, seq uint32, flags uint16, out []nlAttrs) ([]nlAttrs, bool, error) {
+	msgs, err := parseNLMessages(b)
+	if err != nil {
+		return nil, false, err
+	}
+	for _, m := range msgs {
+		if m.seq != seq {
+			continue
+		}
+		switch m.typ {
+		case unix.NLMSG_DONE:
+			return out, true, nil
+		case unix.NLMSG_ERROR:
+			if len(m.data) < 4 {
+				return nil, false, unix.EIO
+			}
+			if errno := -int32(binary.NativeEndian.Uint32(m.data)); errno != 0 {
+				return nil, false, unix.Errno(errno)
+			}
+			// An ACK ends a non-dump request.
+			if flags&unix.NLM_F_DUMP == 0 {
+				return out, true, nil
+			}
+		default:
+			a, err := parseNLAttrs(m.data)
+			if err != nil {
+				return nil, false, err
+			}
+			out = append(out, a)
+		}
+	}
+	return out, false, nil
 }
 
 type nlMsg struct {
