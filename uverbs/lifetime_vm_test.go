@@ -353,3 +353,86 @@ func TestDeviceRecvInErrorStateFlushes(t *testing.T) {
 		}
 	})
 }
+
+// Receive completions that overflow a slow poller's CQ are reported by
+// Poll as ErrCQOverrun once the CQ is drained, as send completions are
+// (TestDeviceCQOverrun).
+func TestDeviceCQOverrunRecv(t *testing.T) {
+	name := testenv.RequireDevice(t)
+	ctx, err := uverbs.Open(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.Close()
+	pd, err := ctx.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pd.Close()
+	gidIndex, gid := roceV2GID(t, ctx)
+	small, err := ctx.CreateCQ(uverbs.CQAttr{CQE: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer small.Close()
+	big, err := ctx.CreateCQ(uverbs.CQAttr{CQE: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer big.Close()
+	buf := make([]byte, 4096)
+	m, err := pd.RegMR(buf, wr.LocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	caps := provider.QPCaps{MaxSendWR: 32, MaxRecvWR: 32, MaxSendSGE: 1, MaxRecvSGE: 1}
+	recv, err := pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: big, RecvCQ: small, Cap: caps})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer recv.Close()
+	send, err := pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: big, RecvCQ: big, Cap: caps})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer send.Close()
+	connectPair(t, recv, send, gid, gidIndex)
+	connectPair(t, send, recv, gid, gidIndex)
+	n := small.CQE() + 8
+	for i := 0; i < n; i++ {
+		if _, err := recv.PostRecv([]wr.RecvWR{{ID: uint64(i), SGList: []wr.SGE{m.SGE(0, 64)}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < n; i++ {
+		if _, err := send.PostSend([]wr.SendWR{{ID: uint64(i), Opcode: wr.OpSend, Flags: wr.Signaled, SGList: []wr.SGE{m.SGE(64, 8)}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The receiver's CQ overruns on the fourth or so receive; rxe then
+	// stops taking the sends (the sender sees them time out), so only the
+	// receiver's CQ tells.
+	one := make([]wr.Completion, 1)
+	got := 0
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		k, err := small.Poll(one)
+		if err != nil {
+			if !errors.Is(err, uverbs.ErrCQOverrun) {
+				t.Fatalf("Poll after the overrun: %v; want ErrCQOverrun", err)
+			}
+			break
+		}
+		got += k
+		if k == 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("no ErrCQOverrun 10 s after %d receives overran a CQ of %d (%d polled)", n, small.CQE(), got)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	if got >= n {
+		t.Errorf("all %d receive completions polled from a CQ of %d", got, small.CQE())
+	}
+	t.Logf("%d receives, %d completions polled from a CQ of %d, then ErrCQOverrun", n, got, small.CQE())
+}
