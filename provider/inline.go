@@ -64,12 +64,11 @@ func ProbeInline(sges []wr.SGE) (err error) {
 		}
 		sink |= readByte(s.Addr + uint64(s.Length) - 1)
 	}
-	probeSink = sink
+	// The reads must not be dropped; KeepAlive keeps them without a
+	// shared variable, which posts probing at once would race on.
+	runtime.KeepAlive(sink)
 	return nil
 }
-
-// probeSink keeps the compiler from dropping the probe's reads.
-var probeSink byte
 
 // readByte reads the byte at a caller-given address. The address is not
 // converted from a uintptr, which vet and checkptr would flag: it is memory
