@@ -17,7 +17,7 @@ STATICCHECK_VERSION ?= v0.8.2
 export CGO_ENABLED := 0
 SHELL := /bin/bash
 
-.PHONY: all build vm testlog deps test test-unit test-vm test-device test-nodevice test-kernels demo bench generate check-generate lint vet clean
+.PHONY: all build vm testlog deps test test-unit test-fuzz test-race fuzz test-vm test-device test-nodevice test-kernels demo bench generate check-generate lint vet clean
 
 all: build
 
@@ -35,12 +35,55 @@ testlog:
 deps: vm testlog
 	$(VM) deps
 
-## test: host unit tests, the ABI check, every package in the VM on the
-## default kernel, and the device tests on the other kernels.
-test: vet test-unit check-generate test-vm test-device test-nodevice
+## test: host unit tests, a short run of every fuzz target, the ABI
+## check, every package in the VM on the default kernel, the device tests
+## on the other kernels, and the race detector's runs.
+test: vet test-unit test-fuzz check-generate test-vm test-device test-nodevice test-race
 
 test-unit:
 	$(GOTEST) ./...
+
+# The fuzz targets, found in the source: ./pkg:FuzzName for every
+# func FuzzName in a test file, committed or new.
+FUZZ_TARGETS = $(shell git ls-files -co --exclude-standard '*_test.go' | xargs grep -H '^func Fuzz' | \
+	sed -n 's|^\(.*\)/[^/]*_test.go:func \(Fuzz[A-Za-z0-9_]*\).*|./\1:\2|p')
+FUZZTIME      ?= 60s
+FUZZTIME_TEST ?= 2s
+
+# fuzzrun fuzzes each target for $(1), one after another (go test -fuzz
+# takes one target per run). A target's output is shown when it fails: it
+# names the input it wrote to the package's testdata/fuzz/.
+fuzzrun = fails=0; t0=$$(date +%s); for t in $(FUZZ_TARGETS); do \
+	pkg=$${t%%:*}; name=$${t\#*:}; t1=$$(date +%s); \
+	if out=$$($(GOTEST) -run '^$$' -fuzz "^$$name\$$" -fuzztime $(1) $$pkg 2>&1); then \
+		echo "ok   $$name ($$pkg, $(1)) $$(( $$(date +%s) - t1 )) s"; \
+	else \
+		echo "FAIL $$name ($$pkg, $(1))"; printf '%s\n' "$$out" | grep -v '^fuzz: elapsed'; fails=$$((fails+1)); \
+	fi; \
+done; echo "== $(words $(FUZZ_TARGETS)) fuzz targets, $$fails failed, $$(( $$(date +%s) - t0 )) s"; [ $$fails -eq 0 ]
+
+## test-fuzz: every fuzz target for FUZZTIME_TEST (2s) each; their seed
+## corpora also run as plain tests in test-unit.
+test-fuzz:
+	@$(call fuzzrun,$(FUZZTIME_TEST))
+
+## fuzz: every fuzz target for FUZZTIME (60s) each.
+fuzz:
+	@$(call fuzzrun,$(FUZZTIME))
+
+# The race detector needs cgo (-race requires cgo on linux/amd64); a race
+# test binary is dynamically linked, which the VM runs because it shares
+# the host's root. The device tests of cmd/rdmago take over five minutes
+# under -race (the tools' interop runs), so the device run is limited to
+# RACE_PKGS.
+RACE_PKGS ?= ./uverbs ./cm ./provider/...
+
+## test-race: the host unit tests, then the device tests of RACE_PKGS in
+## the VM on KERNEL, built with -race.
+test-race: GOTEST := CGO_ENABLED=1 $(GO) test -count=1 -race
+test-race: deps
+	$(GOTEST) ./...
+	$(call vmtest,--kernel $(KERNEL),-run '$(DEVICE_RUN)' $(RACE_PKGS),test-race)
 
 # vmtest runs go test in the VM (vm run flags $(1), go test's arguments
 # $(2)) through testlog, which logs everything to bin/$(3).log; the
