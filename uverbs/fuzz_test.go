@@ -255,3 +255,26 @@ func unsafeBytes[T any](s []T) []byte {
 	}
 	return unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), len(s)*int(unsafe.Sizeof(s[0])))
 }
+
+// FuzzSysfsIDs parses the GUIDs and GIDs sysfs prints (node_guid,
+// ports/N/gids/M), which the device list and the GID table fall back on:
+// what parses prints back as what parses the same.
+func FuzzSysfsIDs(f *testing.F) {
+	f.Add("08d7:0cff:feeb:627b")
+	f.Add("fe80:0000:0000:0000:0ad7:0cff:feeb:627b")
+	f.Add("0000:0000:0000:0000:0000:ffff:0a00:020f")
+	f.Add("1:2:3:4")
+	f.Add("ffff0:0:0:0")
+	f.Fuzz(func(t *testing.T, s string) {
+		if g, err := parseGUID(s); err == nil {
+			if g2, err := parseGUID(g.String()); err != nil || g2 != g {
+				t.Fatalf("GUID %q: %v printed as %q parses as %v, %v", s, g, g.String(), g2, err)
+			}
+		}
+		if g, ok := parseGIDString(s); ok {
+			if g2, ok := parseGIDString(g.String()); !ok || g2 != g {
+				t.Fatalf("GID %q: %v printed as %q parses as %v, %v", s, g, g.String(), g2, ok)
+			}
+		}
+	})
+}
