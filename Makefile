@@ -17,7 +17,7 @@ STATICCHECK_VERSION ?= v0.8.2
 export CGO_ENABLED := 0
 SHELL := /bin/bash
 
-.PHONY: all build vm testlog deps test test-unit test-fuzz test-race fuzz test-vm test-device test-nodevice test-kernels demo bench generate check-generate lint vet clean
+.PHONY: all build vm testlog deps test test-unit test-fuzz test-race fuzz stress test-vm test-device test-nodevice test-kernels demo bench generate check-generate lint vet clean
 
 all: build
 
@@ -84,6 +84,13 @@ test-race: GOTEST := CGO_ENABLED=1 $(GO) test -count=1 -race
 test-race: deps
 	$(GOTEST) ./...
 	$(call vmtest,--kernel $(KERNEL),-run '$(DEVICE_RUN)' $(RACE_PKGS),test-race)
+
+## stress: the stress tests (TestDeviceStress*: goroutines posting on one
+## QP, one polling, Close racing them) with STRESS_OPS operations each, in
+## the VM on KERNEL; make test runs them with 20000.
+STRESS_OPS ?= 1000000
+stress: deps
+	$(call vmtest,--kernel $(KERNEL) --env RDMAGO_STRESS_OPS=$(STRESS_OPS),-run '^TestDeviceStress' -v ./uverbs,stress)
 
 # vmtest runs go test in the VM (vm run flags $(1), go test's arguments
 # $(2)) through testlog, which logs everything to bin/$(3).log; the
