@@ -59,6 +59,18 @@ func objectKernel(t *testing.T) *fakeKernel {
 	return k
 }
 
+// objectContext opens a context on objectKernel, closed when the test ends.
+func objectContext(t *testing.T) (*fakeKernel, *Context) {
+	t.Helper()
+	k := objectKernel(t)
+	c, err := newContext(testDev, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return k, c
+}
+
 func wantClosed(t *testing.T, what string, err error) {
 	t.Helper()
 	if !errors.Is(err, ErrClosed) || !errors.Is(err, net.ErrClosed) {
@@ -69,12 +81,7 @@ func wantClosed(t *testing.T, what string, err error) {
 // A closed PD, CQ or SRQ never reaches the kernel again, as a receiver or
 // as an argument: its handle may already name a newer object.
 func TestClosedObjectsStayClosed(t *testing.T) {
-	k := objectKernel(t)
-	c, err := newContext(testDev, k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	k, c := objectContext(t)
 	old, err := c.AllocPD()
 	if err != nil {
 		t.Fatal(err)
@@ -152,12 +159,7 @@ func (fakeProvAH) ProviderAH() any { return fakeProvAH{} }
 // typed nil, closed, of another PD or of another type is an error naming
 // the work request, and the requests before it are posted.
 func TestUDSendAddressHandles(t *testing.T) {
-	k := objectKernel(t)
-	c, err := newContext(testDev, k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	_, c := objectContext(t)
 	pd, err := c.AllocPD()
 	if err != nil {
 		t.Fatal(err)

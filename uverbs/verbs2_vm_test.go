@@ -415,50 +415,90 @@ func TestDeviceDeregInUse(t *testing.T) {
 	}
 }
 
+// overrunRig is a context with a CQ of two entries (small), one of 64
+// (big), a region, and two RC QPs connected to each other: a, whose
+// completions of one kind go to small, and b, all on big.
+type overrunRig struct {
+	ctx        *uverbs.Context
+	small, big *uverbs.CQ
+	buf        *mr.Region
+	a, b       *uverbs.QP
+}
+
+// newOverrunRig makes the rig; smallRecv puts a's receive completions on
+// small (else its send completions).
+func newOverrunRig(t *testing.T, smallRecv bool) *overrunRig {
+	name := testenv.RequireDevice(t)
+	var r overrunRig
+	var err error
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.ctx, err = uverbs.Open(name)
+	must(err)
+	t.Cleanup(func() { r.ctx.Close() })
+	pd, err := r.ctx.AllocPD()
+	must(err)
+	t.Cleanup(func() { pd.Close() })
+	gidIndex, gid := roceV2GID(t, r.ctx)
+	r.small, err = r.ctx.CreateCQ(uverbs.CQAttr{CQE: 2})
+	must(err)
+	t.Cleanup(func() { r.small.Close() })
+	r.big, err = r.ctx.CreateCQ(uverbs.CQAttr{CQE: 64})
+	must(err)
+	t.Cleanup(func() { r.big.Close() })
+	r.buf, err = mr.New(pd, 4096, allAccess)
+	must(err)
+	t.Cleanup(func() { r.buf.Close() })
+	caps := provider.QPCaps{MaxSendWR: 32, MaxRecvWR: 32, MaxSendSGE: 1, MaxRecvSGE: 1}
+	sendCQ, recvCQ := r.small, r.big
+	if smallRecv {
+		sendCQ, recvCQ = r.big, r.small
+	}
+	r.a, err = pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: sendCQ, RecvCQ: recvCQ, Cap: caps})
+	must(err)
+	t.Cleanup(func() { r.a.Close() })
+	r.b, err = pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: r.big, RecvCQ: r.big, Cap: caps})
+	must(err)
+	t.Cleanup(func() { r.b.Close() })
+	connectPair(t, r.a, r.b, gid, gidIndex)
+	connectPair(t, r.b, r.a, gid, gidIndex)
+	return &r
+}
+
+// pollUntilOverrun polls cq one completion at a time until Poll reports
+// ErrCQOverrun, and returns how many completions came first.
+func pollUntilOverrun(t *testing.T, cq *uverbs.CQ) int {
+	t.Helper()
+	one := make([]wr.Completion, 1)
+	got := 0
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		k, err := cq.Poll(one)
+		if err != nil {
+			if !errors.Is(err, uverbs.ErrCQOverrun) || !errors.Is(err, unix.EOVERFLOW) {
+				t.Fatalf("Poll after the overrun: %v; want ErrCQOverrun (EOVERFLOW)", err)
+			}
+			return got
+		}
+		got += k
+		if k == 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("no ErrCQOverrun 10 s after the CQ of %d overran (%d polled)", cq.CQE(), got)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+}
+
 // TestDeviceCQOverrun lets more completions arrive than the CQ holds without
 // polling: the library must report it, as a CQ error event and as Poll's
 // error once the CQ is drained, and never hang or crash.
 func TestDeviceCQOverrun(t *testing.T) {
-	name := testenv.RequireDevice(t)
-	ctx, err := uverbs.Open(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ctx.Close()
-	pd, err := ctx.AllocPD()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pd.Close()
-	gidIndex, gid := roceV2GID(t, ctx)
-	small, err := ctx.CreateCQ(uverbs.CQAttr{CQE: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer small.Close()
-	big, err := ctx.CreateCQ(uverbs.CQAttr{CQE: 64})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer big.Close()
-	buf, err := mr.New(pd, 4096, allAccess)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer buf.Close()
-	caps := provider.QPCaps{MaxSendWR: 32, MaxRecvWR: 32, MaxSendSGE: 1, MaxRecvSGE: 1}
-	a, err := pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: small, RecvCQ: big, Cap: caps})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	b, err := pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: big, RecvCQ: big, Cap: caps})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	connectPair(t, a, b, gid, gidIndex)
-	connectPair(t, b, a, gid, gidIndex)
+	r := newOverrunRig(t, false)
+	ctx, small, buf, a := r.ctx, r.small, r.buf, r.a
 	n := small.CQE() + 8
 	wrs := make([]wr.SendWR, n)
 	for i := range wrs {
@@ -478,25 +518,35 @@ func TestDeviceCQOverrun(t *testing.T) {
 	}
 	// A slow poller learns of the loss from Poll itself: the completions
 	// the CQ holds come first, then ErrCQOverrun.
-	var got []wr.Completion
-	one := make([]wr.Completion, 1)
-	for {
-		k, err := small.Poll(one)
-		if err != nil {
-			if !errors.Is(err, uverbs.ErrCQOverrun) || !errors.Is(err, unix.EOVERFLOW) {
-				t.Fatalf("Poll after the overrun: %v; want ErrCQOverrun (EOVERFLOW)", err)
-			}
-			break
-		}
-		if k == 0 {
-			t.Fatalf("Poll found the overrun CQ empty without an error after %d completions", len(got))
-		}
-		got = append(got, one[:k]...)
+	got := pollUntilOverrun(t, small)
+	if got >= n {
+		t.Errorf("all %d completions polled from a CQ of %d", got, small.CQE())
 	}
-	if len(got) >= n {
-		t.Errorf("all %d completions polled from a CQ of %d", len(got), small.CQE())
+	t.Logf("overrun reported as %v; %d of %d completions polled, then %v", ev, got, n, uverbs.ErrCQOverrun)
+}
+
+// Receive completions that overflow a slow poller's CQ are reported the
+// same way.
+func TestDeviceCQOverrunRecv(t *testing.T) {
+	r := newOverrunRig(t, true)
+	n := r.small.CQE() + 8
+	for i := 0; i < n; i++ {
+		if _, err := r.a.PostRecv([]wr.RecvWR{{ID: uint64(i), SGList: []wr.SGE{r.buf.SGE(0, 64)}}}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	t.Logf("overrun reported as %v; %d of %d completions polled, then %v", ev, len(got), n, uverbs.ErrCQOverrun)
+	for i := 0; i < n; i++ {
+		if _, err := r.b.PostSend([]wr.SendWR{{ID: uint64(i), Opcode: wr.OpSend, Flags: wr.Signaled, SGList: []wr.SGE{r.buf.SGE(64, 8)}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// rxe stops taking the sends once the receiver's CQ overran (the
+	// sender sees them time out): only the receiver's CQ tells.
+	got := pollUntilOverrun(t, r.small)
+	if got >= n {
+		t.Errorf("all %d receive completions polled from a CQ of %d", got, r.small.CQE())
+	}
+	t.Logf("%d receives, %d completions polled from a CQ of %d, then ErrCQOverrun", n, got, r.small.CQE())
 }
 
 // kernelRelease returns the running kernel's release, e.g. "6.1.0-57-amd64".
