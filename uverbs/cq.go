@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"runtime"
 	"sync"
@@ -322,8 +323,11 @@ type CQAttr struct {
 
 // CreateCQ creates a completion queue (ibv_create_cq).
 func (c *Context) CreateCQ(attr CQAttr) (*CQ, error) {
-	if attr.CQE < 1 {
-		return nil, &Error{Op: "create CQ", Err: fmt.Errorf("CQE %d: %w", attr.CQE, unix.EINVAL)}
+	if attr.CQE < 1 || attr.CQE > math.MaxInt32 {
+		return nil, &Error{Op: "create CQ", Err: fmt.Errorf("CQE %d, not in 1..2^31-1: %w", attr.CQE, unix.EINVAL)}
+	}
+	if attr.CompVector < 0 || (c.numCompVectors > 0 && attr.CompVector >= c.numCompVectors) {
+		return nil, &Error{Op: "create CQ", Err: fmt.Errorf("completion vector %d, the device has %d: %w", attr.CompVector, c.numCompVectors, unix.EINVAL)}
 	}
 	if attr.Channel != nil && attr.Channel.ctx != c {
 		return nil, &Error{Op: "create CQ", Err: fmt.Errorf("completion channel of another context: %w", unix.EINVAL)}

@@ -299,3 +299,14 @@ func TestRegisteredMemoryOutlivesDroppedMR(t *testing.T) {
 		t.Fatalf("%d deregistrations, memory freed before: %v; want one, before the memory went", deregs, early)
 	}
 }
+
+// Counts out of range are refused with a clear error, not truncated into
+// the 32 bits the kernel takes.
+func TestCreateCQOutOfRange(t *testing.T) {
+	_, c := objectContext(t)
+	for _, a := range []CQAttr{{CQE: 0}, {CQE: -1}, {CQE: 1<<32 + 1}, {CQE: 1, CompVector: -1}, {CQE: 1, CompVector: 1}} {
+		if _, err := c.CreateCQ(a); !errors.Is(err, unix.EINVAL) {
+			t.Errorf("CreateCQ(%+v): %v, want EINVAL", a, err)
+		}
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rdmago/rdma/internal/testenv"
+	"github.com/rdmago/rdma/mr"
 	"github.com/rdmago/rdma/provider"
 	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/uverbs"
@@ -352,4 +353,54 @@ func TestDeviceRecvInErrorStateFlushes(t *testing.T) {
 			t.Errorf("receive after the QP failed: %+v; want a flushed receive 8", c)
 		}
 	})
+}
+
+// Inline sends racing Close of the region they read from never fault: the
+// region's memory is Go memory, alive as long as anything refers to it.
+func TestDeviceInlineRacesRegionClose(t *testing.T) {
+	r := newRig(t, qp.RC, provider.QPCaps{MaxSendWR: 16, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64})
+	for i := 0; i < 50; i++ {
+		reg, err := mr.New(r.pd, 4096, wr.LocalWrite)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sge := reg.SGE(0, 64)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			wc := make([]wr.Completion, 16)
+			for j := 0; j < 20; j++ {
+				// Unsignaled RDMA writes into the peer's region.
+				r.a.qp.PostSend([]wr.SendWR{{Opcode: wr.OpRDMAWrite, Flags: wr.Inline, SGList: []wr.SGE{sge},
+					RemoteAddr: r.b.buf.Addr(), RKey: r.b.buf.RKey}})
+				r.a.cq.Poll(wc)
+			}
+		}()
+		check(t, "close region", reg.Close())
+		<-done
+	}
+	// The QP is still good: a signaled write completes.
+	if _, err := r.a.qp.PostSend([]wr.SendWR{{ID: 1, Opcode: wr.OpRDMAWrite, Flags: wr.Signaled,
+		SGList: []wr.SGE{r.a.buf.SGE(0, 8)}, RemoteAddr: r.b.buf.Addr(), RKey: r.b.buf.RKey}}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		wc := make([]wr.Completion, 16)
+		n, err := r.a.cq.Poll(wc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range wc[:n] {
+			if c.ID == 1 {
+				if c.Status != wr.Success {
+					t.Fatalf("write after the races: %v", c.Status)
+				}
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no completion for the write after the races")
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
