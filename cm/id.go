@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"net/netip"
 	"runtime"
 	"sync"
@@ -739,8 +740,10 @@ func (id *ID) connParamToKern(op string, dst *abi.RdmaUcmConnParam, src *ConnPar
 		dst.Flow_control = src.FlowControl
 		dst.Retry_count = src.RetryCount
 		dst.Rnr_retry_count = src.RNRRetryCount
-		if n+len(src.PrivateData) > len(dst.Private_data) {
-			return errf(op, unix.EINVAL, "%d bytes of private data, more than %d", n+len(src.PrivateData), MaxPrivateData)
+		// The kernel's buffer has 256 bytes but its length is one byte
+		// (as librdmacm's private_data_len): 256 would go as 0.
+		if n+len(src.PrivateData) > math.MaxUint8 {
+			return errf(op, unix.EINVAL, "%d bytes of private data, more than %d", n+len(src.PrivateData), math.MaxUint8)
 		}
 		n += copy(dst.Private_data[n:], src.PrivateData)
 	} else {
@@ -908,8 +911,8 @@ func (id *ID) reject(privateData []byte, reason uint8) error {
 	c := newCmd[abi.RdmaUcmReject](abi.RDMA_USER_CM_CMD_REJECT, 0)
 	c.body.Id = id.handle
 	c.body.Reason = reason
-	if len(privateData) > len(c.body.Private_data) {
-		return errf("reject", unix.EINVAL, "%d bytes of private data, more than %d", len(privateData), MaxPrivateData)
+	if len(privateData) > math.MaxUint8 {
+		return errf("reject", unix.EINVAL, "%d bytes of private data, more than %d (the length is one byte)", len(privateData), math.MaxUint8)
 	}
 	c.body.Private_data_len = uint8(copy(c.body.Private_data[:], privateData))
 	return wrapErr("reject", exec(f, c, nil))

@@ -661,3 +661,16 @@ func TestSyncConnectWithoutQP(t *testing.T) {
 		t.Error("not connected after Establish")
 	}
 }
+
+// Private data travels with a one-byte length: 255 bytes go whole, 256 are
+// refused rather than sent as none.
+func TestPrivateDataLength(t *testing.T) {
+	id := &ID{}
+	var dst abi.RdmaUcmConnParam
+	if err := id.connParamToKern("connect", &dst, &ConnParam{PrivateData: make([]byte, 255)}, 0, false); err != nil || dst.Private_data_len != 255 {
+		t.Errorf("255 bytes: length %d, %v", dst.Private_data_len, err)
+	}
+	if err := id.connParamToKern("connect", &dst, &ConnParam{PrivateData: make([]byte, 256)}, 0, false); !errors.Is(err, unix.EINVAL) {
+		t.Errorf("256 bytes: %v, want EINVAL", err)
+	}
+}
