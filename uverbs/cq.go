@@ -156,10 +156,18 @@ func (ch *CompChannel) read(ctx context.Context) error {
 
 // setPending records the n bytes of event descriptions in buf (under mu).
 func (ch *CompChannel) setPending(n int) {
-	ch.pending = ch.pendingArr[:0]
-	for i := 0; i+8 <= n; i += 8 {
-		ch.pending = append(ch.pending, binary.NativeEndian.Uint64(ch.buf[i:]))
+	ch.pending = parseCompEvents(ch.buf[:n], &ch.pendingArr)
+}
+
+// parseCompEvents decodes the completion event descriptions (struct
+// ib_uverbs_comp_event_desc: the CQ's user handle, 8 bytes) in b into out;
+// a trailing partial one is ignored.
+func parseCompEvents(b []byte, out *[16]uint64) []uint64 {
+	hs := out[:0]
+	for i := 0; i+8 <= len(b) && len(hs) < len(out); i += 8 {
+		hs = append(hs, binary.NativeEndian.Uint64(b[i:]))
 	}
+	return hs
 }
 
 // directSlice bounds each of GetEventDirect's sleeps in the kernel, so

@@ -126,6 +126,7 @@ func (c *Context) startEvents() error {
 func (ev *asyncEvents) run() {
 	defer close(ev.done)
 	var buf [32 * 16]byte
+	var parsed [32]rawEvent
 	for {
 		n, err := ev.file.Read(buf[:])
 		if err == nil && n == 0 {
@@ -138,8 +139,7 @@ func (ev *asyncEvents) run() {
 			return
 		}
 		ev.mu.Lock()
-		for i := 0; i+16 <= n; i += 16 {
-			e := rawEvent{element: binary.NativeEndian.Uint64(buf[i:]), typ: EventType(binary.NativeEndian.Uint32(buf[i+8:]))}
+		for _, e := range parseAsyncEvents(buf[:n], &parsed) {
 			if e.typ == EventCQErr {
 				ev.reg.mu.Lock()
 				if o := ev.reg.cqs[e.element].o.Value(); o != nil {
@@ -159,6 +159,17 @@ func (ev *asyncEvents) run() {
 		default:
 		}
 	}
+}
+
+// parseAsyncEvents decodes the whole event descriptions (struct
+// ib_uverbs_async_event_desc, 16 bytes) in b into out, which has room for
+// a full read; a trailing partial one is ignored.
+func parseAsyncEvents(b []byte, out *[32]rawEvent) []rawEvent {
+	evs := out[:0]
+	for i := 0; i+16 <= len(b) && len(evs) < len(out); i += 16 {
+		evs = append(evs, rawEvent{element: binary.NativeEndian.Uint64(b[i:]), typ: EventType(binary.NativeEndian.Uint32(b[i+8:]))})
+	}
+	return evs
 }
 
 // GetAsyncEvent waits for the next asynchronous event of the device
