@@ -379,12 +379,21 @@ func TestDeviceInlineRacesRegionClose(t *testing.T) {
 		check(t, "close region", reg.Close())
 		<-done
 	}
-	// The QP is still good: a signaled write completes.
-	if _, err := r.a.qp.PostSend([]wr.SendWR{{ID: 1, Opcode: wr.OpRDMAWrite, Flags: wr.Signaled,
-		SGList: []wr.SGE{r.a.buf.SGE(0, 8)}, RemoteAddr: r.b.buf.Addr(), RKey: r.b.buf.RKey}}); err != nil {
-		t.Fatal(err)
+	// The QP is still good: a signaled write completes, once the send
+	// queue has room again.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		_, err := r.a.qp.PostSend([]wr.SendWR{{ID: 1, Opcode: wr.OpRDMAWrite, Flags: wr.Signaled,
+			SGList: []wr.SGE{r.a.buf.SGE(0, 8)}, RemoteAddr: r.b.buf.Addr(), RKey: r.b.buf.RKey}})
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, unix.ENOMEM) || time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Millisecond)
 	}
-	for deadline := time.Now().Add(20 * time.Second); ; {
+	for {
 		wc := make([]wr.Completion, 16)
 		n, err := r.a.cq.Poll(wc)
 		if err != nil {
