@@ -89,7 +89,7 @@ func runDoctor(args []string, stdout, stderr io.Writer) int {
 	verbose := fs.Bool("v", false, "list every generated ABI type and whether the kernel's BTF has it")
 	mem := fs.String("mem", "64MiB", "the `size` of memory the application registers, for the memlock check (e.g. 4096, 512KiB, 1GiB)")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: rdmago doctor [-v] [-mem size]\n\n"+
+		fmt.Fprintf(fs.Output(), "usage: rdmago doctor [-v] [-mem size]\n\n"+
 			"Checks the device nodes, the memlock limit, the kernel modules, the\n"+
 			"network namespace, the GID tables and the kernel's ABI against the\n"+
 			"one rdmago was built for. Each check prints ok, or the problem and\n"+
