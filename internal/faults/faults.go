@@ -59,6 +59,10 @@ type Policy struct {
 	// REP, RTU, DREQ…, see the Attr constants); nil matches any packet.
 	// Setting it implies DestQPN 1.
 	MADAttr *uint16
+	// SkipQP1 leaves packets to QP1 (the CM's MADs) alone, so that loss on
+	// a data stream does not also stretch connection setup and teardown by
+	// the CM's retry timeouts.
+	SkipQP1 bool
 
 	// Every acts on every Nth matching packet (the Nth, 2Nth…); 0 or 1 acts
 	// on each.
@@ -256,6 +260,7 @@ const (
 	flagLimit   = 1 << 6
 	flagCorrupt = 1 << 7
 	flagAttr    = 1 << 8
+	flagSkipQP1 = 1 << 9
 
 	statSeen      = 0
 	statMatched   = 8
@@ -311,6 +316,12 @@ func (p Policy) encode() ([]byte, error) {
 		le.PutUint32(b[polOpcode:], uint32(*p.Opcode))
 	}
 	qpn := p.DestQPN
+	if p.SkipQP1 {
+		if p.MADAttr != nil || (p.DestQPN != nil && *p.DestQPN == 1) {
+			return nil, errors.New("faults: SkipQP1 with a match on QP1 matches nothing")
+		}
+		fl |= flagSkipQP1
+	}
 	if p.MADAttr != nil {
 		one := uint32(1)
 		if qpn != nil && *qpn != 1 {

@@ -105,6 +105,7 @@ func TestDeviceFaultsProgram(t *testing.T) {
 		{"psn range", Policy{Enabled: true, PSNRange: true, PSNFirst: 0xfffffe, PSNLast: 0xffffff},
 			[][]byte{w, frame(0x0a, 0x11, 0xfffffd, nil), frame(0x0a, 0x11, 0xfffffe, nil), frame(0x0a, 0x11, 0xffffff, nil)},
 			[]uint32{xdpPass, xdpPass, xdpDrop, xdpDrop}},
+		{"skip QP1", Policy{Enabled: true, SkipQP1: true}, [][]byte{madFrame(AttrREQ), w}, []uint32{xdpPass, xdpDrop}},
 		{"MAD REP", Policy{Enabled: true, MADAttr: u16(AttrREP)},
 			[][]byte{madFrame(AttrREQ), madFrame(AttrREP), frame(0x64, 1, 0, nil), w}, []uint32{xdpPass, xdpDrop, xdpPass, xdpPass}},
 	} {
@@ -187,6 +188,7 @@ func TestFaultsBadPolicy(t *testing.T) {
 		{Enabled: true, Action: 7},
 		{Enabled: true, Action: Corrupt, CorruptOffset: 4096},
 		{Enabled: true, MADAttr: u16(AttrREQ), DestQPN: u32(2)},
+		{Enabled: true, MADAttr: u16(AttrREQ), SkipQP1: true},
 	} {
 		if _, err := p.encode(); err == nil {
 			t.Errorf("%+v: no error", p)

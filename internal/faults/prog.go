@@ -81,7 +81,12 @@ func program(policyFD, statsFD int) asm.Instructions {
 		asm.LoadMem(R2, R7, offOpcode, asm.Byte), asm.LoadMem(R4, R6, polOpcode, asm.Word),
 		asm.JNE.Reg(R2, R4, "pass"),
 
-		asm.Mov.Reg(R2, R3).WithSymbol("qpn"), asm.And.Imm(R2, flagQPN), asm.JEq.Imm(R2, 0, "psn"),
+		asm.Mov.Reg(R2, R3).WithSymbol("qpn"), asm.And.Imm(R2, flagSkipQP1), asm.JEq.Imm(R2, 0, "qpn2"),
+	)
+	addI(be24(offDestQP))
+	add(
+		asm.JEq.Imm(R2, 1, "pass"),
+		asm.Mov.Reg(R2, R3).WithSymbol("qpn2"), asm.And.Imm(R2, flagQPN), asm.JEq.Imm(R2, 0, "psn"),
 	)
 	addI(be24(offDestQP))
 	add(
