@@ -212,3 +212,16 @@ test-pair: vm build
 		1 '^\[a\] rdma_server: end 0$$' 1 '^\[b\] rdma_client: end 0$$' 1 "^\[a\] rdma_server: $$zeros" 1 "^\[b\] rdma_client: $$zeros"; \
 	echo "== test-pair ($(KERNEL)): 6 pairs, $$fails failed, $$(( $$(date +%s) - t0 )) s; full output in $$log"; \
 	[ $$fails -eq 0 ]
+
+## test-faults: RoCEv2 recovery between two VMs (vm pair, KERNEL for both)
+## under packets dropped or corrupted by internal/faults's XDP program:
+## rping (rdmago and rdma-core's, both ways) with 1% and 10% loss, 64 KiB
+## pings, corrupted bytes. Logged to bin/test-faults-KERNEL.log; see
+## docs/reliability.md. test-pair runs its short, deterministic set.
+.PHONY: test-faults test-faults-short faultrun
+faultrun:
+	CGO_ENABLED=0 $(GO) build -trimpath -o bin/faultrun ./hack/faultrun
+test-faults: vm build faultrun
+	KERNEL=$(KERNEL) VM=$(VM) hack/test-faults.sh all
+test-faults-short: vm build faultrun
+	KERNEL=$(KERNEL) VM=$(VM) hack/test-faults.sh short
