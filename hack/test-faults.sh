@@ -7,7 +7,7 @@
 # buffer, RDMA write back, and sends in both directions), so a case passes
 # only when every ping arrived intact.
 #
-#   hack/test-faults.sh [all|short|measure]   (KERNEL, VM: as in the Makefile)
+#   hack/test-faults.sh [all|short|targeted|measure]   (KERNEL, VM: as in the Makefile)
 #
 # measure is no pass/fail set: it times a clean run for comparison, and
 # retry exhaustion (everything the client receives dropped from 2 s on),
@@ -82,13 +82,18 @@ if [ "$set_" = measure ]; then
 fi
 
 # Every 100th data packet lost (1%), deterministic: the short set.
+if [ "$set_" != targeted ]; then
 for c in "c r" "r c" "r r"; do
 	s=$(tool ${c% *}) k=$(tool ${c#* })
 	pair "drop every 100th, rping -S 1000 -C 50: $(who ${c% *}) server, $(who ${c#* }) client" 60s \
 		"$F -data -every 100 -timeout 50s -- $s -s -v -V -a $A -C 50 -S 1000" "$F -off -- $k -c -v -V -a $A -C 50 -S 1000" \
 		50 "$pa" 50 "$pb" 1 "$dropped" + "$retried"
 done
+fi
 [ "$set_" = short ] && { echo "== test-faults short ($KERNEL): $n cases, $fails failed, $(($(date +%s) - t0)) s; output in $log"; exit $((fails > 0)); }
+
+# targeted: the targeted drops alone.
+if [ "$set_" != targeted ]; then
 
 # Random loss, 1%: small and 64 KiB pings.
 for c in "c r" "r c" "r r" "c c"; do
@@ -125,6 +130,25 @@ for c in "c r" "r r"; do
 	pair "corrupt every 20th, rping -S 1000 -C 50: $(who ${c% *}) server, $(who ${c#* }) client" 90s \
 		"$F -data -corrupt -every 20 -timeout 80s -- $s -s -v -V -a $A -C 50 -S 1000" "$F -off -- $k -c -v -V -a $A -C 50 -S 1000" \
 		50 "$pa" 50 "$pb" 1 '^\[a\] faultrun: eth0: .* corrupted [1-9]' + "$retried"
+done
+
+fi
+
+# Targeted drops, once each: the first ACK the server receives (for its
+# RDMA write or send), its first RDMA read response, and with 64 KiB pings
+# the last packet of a multi-packet read response (at the server) and of a
+# multi-packet RDMA write (at the client, which the server writes to).
+# A lost ACK needs no retransmission when a later, cumulative ACK covers it
+# before the timeout, so that case asks only that nothing else goes wrong.
+for t in "a ack 1000 -" "a read_response_only 1000 +" "a read_response_last 65535 +" "b write_last 65535 +"; do
+	set -- $t
+	rr=("$4" "$retried")
+	[ "$4" = - ] && rr=()
+	fa="$F -off --" fb="$F -off --"
+	if [ "$1" = a ]; then fa="$F -opcode $2 -limit 1 -timeout 80s --"; else fb="$F -opcode $2 -limit 1 -timeout 80s --"; fi
+	pair "first $2 dropped at $1, rping -S $3 -C 5: rdmago server, rdmago client" 90s \
+		"$fa $R rping -s -V -a $A -C 5 -S $3" "$fb $R rping -c -V -a $A -C 5 -S $3" \
+		1 "^\\[$1\\] faultrun: eth0: .* dropped 1 " "${rr[@]}"
 done
 
 echo "== test-faults ($KERNEL): $n cases, $fails failed, $(($(date +%s) - t0)) s; output in $log"
