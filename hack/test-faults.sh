@@ -7,7 +7,7 @@
 # buffer, RDMA write back, and sends in both directions), so a case passes
 # only when every ping arrived intact.
 #
-#   hack/test-faults.sh [all|short|targeted|measure]   (KERNEL, VM: as in the Makefile)
+#   hack/test-faults.sh [all|short|targeted|cm|measure]   (KERNEL, VM: as in the Makefile)
 #
 # measure is no pass/fail set: it times a clean run for comparison, and
 # retry exhaustion (everything the client receives dropped from 2 s on),
@@ -18,6 +18,8 @@
 # recovery time.
 set -uo pipefail
 set_=${1:-all}
+# want SET: whether this run includes SET (all includes every one but measure).
+want() { [ "$set_" = "$1" ] || { [ "$set_" = all ] && [ "$1" != measure ]; }; }
 KERNEL=${KERNEL:-bookworm}
 VM=${VM:-bin/vm}
 R=$PWD/bin/rdmago F=$PWD/bin/faultrun C=/usr/bin/rping A=10.0.5.1
@@ -77,12 +79,17 @@ if [ "$set_" = measure ]; then
 		pair "retry exhaustion (measured): all dropped at the $(who ${c#* }) client from 2 s" 90s \
 			"$s -s -V -a $A -C 100000 -S 1000" "$F -data -after 2s -timeout 70s -- $k -c -V -a $A -C 100000 -S 1000"
 	done
+	# The same with a retry count of 6, which rxe counts down (7 is
+	# "forever" to rxe): RETRY_EXC_ERR after 7 timeouts.
+	pair "retry exhaustion (measured): all dropped at an ib_write_bw --retry_count 6 client from 3 s" 100s \
+		"/usr/bin/ib_write_bw -R --retry_count 6 -D 60" \
+		"$F -data -after 3s -timeout 80s -- /usr/bin/ib_write_bw -R --retry_count 6 -D 60 $A"
 	echo "== test-faults measure ($KERNEL): $n cases, $(($(date +%s) - t0)) s; output in $log"
 	exit 0
 fi
 
 # Every 100th data packet lost (1%), deterministic: the short set.
-if [ "$set_" != targeted ]; then
+if want short; then
 for c in "c r" "r c" "r r"; do
 	s=$(tool ${c% *}) k=$(tool ${c#* })
 	pair "drop every 100th, rping -S 1000 -C 50: $(who ${c% *}) server, $(who ${c#* }) client" 60s \
@@ -90,10 +97,10 @@ for c in "c r" "r c" "r r"; do
 		50 "$pa" 50 "$pb" 1 "$dropped" + "$retried"
 done
 fi
+
 [ "$set_" = short ] && { echo "== test-faults short ($KERNEL): $n cases, $fails failed, $(($(date +%s) - t0)) s; output in $log"; exit $((fails > 0)); }
 
-# targeted: the targeted drops alone.
-if [ "$set_" != targeted ]; then
+if want all; then
 
 # Random loss, 1%: small and 64 KiB pings.
 for c in "c r" "r c" "r r" "c c"; do
@@ -140,6 +147,7 @@ fi
 # multi-packet RDMA write (at the client, which the server writes to).
 # A lost ACK needs no retransmission when a later, cumulative ACK covers it
 # before the timeout, so that case asks only that nothing else goes wrong.
+if want targeted; then
 for t in "a ack 1000 -" "a read_response_only 1000 +" "a read_response_last 65535 +" "b write_last 65535 +"; do
 	set -- $t
 	rr=("$4" "$retried")
@@ -150,6 +158,23 @@ for t in "a ack 1000 -" "a read_response_only 1000 +" "a read_response_last 6553
 		"$fa $R rping -s -V -a $A -C 5 -S $3" "$fb $R rping -c -V -a $A -C 5 -S $3" \
 		1 "^\\[$1\\] faultrun: eth0: .* dropped 1 " "${rr[@]}"
 done
+fi
+
+# rdma_cm: the first REQ (at the server), REP (at the client) or RTU (at
+# the server) lost. The CM resends it after its response timeout and the
+# connection comes up. A lost DREQ is not here: rping (rdma-core's and
+# rdmago's) destroys its ID right after disconnecting, which stops the CM
+# resending the DREQ, so the server is never told (docs/reliability.md).
+if want cm; then
+	for t in "a REQ" "b REP" "a RTU"; do
+		set -- $t
+		fa="$F -off --" fb="$F -off --"
+		if [ "$1" = a ]; then fa="$F -mad $2 -limit 1 -timeout 80s --"; else fb="$F -mad $2 -limit 1 -timeout 80s --"; fi
+		pair "rdma_cm: first $2 dropped at $1, rping -C 5: rdmago server, rdmago client" 90s \
+			"$fa $R rping -s -v -V -a $A -C 5" "$fb $R rping -c -v -V -a $A -C 5" \
+			5 "$pa" 5 "$pb" 1 "^\\[$1\\] faultrun: eth0: .* dropped 1 "
+	done
+fi
 
 echo "== test-faults ($KERNEL): $n cases, $fails failed, $(($(date +%s) - t0)) s; output in $log"
 [ $fails -eq 0 ]
