@@ -130,6 +130,23 @@ else
 	echo "skip 10% loss on bookworm: rxe in 6.1 stalls (rdma-core's tools alike; docs/reliability.md)"
 fi
 
+# RDMA write and send streams (perftest's ib_write_bw and ib_send_bw, and
+# rdmago's, against each other) under 1% loss at the server, which receives
+# the data: out-of-sequence packets make the server NAK and the client go
+# back to the lost PSN at once, without waiting for a timeout. perftest
+# checks no data; the point is that the streams finish.
+bw() { case $1 in c) echo "/usr/bin/ib_$2" ;; r) echo "$R ib_$2" ;; esac; }
+bwho() { case $1 in c) echo "perftest" ;; r) echo "rdmago" ;; esac; }
+for t in "write_bw 65536 100" "write_bw 64 2000" "send_bw 65536 100" "send_bw 64 2000"; do
+	set -- $t
+	for c in "c r" "r c"; do
+		s=$(bw ${c% *} $1) k=$(bw ${c#* } $1)
+		pair "1% loss, $1 -s $2 -n $3: $(bwho ${c% *}) server, $(bwho ${c#* }) client" 90s \
+			"$F -data -p 0.01 -timeout 80s -- $s -s $2 -n $3" "$F -off -- $k -s $2 -n $3 $A" \
+			2 "^\\[.\\] +$2 +$3 " 1 "$dropped"
+	done
+done
+
 # A corrupted byte (every 20th data packet): rxe's ICRC check drops it and
 # the sender retransmits.
 for c in "c r" "r r"; do
