@@ -215,9 +215,10 @@ test-pair: vm build
 
 ## test-faults: RoCEv2 recovery between two VMs (vm pair, KERNEL for both)
 ## under packets dropped or corrupted by internal/faults's XDP program:
-## rping (rdmago and rdma-core's, both ways) with 1% and 10% loss, 64 KiB
-## pings, corrupted bytes. Logged to bin/test-faults-KERNEL.log; see
-## docs/reliability.md. test-pair runs its short, deterministic set.
+## rping and perftest (rdmago and rdma-core's, both ways) with 1% and 10%
+## loss, 64 KiB messages, corrupted bytes, targeted drops, lost CM MADs.
+## Logged to bin/test-faults-KERNEL.log; see docs/reliability.md. test-pair
+## runs its short, deterministic set.
 .PHONY: test-faults test-faults-short faultrun
 faultrun:
 	CGO_ENABLED=0 $(GO) build -trimpath -o bin/faultrun ./hack/faultrun
