@@ -51,7 +51,9 @@ pair() {
 		fi
 		shift 2
 	done
-	if [ -n "$bad" ]; then
+	if [ "$set_" = measure ]; then
+		echo "done $name ($(($(date +%s) - t1)) s)${bad:+: $bad}"
+	elif [ -n "$bad" ]; then
 		echo "FAIL $name ($(($(date +%s) - t1)) s): $bad"
 		fails=$((fails + 1))
 	else
