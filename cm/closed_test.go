@@ -116,7 +116,7 @@ func TestClosedID(t *testing.T) {
 		if err := id.Close(); err != nil {
 			t.Errorf("Close after Destroy: %v", err)
 		}
-		if id.QP() != nil || id.Verbs() != nil || id.SendCQ() != nil {
+		if id.QP() != nil || id.Verbs() != nil || id.PD() != nil || id.SendCQ() != nil {
 			t.Error("a destroyed ID still names verbs objects")
 		}
 	}

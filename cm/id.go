@@ -430,11 +430,14 @@ func (id *ID) Verbs() *uverbs.Context {
 
 // PD returns the protection domain the ID's QP and memory use: the device's
 // shared one, or the one given to CreateEP or CreateQP. It is nil before the
-// ID is bound to a device. The shared one is kept open with the device's
-// context (see Verbs): do not close it.
+// ID is bound to a device and after Destroy, as Verbs is. The shared one is
+// kept open with the device's context (see Verbs): do not close it.
 func (id *ID) PD() *uverbs.PD {
 	id.mu.Lock()
 	defer id.mu.Unlock()
+	if id.destroyed.Load() {
+		return nil
+	}
 	return id.pd
 }
 
