@@ -148,17 +148,20 @@ func TestDeviceErrors(t *testing.T) {
 	}
 }
 
+// openFDs counts the process's open descriptors.
+func openFDs(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
+}
+
 // Opening and closing many contexts must not leak descriptors.
 func TestDeviceNoLeak(t *testing.T) {
 	name := testenv.RequireDevice(t)
-	count := func() int {
-		ents, err := os.ReadDir("/proc/self/fd")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return len(ents)
-	}
-	before := count()
+	before := openFDs(t)
 	for i := 0; i < 50; i++ {
 		ctx, err := uverbs.Open(name)
 		if err != nil {
@@ -169,7 +172,7 @@ func TestDeviceNoLeak(t *testing.T) {
 		}
 		ctx.Close()
 	}
-	if after := count(); after != before {
+	if after := openFDs(t); after != before {
 		t.Fatalf("open descriptors went from %d to %d over 50 open/close cycles", before, after)
 	}
 }

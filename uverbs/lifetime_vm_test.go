@@ -5,8 +5,6 @@ import (
 	"errors"
 	"net"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"strings"
@@ -28,15 +26,11 @@ import (
 // program made, as rdma res lists them.
 func resCount(t *testing.T, kind string) int {
 	t.Helper()
-	out, err := exec.Command("/usr/bin/rdma", "res", "show", kind).CombinedOutput()
+	lines, err := ourResLines(kind)
 	if err != nil {
-		t.Fatalf("rdma res show %s: %v: %s", kind, err, out)
+		t.Fatal(err)
 	}
-	comm := filepath.Base(os.Args[0])
-	if len(comm) > 15 {
-		comm = comm[:15]
-	}
-	return strings.Count(string(out)+" ", " comm "+comm+" ")
+	return len(lines)
 }
 
 // collectUntil runs the garbage collector until cond holds. Cleanups run
@@ -127,13 +121,6 @@ func TestDeviceDroppedMRStaleRKey(t *testing.T) {
 // mappings and kernel objects go back to where they were.
 func TestDeviceDroppedObjectsRelease(t *testing.T) {
 	name := testenv.RequireDevice(t)
-	fds := func() int {
-		ents, err := os.ReadDir("/proc/self/fd")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return len(ents)
-	}
 	maps := func() int {
 		b, err := os.ReadFile("/proc/self/maps")
 		if err != nil {
@@ -143,7 +130,7 @@ func TestDeviceDroppedObjectsRelease(t *testing.T) {
 	}
 	kinds := []string{"pd", "cq", "qp", "mr"}
 	count := func() []int {
-		out := []int{fds(), maps()}
+		out := []int{openFDs(t), maps()}
 		for _, k := range kinds {
 			out = append(out, resCount(t, k))
 		}

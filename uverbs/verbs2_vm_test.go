@@ -37,30 +37,43 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// ourRDMAResources returns the rdma res lines that name this program. The
-// kernel records the thread that created each object, whose id is not the
-// process id for a Go program, so the match is on the command name (which
-// the kernel truncates to 15 bytes).
+// ourRDMAResources returns the rdma res lines that name this program.
 func ourRDMAResources() string {
 	var out strings.Builder
+	for _, kind := range []string{"pd", "cq", "qp", "mr", "srq"} {
+		lines, err := ourResLines(kind)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			continue
+		}
+		for _, l := range lines {
+			out.WriteString(l + "\n")
+		}
+	}
+	return out.String()
+}
+
+// ourResLines returns the lines of rdma res show kind that name this
+// program. The kernel records the thread that created each object, whose
+// id is not the process id for a Go program, so the match is on the
+// command name (which the kernel truncates to 15 bytes).
+func ourResLines(kind string) ([]string, error) {
 	comm := filepath.Base(os.Args[0])
 	if len(comm) > 15 {
 		comm = comm[:15]
 	}
 	pid := " comm " + comm + " "
-	for _, kind := range []string{"pd", "cq", "qp", "mr", "srq"} {
-		b, err := exec.Command("/usr/bin/rdma", "res", "show", kind).CombinedOutput()
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "rdma res show %s: %v: %s", kind, err, b)
-			continue
-		}
-		for _, line := range strings.Split(string(b), "\n") {
-			if strings.Contains(line+" ", pid) {
-				out.WriteString(line + "\n")
-			}
+	b, err := exec.Command("/usr/bin/rdma", "res", "show", kind).CombinedOutput()
+	if err != nil {
+		return nil, fmt.Errorf("rdma res show %s: %v: %s", kind, err, b)
+	}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.Contains(line+" ", pid) {
+			out = append(out, line)
 		}
 	}
-	return out.String()
+	return out, nil
 }
 
 func TestDeviceUCSendWrite(t *testing.T) {
