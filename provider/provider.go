@@ -241,3 +241,14 @@ type SRQModifier interface {
 type Drainer interface {
 	Drained() bool
 }
+
+// SendRetirer is implemented by QPs whose send queue shows, without
+// polling a CQ, how far the device has retired work requests: rxe's
+// completer advances the send ring's consumer index only once a request is
+// acknowledged. The core's keepalive (uverbs.QP.SetKeepAlive) uses it to
+// tell a busy send queue from a stuck one.
+type SendRetirer interface {
+	// SendsRetired returns a counter that changes whenever the device
+	// retires a send work request. Only changes are meaningful.
+	SendsRetired() uint32
+}

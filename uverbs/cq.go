@@ -307,9 +307,18 @@ type CQ struct {
 	single  bool // SingleThreaded: Poll skips rw
 	// soft holds completions the library made itself (receives posted to
 	// a QP in the error state); Poll returns them after the device's.
-	softMu     sync.Mutex
-	soft       []wr.Completion
-	softN      atomic.Int32
+	softMu sync.Mutex
+	soft   []wr.Completion
+	softN  atomic.Int32
+	// ahead holds completions the keepalive polled (harvest), under
+	// softMu; Poll returns them before the device's.
+	ahead  []wr.Completion
+	aheadN atomic.Int32
+	// probing counts keepalive probes outstanding on QPs that send to this
+	// CQ; Poll looks for their completions only while it is not zero.
+	probing    atomic.Int32
+	probeMu    sync.Mutex
+	probeQPs   map[uint32]*probes
 	eventsGot  atomic.Uint32
 	eventsAckd atomic.Uint32
 }
@@ -415,7 +424,7 @@ func (cq *CQ) Poll(wc []wr.Completion) (int, error) {
 	if cq == nil {
 		return 0, errNil
 	}
-	var n int
+	var n, k int
 	if cq.single {
 		if cq.dead.Load() {
 			return 0, ErrClosed
@@ -427,14 +436,21 @@ func (cq *CQ) Poll(wc []wr.Completion) (int, error) {
 			cq.rw.RUnlock()
 			return 0, ErrClosed
 		}
-		n = cq.prov.Poll(wc)
+		if cq.aheadN.Load() > 0 {
+			k = cq.takeAhead(wc)
+		}
+		n = cq.prov.Poll(wc[k:])
 		cq.rw.RUnlock()
 	}
-	for i := range wc[:n] {
-		if wc[i].Status != wr.Success {
-			cq.ctx.noteFailed(wc[i].QPNum)
+	for i := range wc[k : k+n] {
+		if wc[k+i].Status != wr.Success {
+			cq.ctx.noteFailed(wc[k+i].QPNum)
 		}
 	}
+	if cq.probing.Load() > 0 {
+		n = cq.dropProbes(wc[k : k+n])
+	}
+	n += k
 	if n < len(wc) && cq.softN.Load() > 0 {
 		n += cq.takeSoft(wc[n:])
 	}

@@ -2,6 +2,7 @@ package uverbs
 
 import (
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -53,6 +54,11 @@ type QP struct {
 	// failed: a completion of this RC QP had an error status, so the
 	// device moved it to the error state (whatever state says).
 	failed atomic.Bool
+
+	// ka is the running liveness check (SetKeepAlive); kaMu serializes
+	// SetKeepAlive.
+	kaMu sync.Mutex
+	ka   atomic.Pointer[keepAlive]
 }
 
 // CreateQP creates a queue pair in the protection domain (ibv_create_qp).
@@ -416,6 +422,7 @@ func (q *QP) Close() error {
 	if q.dead.Load() {
 		return nil
 	}
+	q.stopKeepAlive()
 	if s := q.State(); s != qp.StateReset && s != qp.StateErr {
 		// Best effort: destroying works whatever the state.
 		err := q.modify(&qp.Attr{State: qp.StateErr}, qp.AttrState)

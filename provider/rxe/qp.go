@@ -283,6 +283,10 @@ func postRecv(q *queue, maxSGE, maxWR uint32, wrs []wr.RecvWR) (int, error) {
 	return n, err
 }
 
+// SendsRetired returns the send ring's consumer index, which rxe's
+// completer advances as it retires acknowledged requests.
+func (qp *QP) SendsRetired() uint32 { return qp.sq.consumer() }
+
 // Drained reports whether the kernel has consumed every posted request (in
 // the error state it does so by flushing them into the CQs).
 func (qp *QP) Drained() bool {
