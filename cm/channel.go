@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 	"weak"
@@ -32,6 +33,11 @@ type EventChannel struct {
 	// pending holds events read while a completion wait of a synchronous
 	// ID watched the channel (ID.GetSendComp); GetEvent returns them first.
 	pending []pendingEvent
+	// kaIDs counts IDs with a keepalive (ID.SetKeepAlive), whose events
+	// the library makes: GetEvent then also waits for wake, which is
+	// closed when such an event is queued.
+	kaIDs   atomic.Int32
+	wake    chan struct{}
 	cleanup runtime.Cleanup
 }
 
@@ -193,10 +199,16 @@ func (ch *EventChannel) GetEvent(ctx context.Context) (*Event, error) {
 			return ev, nil
 		}
 	}
+	wctx, stop := ch.wakeable(ctx)
 	ch.mu.Unlock()
 	for {
-		ev, err := ch.read(ctx)
+		ev, err := ch.read(wctx)
+		if err != nil && ctx.Err() == nil && errors.Is(context.Cause(wctx), errWoken) {
+			stop()
+			return ch.GetEvent(ctx) // the library queued an event
+		}
 		if err != nil || ev != nil {
+			stop()
 			return ev, err
 		}
 	}
@@ -370,7 +382,9 @@ func processEvent(ch *EventChannel, r *abi.RdmaUcmEventResp) *Event {
 		id.modifyQPErr()
 		id.setState(stateDisconnected)
 	case EventDisconnected:
-		if id.connectErr {
+		if id.connectErr || id.kaErr != nil {
+			// After a failed connect, the kernel's cleanup; after the
+			// keepalive reported the peer gone, a second report.
 			id.eventsAcked.Add(1)
 			return nil
 		}

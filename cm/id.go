@@ -134,7 +134,9 @@ type ID struct {
 	disconnected bool // Disconnect succeeded
 	// peerGone is when the peer's disconnect was processed; the QP is
 	// flushed a grace period later (see flushPeerGone), or by Disconnect.
-	peerGone       time.Time
+	peerGone time.Time
+	// kaErr is why the keepalive declared the peer gone (SetKeepAlive).
+	kaErr          error
 	initiatorDepth uint8
 	respRes        uint8
 	connectData    []byte             // ai_connect of CreateEP, sent first
@@ -165,6 +167,7 @@ type idRes struct {
 	verbs     verbsState   // QP, CQs, completion channels
 	mcs       []*multicast // joined groups
 	qp        atomic.Pointer[uverbs.QP]
+	kaChannel bool // counted in ch.kaIDs (SetKeepAlive)
 }
 
 // newID makes an ID on channel ch, not yet known to the kernel.
@@ -366,6 +369,10 @@ func (r *idRes) release() (int, error) {
 		return 0, wrapErr("destroy id", err)
 	}
 	r.destroyed.Store(true)
+	if r.kaChannel {
+		r.ch.kaIDs.Add(-1)
+		r.kaChannel = false
+	}
 	unregisterID(r)
 	for _, mc := range r.mcs {
 		unregisterMulticast(mc)
@@ -985,7 +992,8 @@ func (id *ID) Notify(event uverbs.EventType) error {
 // error state, which flushes its outstanding work requests, and tells the
 // peer. A synchronous ID waits for the DISCONNECTED event, which comes when
 // the peer disconnects too or stops answering. Disconnecting again does
-// nothing.
+// nothing, as does disconnecting after the keepalive (SetKeepAlive)
+// reported the peer gone: the keepalive disconnected already.
 func (id *ID) Disconnect(ctx context.Context) error {
 	id.mu.Lock()
 	f, err := id.file()
@@ -1016,9 +1024,16 @@ func (id *ID) Disconnect(ctx context.Context) error {
 	err = exec(f, c, nil)
 	id.setState(stateDisconnected)
 	id.disconnected = err == nil
+	peerDead := id.kaErr != nil
 	id.mu.Unlock()
 	if err != nil {
 		return wrapErr("disconnect", err)
+	}
+	if peerDead {
+		// The keepalive reported the peer gone: the DREQ will not be
+		// answered, and the kernel's DISCONNECTED comes only when its
+		// resends give up. Nothing is waiting for it.
+		return nil
 	}
 	return id.complete(ctx, "disconnect", EventDisconnected)
 }

@@ -85,12 +85,23 @@ func (id *ID) sendQP(op string) (*uverbs.QP, error) {
 		return nil, id.noQP(op)
 	}
 	if s := q.State(); s != qp.StateRTS && s != qp.StateSQD {
+		if id.getState() == stateDisconnected {
+			return nil, id.goneErr(op)
+		}
 		return nil, postErr(op, unix.ENOTCONN, "not connected: the QP is in state "+s.String())
 	}
 	if id.qpType != qp.UD && id.getState() == stateDisconnected {
-		return nil, postErr(op, unix.ENOTCONN, "the connection is gone")
+		return nil, id.goneErr(op)
 	}
 	return q, nil
+}
+
+// goneErr is the error of a post on a connection that ended.
+func (id *ID) goneErr(op string) error {
+	if err := id.keepAliveErr(op); err != nil {
+		return err
+	}
+	return postErr(op, unix.ENOTCONN, "the connection is gone")
 }
 
 // recvQP returns the QP to post receives on, or why not. Receives may be
@@ -101,10 +112,13 @@ func (id *ID) recvQP(op string) (*uverbs.QP, error) {
 		return nil, id.noQP(op)
 	}
 	if s := q.State(); s == qp.StateReset || s == qp.StateErr {
+		if id.getState() == stateDisconnected {
+			return nil, id.goneErr(op)
+		}
 		return nil, postErr(op, unix.ENOTCONN, "not connected: the QP is in state "+s.String())
 	}
 	if id.qpType != qp.UD && id.getState() == stateDisconnected {
-		return nil, postErr(op, unix.ENOTCONN, "the connection is gone")
+		return nil, id.goneErr(op)
 	}
 	return q, nil
 }

@@ -1,0 +1,136 @@
+package cm_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rdmago/rdma/cm"
+	"github.com/rdmago/rdma/wr"
+)
+
+// sentPkts reads rxe0's count of packets sent: the probes show in it.
+func sentPkts(t testing.TB) int {
+	t.Helper()
+	b, err := os.ReadFile("/sys/class/infiniband/rxe0/ports/1/hw_counters/sent_pkts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestDeviceKeepAlive checks the liveness check end to end: bad settings
+// refused, probes that cost the program nothing on a live connection (no
+// completion of theirs surfaces, the program's own come back in order even
+// when the check polled them first), and a peer whose QP vanished without
+// a word reported within the bound: flushed work, a DISCONNECTED event
+// with ETIMEDOUT that wakes a waiting GetEvent, and posts that fail with
+// ETIMEDOUT.
+func TestDeviceKeepAlive(t *testing.T) {
+	ctx := testCtx(t)
+	sbuf := alloc(t, 4096)
+	var smsg interface{ Close() error }
+	p := connectPair(t, cm.PSTCP, defaultCaps, func(s *cm.ID) {
+		m := reg(t, s.RegMsgs, sbuf)
+		smsg = m
+		for i := range 10 {
+			must(t, s.PostRecv(uint64(100+i), sbuf[i*64:(i+1)*64], m))
+		}
+	})
+	defer smsg.Close()
+	c, s := p.client, p.server
+	cbuf := alloc(t, 4096)
+	cmsg := reg(t, c.RegMsgs, cbuf)
+
+	wantErrno(t, "negative interval", c.SetKeepAlive(-time.Second, time.Second), unix.EINVAL)
+	wantErrno(t, "no timeout", c.SetKeepAlive(time.Millisecond, 0), unix.EINVAL)
+
+	const interval, timeout = 10 * time.Millisecond, 2 * time.Second
+	before := sentPkts(t)
+	must(t, c.SetKeepAlive(interval, timeout))
+
+	// The program's sends complete as they would without the check.
+	for i := range 5 {
+		must(t, c.PostSend(uint64(i+1), cbuf[:32], cmsg, wr.Signaled))
+		wc, err := c.GetSendComp(ctx)
+		wantComp(t, "send", wc, err, uint64(i+1), wr.WCSend)
+	}
+	// Completions nobody polls while a probe is overdue are polled by
+	// the check, and still come back to the program, in order.
+	for i := range 5 {
+		must(t, c.PostSend(uint64(i+11), cbuf[:32], cmsg, wr.Signaled))
+	}
+	time.Sleep(timeout) // past timeout/2: the check harvests the CQ
+	for i := range 5 {
+		wc, err := c.GetSendComp(ctx)
+		wantComp(t, "send after harvest", wc, err, uint64(i+11), wr.WCSend)
+	}
+	for range 10 {
+		wc, err := s.GetRecvComp(ctx)
+		if err != nil || wc.Opcode != wr.WCRecv {
+			t.Fatalf("server receive: %+v, %v", wc, err)
+		}
+	}
+	// No probe completion surfaces.
+	idle, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	wc, err := c.GetSendComp(idle)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("idle GetSendComp: %+v, %v; want the deadline", wc, err)
+	}
+	// The probes went out: more than 10 packets beyond the 10 sends,
+	// their ACKs and the server's (loopback counts both sides).
+	if n := sentPkts(t) - before; n < 40 {
+		t.Errorf("%d packets sent with the keepalive on for over 2 s at a 10 ms interval; want probes", n)
+	}
+
+	// The server's QP goes away without a disconnect: nothing answers the
+	// probes from now on, as when the peer's machine is powered off.
+	must(t, c.PostRecv(7, cbuf[1024:1088], cmsg))
+	events := make(chan *cm.Event, 1)
+	go func() {
+		ev, err := c.Channel().GetEvent(ctx)
+		if err != nil {
+			t.Errorf("GetEvent: %v", err)
+		}
+		events <- ev
+	}()
+	time.Sleep(50 * time.Millisecond) // GetEvent waits in the kernel
+	t0 := time.Now()
+	must(t, s.DestroyQP())
+	wc, err = c.GetRecvComp(ctx)
+	took := time.Since(t0)
+	if wc.ID != 7 || wc.Status != wr.WRFlushErr {
+		t.Fatalf("receive after the peer vanished: %+v, %v; want 7 flushed", wc, err)
+	}
+	// The bound is interval + timeout; TCG scheduling gets a generous
+	// margin, the lower end none: the check must not give up early.
+	if took < timeout-2*interval || took > timeout+interval+5*time.Second {
+		t.Errorf("peer vanished, reported after %v; want about %v", took, timeout+interval)
+	}
+	t.Logf("peer vanished: reported after %v (interval %v, timeout %v)", took, interval, timeout)
+	var ev *cm.Event
+	select {
+	case ev = <-events:
+	case <-ctx.Done():
+		t.Fatal("GetEvent not woken")
+	}
+	if ev == nil || ev.Type != cm.EventDisconnected || ev.ID != c || !errors.Is(ev.Err(), unix.ETIMEDOUT) {
+		t.Fatalf("event %v, want DISCONNECTED with ETIMEDOUT on the client", ev)
+	}
+	wantErrno(t, "send after the peer vanished", c.PostSend(30, cbuf[:8], cmsg, wr.Signaled), unix.ETIMEDOUT)
+	wantErrno(t, "recv after the peer vanished", c.PostRecv(31, cbuf[:8], cmsg), unix.ETIMEDOUT)
+	if err := c.SetKeepAlive(0, 0); err != nil {
+		t.Errorf("turning the check off after it fired: %v", err)
+	}
+}
