@@ -39,6 +39,7 @@ type rpOptions struct {
 	validate   int        // -V
 	debug      int        // -d
 	selfQP     bool       // -q
+	keepAlive  int32      // -K: report a dead peer within this many ms (rdmago's own)
 }
 
 func rpDefaults() rpOptions {
@@ -61,7 +62,8 @@ func rpUsage(w io.Writer) {
 		"\t-a addr\t\taddress\n"+
 		"\t-p port\t\tport\n"+
 		"\t-P\t\tpersistent server mode allowing multiple connections\n"+
-		"\t-q\t\tuse self-created, self-modified QP\n")
+		"\t-q\t\tuse self-created, self-modified QP\n"+
+		"\t-K ms\t\tkeepalive: report a peer that stopped answering within ms milliseconds\n")
 }
 
 // rpLookup resolves -a and -I; tests replace it.
@@ -159,6 +161,12 @@ func rpParse(ctx context.Context, args []string, stdout, stderr io.Writer) (o rp
 	boolean("V", func() { o.validate++; dbg("validate data\n") })
 	boolean("d", func() { o.debug++ })
 	boolean("q", func() { o.selfQP = true })
+	val("K", func(v string) {
+		if o.keepAlive = cAtoi(v); o.keepAlive < 4 {
+			fmt.Fprintf(stderr, "Invalid keepalive %d ms (at least 4)\n", o.keepAlive)
+			ret = 22
+		}
+	})
 	// -t is in rping's option string but not handled: its usage.
 	fs.Var(funcValue{set: func(string) error { return errors.New("not handled") }}, "t", "")
 

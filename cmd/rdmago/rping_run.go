@@ -294,6 +294,13 @@ func (r *rpRun) cmEvent(ev *cm.Event) int {
 		c.sem.post()
 	case cm.EventEstablished:
 		r.debugf("ESTABLISHED\n")
+		if k := r.o.keepAlive; k > 0 {
+			// A probe every quarter of the bound, each given the rest.
+			ms := time.Duration(k) * time.Millisecond
+			if err := ev.ID.SetKeepAlive(ms/4, ms-ms/4); err != nil {
+				r.perror("keepalive", err)
+			}
+		}
 		// The server wakes up when the first receive completes.
 		if !c.server {
 			c.setState(rpConnected)
@@ -312,6 +319,9 @@ func (r *rpRun) cmEvent(ev *cm.Event) int {
 			side = "server"
 		}
 		r.eprintf("%s DISCONNECT EVENT...\n", side)
+		if err := ev.Err(); err != nil {
+			r.eprintf("%s: %v\n", side, err) // the keepalive's
+		}
 		c.setState(rpDisconnected)
 		c.sem.post()
 	case cm.EventDeviceRemoval:
