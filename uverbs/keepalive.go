@@ -81,7 +81,8 @@ type probes struct {
 func (p *probes) outstanding() bool { return p.acked.Load() != p.sent.Load() }
 
 // SetKeepAlive starts, changes or (with a zero Interval) stops the QP's
-// liveness check (see KeepAlive). The QP must be a connected RC QP, in RTS.
+// liveness check (see KeepAlive). The QP must be a connected RC QP, in RTS,
+// not created SingleThreaded.
 // Probes take a slot of the send queue and an entry of the send CQ while
 // they are outstanding: size both for one request more than the program
 // posts. Probe completions never reach the program: Poll drops them. A
@@ -101,6 +102,10 @@ func (q *QP) SetKeepAlive(cfg KeepAlive) error {
 		return &Error{Op: op, Err: fmt.Errorf("timeout %v, less than 1ms: %w", cfg.Timeout, unix.EINVAL)}
 	case q.typ != qp.RC:
 		return &Error{Op: op, Err: fmt.Errorf("QP %d is not RC (a probe needs an acknowledged transport): %w", q.num, unix.EINVAL)}
+	case q.single && cfg.Interval > 0:
+		// The check posts from its own goroutine, which the promise of
+		// a SingleThreaded QP rules out.
+		return &Error{Op: op, Err: fmt.Errorf("QP %d was created SingleThreaded, and the check posts from a goroutine of its own: %w", q.num, unix.EINVAL)}
 	}
 	if err := q.use(); err != nil {
 		return err

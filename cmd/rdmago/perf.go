@@ -202,6 +202,10 @@ type perfOptions struct {
 	// then does, the exchange runs over an rdma_cm connection of its own
 	// instead of TCP (see perf_cm.go).
 	rdmaCM bool
+	// keepAlive (--keepalive, rdmago's own): the sending QPs run a liveness
+	// check that fails the test within this many milliseconds of the peer
+	// going silent (uverbs.QP.SetKeepAlive).
+	keepAlive int
 
 	// Learnt from the device and the peer.
 	transport string
@@ -302,6 +306,7 @@ var perfOpts = []perfOpt{
 	{"", "report_gbits", false, "  Report Max/Average BW of test in Gbit/sec (instead of MiB/sec)", perfBWOnly},
 	{"", "tclass", true, "=<value>  Set the Traffic Class in GRH (if GRH is in use)", perfAll},
 	{"", "use_old_post_send", false, " Use old post send flow (ibv_post_send) (rdmago always does)", perfAll},
+	{"", "keepalive", true, "=<ms>  Fail the test within <ms> milliseconds of the peer going silent (rdmago only)", perfAll},
 }
 
 // perfUnsupported are perftest's long options rdmago knows but does not
@@ -759,6 +764,17 @@ func perfParse(argv0 string, t perfTest, args []string) (perfOptions, perfStop) 
 		"ipv6":              func(string) error { o.ipv6 = true; return nil },
 		"report_gbits":      func(string) error { o.reportG = true; return nil },
 		"use_old_post_send": func(string) error { return nil },
+		"keepalive": func(v string) error {
+			var n int64
+			if err := intArg("keepalive", "int", v, &n); err != nil {
+				return err
+			}
+			if n < 4 {
+				return fail(" Invalid keepalive: at least 4 ms\n")
+			}
+			o.keepAlive = int(n)
+			return nil
+		},
 		"output": func(v string) error {
 			switch v {
 			case "bandwidth":

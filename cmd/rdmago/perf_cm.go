@@ -282,9 +282,7 @@ func (r *perfRun) connectCM(ctx context.Context) int {
 	if status := r.cmSync("before"); status != 0 {
 		return status
 	}
-	caps := provider.QPCaps{MaxSendWR: uint32(o.txDepth), MaxSendSGE: 1,
-		MaxRecvWR: uint32(o.rxDepth), MaxRecvSGE: 1, MaxInlineData: uint32(o.inline)}
-	attr := uverbs.QPInitAttr{Type: qp.RC, SendCQ: r.sendCQ, RecvCQ: r.recvCQ, Cap: caps, SingleThreaded: true}
+	attr := uverbs.QPInitAttr{Type: qp.RC, SendCQ: r.sendCQ, RecvCQ: r.recvCQ, Cap: r.qpCaps(), SingleThreaded: o.keepAlive == 0}
 	param := cm.ConnParam{RetryCount: perfCMRetryCount, RNRRetryCount: perfCMRetryCount}
 	if v := o.test.verb; v == perfRead || v == perfAtomic {
 		param.ResponderResources = uint8(o.outReads)

@@ -221,6 +221,9 @@ func (r *perfRun) main(ctx context.Context) int {
 		return status
 	}
 
+	if status := r.startKeepAlive(); status != 0 {
+		return status
+	}
 	switch {
 	case t.verb == perfSend && t.tst == perfBW:
 		status = r.mainSendBW(ctx)
@@ -534,12 +537,15 @@ func (r *perfRun) init() int {
 		return r.failf("Couldn't allocate MR\nfailed to create mr\nFailed to create MR\n Couldn't create IB resources")
 	}
 
-	if r.sendCQ, err = r.uctx.CreateCQ(uverbs.CQAttr{CQE: o.txDepth * o.numQPs, Channel: r.ch, CompVector: o.eqNum, SingleThreaded: true}); err != nil {
+	// The keepalive posts and polls from a goroutine of its own, and its
+	// probe takes a send slot and a CQ entry.
+	single, extra := o.keepAlive == 0, min(o.keepAlive, 1)
+	if r.sendCQ, err = r.uctx.CreateCQ(uverbs.CQAttr{CQE: (o.txDepth + extra) * o.numQPs, Channel: r.ch, CompVector: o.eqNum, SingleThreaded: single}); err != nil {
 		return r.failf("Couldn't create CQ\nFailed to create CQs\n Couldn't create IB resources")
 	}
 	r.recvCQ = r.sendCQ
 	if t.verb == perfSend {
-		if r.recvCQ, err = r.uctx.CreateCQ(uverbs.CQAttr{CQE: o.rxDepth * o.numQPs, Channel: r.ch, CompVector: o.eqNum, SingleThreaded: true}); err != nil {
+		if r.recvCQ, err = r.uctx.CreateCQ(uverbs.CQAttr{CQE: o.rxDepth * o.numQPs, Channel: r.ch, CompVector: o.eqNum, SingleThreaded: single}); err != nil {
 			return r.failf("Couldn't create a receiver CQ\nFailed to create CQs\n Couldn't create IB resources")
 		}
 	}
@@ -551,11 +557,10 @@ func (r *perfRun) init() int {
 	case perfUD:
 		typ = qp.UD
 	}
-	caps := provider.QPCaps{MaxSendWR: uint32(o.txDepth), MaxSendSGE: 1,
-		MaxRecvWR: uint32(o.rxDepth), MaxRecvSGE: 1, MaxInlineData: uint32(o.inline)}
+	caps := r.qpCaps()
 	// With -R, connectCM makes the QPs on their rdma_cm IDs.
 	for i := 0; i < o.numQPs && !o.rdmaCM; i++ {
-		q, err := r.pd.CreateQP(uverbs.QPInitAttr{Type: typ, SendCQ: r.sendCQ, RecvCQ: r.recvCQ, Cap: caps, SingleThreaded: true})
+		q, err := r.pd.CreateQP(uverbs.QPInitAttr{Type: typ, SendCQ: r.sendCQ, RecvCQ: r.recvCQ, Cap: caps, SingleThreaded: o.keepAlive == 0})
 		if err != nil {
 			return r.failf("Unable to create QP.\nFailed to create QP.\n Couldn't create IB resources")
 		}
@@ -816,6 +821,37 @@ func (r *perfRun) exchangeAndConnect() int {
 		return status
 	}
 	return r.connect()
+}
+
+// qpCaps is the test's QPs' capabilities: the queue depths asked for, and
+// a send slot more for the keepalive's probe.
+func (r *perfRun) qpCaps() provider.QPCaps {
+	o := &r.o
+	return provider.QPCaps{MaxSendWR: uint32(o.txDepth + min(o.keepAlive, 1)), MaxSendSGE: 1,
+		MaxRecvWR: uint32(o.rxDepth), MaxRecvSGE: 1, MaxInlineData: uint32(o.inline)}
+}
+
+// startKeepAlive starts --keepalive's check on every QP that sends (the
+// peer answers its probes whatever the test). A peer that goes silent
+// moves the QP to the error state: the test's outstanding requests then
+// complete flushed and it fails as on any completion error.
+func (r *perfRun) startKeepAlive() int {
+	ms := time.Duration(r.o.keepAlive) * time.Millisecond
+	if ms == 0 {
+		return 0
+	}
+	for _, q := range r.qps {
+		if q.Type() != qp.RC || q.State() != qp.StateRTS {
+			continue
+		}
+		err := q.SetKeepAlive(uverbs.KeepAlive{Interval: ms / 4, Timeout: ms - ms/4, OnDead: func(err error) {
+			fmt.Fprintf(r.stderr, " Keepalive: %v\n", err)
+		}})
+		if err != nil {
+			return r.failf(" Couldn't start the keepalive: %v", err)
+		}
+	}
+	return 0
 }
 
 // connect is ctx_connect: each QP to RTR towards its peer, and to RTS on
