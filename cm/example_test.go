@@ -308,3 +308,45 @@ func ExampleEventChannel_GetEvent() {
 		}
 	}
 }
+
+// A client that must learn within 5 s that its server went away, even
+// when the server's machine loses power and nothing is in flight: a probe
+// every second, each given 4 s. The wait for a reply then ends with the
+// receive flushed, and the ID's events report DISCONNECTED with ETIMEDOUT.
+func ExampleID_SetKeepAlive() {
+	ctx := context.Background()
+	res, err := cm.GetAddrInfo("10.0.2.15", "7471", &cm.AddrInfo{PortSpace: cm.PSTCP})
+	if err != nil {
+		log.Fatal(err)
+	}
+	attr := uverbs.QPInitAttr{
+		// A send slot more than the program uses, for the probe.
+		Cap: provider.QPCaps{MaxSendWR: 2, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 16},
+	}
+	id, err := cm.CreateEP(ctx, res, nil, &attr)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer id.DestroyEP()
+	reply := make([]byte, 16)
+	m, err := id.RegMsgs(reply)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer cm.DeregMR(m)
+	if err := id.PostRecv(0, reply, m); err != nil {
+		log.Fatal(err)
+	}
+	if err := id.Connect(ctx, nil); err != nil {
+		log.Fatal(err)
+	}
+	if err := id.SetKeepAlive(time.Second, 4*time.Second); err != nil {
+		log.Fatal(err)
+	}
+	if _, err := id.GetRecvComp(ctx); err != nil {
+		// A *wr.CompletionError with wr.WRFlushErr when the server went
+		// away: its device no longer answered the probes.
+		log.Fatal(err)
+	}
+	fmt.Printf("%q\n", reply)
+}
