@@ -1,5 +1,6 @@
 // Command faultrun runs a command while internal/faults drops or corrupts the
-// RoCEv2 packets this host receives, then prints what the injector did, the
+// RoCEv2 packets this host receives (or, with -egress, drops those it sends),
+// then prints what the injector did, the
 // change in the RDMA devices' hardware counters (rxe's retransmissions and
 // retry errors) and how long the command took after the fault began. It
 // exits with the command's status. It is for tests on the VM pair
@@ -31,6 +32,7 @@ func main() {
 	var (
 		iface     = flag.String("i", "", "interface to attach to (default: the netdev under rxe0's GID 1)")
 		corrupt   = flag.Bool("corrupt", false, "corrupt a byte instead of dropping")
+		egress    = flag.Bool("egress", false, "act on the packets this host sends (TCX, Linux 6.6 and later; drop only)")
 		offset    = flag.Uint("offset", 0, "with -corrupt: the byte to flip, from the start of the BTH (default 12, the first after it)")
 		prob      = flag.Float64("p", 0, "probability a matching packet is hit (0: every one, subject to -every)")
 		every     = flag.Uint("every", 0, "hit every Nth matching packet")
@@ -102,7 +104,11 @@ func main() {
 		}
 		*iface = strings.TrimSpace(string(nd))
 	}
-	inj, err := faults.Attach(*iface)
+	attach := faults.Attach
+	if *egress {
+		attach = faults.AttachEgress
+	}
+	inj, err := attach(*iface)
 	if err != nil {
 		fail(err)
 	}
@@ -148,7 +154,7 @@ wait:
 				break
 			}
 			on = time.Now()
-			log("fault on %s (%s XDP) at +%.3fs: %s", *iface, inj.Mode, on.Sub(start).Seconds(), describe(p))
+			log("fault on %s (%s) at +%.3fs: %s", *iface, modeName(inj.Mode), on.Sub(start).Seconds(), describe(p))
 			if *dur > 0 {
 				offT = time.After(*dur)
 			}
@@ -262,4 +268,12 @@ func hwCounters() map[string]int64 {
 		m[dev+"/"+filepath.Base(f)] = v
 	}
 	return m
+}
+
+// modeName names where the program runs, for the log.
+func modeName(mode string) string {
+	if mode == "tcx-egress" {
+		return "TCX egress"
+	}
+	return mode + " XDP"
 }

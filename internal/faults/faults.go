@@ -10,9 +10,12 @@
 // it needs no C compiler, only a kernel with XDP (generic XDP, which every
 // driver supports, is the fallback when the driver has no native XDP).
 //
-// XDP sees only packets that arrive on a network interface: rxe traffic
+// AttachEgress puts the same program on the sending side instead, with TCX
+// (Linux 6.6 and later), to drop packets the host sends.
+//
+// XDP and TC see only packets that cross a network interface: rxe traffic
 // between two addresses of one host is looped back inside the kernel and never
-// reaches it, so faults need two hosts (the VM pair).
+// reaches them, so faults need two hosts (the VM pair).
 package faults
 
 import (
@@ -102,12 +105,14 @@ func (c Counters) String() string {
 	return fmt.Sprintf("seen %d matched %d dropped %d corrupted %d", c.Seen, c.Matched, c.Dropped, c.Corrupted)
 }
 
-// Injector is an XDP program attached to one interface.
+// Injector is the program attached to one interface.
 type Injector struct {
 	Iface string
-	// Mode is "driver" or "generic": the XDP mode the program runs in.
+	// Mode is "driver" or "generic", the XDP mode the program runs in on
+	// the receive path, or "tcx-egress" (AttachEgress).
 	Mode string
 
+	egress bool // a TC program (AttachEgress)
 	policy *ebpf.Map
 	stats  *ebpf.Map
 	prog   *ebpf.Program
@@ -122,7 +127,7 @@ func Attach(iface string) (*Injector, error) {
 	if err != nil {
 		return nil, fmt.Errorf("faults: %w", err)
 	}
-	inj, err := load()
+	inj, err := load(xdpHook)
 	if err != nil {
 		return nil, err
 	}
@@ -149,8 +154,34 @@ func Attach(iface string) (*Injector, error) {
 	return nil, fmt.Errorf("faults: attaching XDP to %s: %w", iface, errors.Join(errs...))
 }
 
-// load creates the maps and loads the program.
-func load() (_ *Injector, err error) {
+// AttachEgress attaches the program to the interface's egress with TCX
+// (Linux 6.6 and later; on earlier kernels the error says so): packets the
+// host sends are dropped before they leave, so one host can lose its own
+// ACKs or the last packet of its own message. Corrupt is refused there (see
+// Set). The policy starts disabled.
+func AttachEgress(iface string) (*Injector, error) {
+	ifc, err := net.InterfaceByName(iface)
+	if err != nil {
+		return nil, fmt.Errorf("faults: %w", err)
+	}
+	inj, err := load(tcHook)
+	if err != nil {
+		return nil, err
+	}
+	l, err := link.AttachTCX(link.TCXOptions{Interface: ifc.Index, Program: inj.prog, Attach: ebpf.AttachTCXEgress})
+	if err != nil {
+		inj.Close()
+		if errors.Is(err, ebpf.ErrNotSupported) {
+			return nil, fmt.Errorf("faults: attaching to the egress of %s: this kernel has no TCX (Linux 6.6 added it): %w", iface, err)
+		}
+		return nil, fmt.Errorf("faults: attaching to the egress of %s with TCX: %w", iface, err)
+	}
+	inj.Iface, inj.Mode, inj.link = iface, "tcx-egress", l
+	return inj, nil
+}
+
+// load creates the maps and loads the program for hook h.
+func load(h hook) (_ *Injector, err error) {
 	inj := &Injector{}
 	defer func() {
 		if err != nil {
@@ -165,18 +196,23 @@ func load() (_ *Injector, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("faults: counter map: %w", err)
 	}
+	typ := ebpf.XDP
+	if h == tcHook {
+		typ = ebpf.SchedCLS
+	}
+	inj.egress = h == tcHook
 	inj.prog, err = ebpf.NewProgram(&ebpf.ProgramSpec{
 		Name:         "rdma_fault",
-		Type:         ebpf.XDP,
+		Type:         typ,
 		License:      "Dual MIT/GPL",
-		Instructions: program(inj.policy.FD(), inj.stats.FD()),
+		Instructions: program(h, inj.policy.FD(), inj.stats.FD()),
 	})
 	if err != nil {
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
 			return nil, fmt.Errorf("faults: the verifier refused the program: %+v", ve)
 		}
-		return nil, fmt.Errorf("faults: loading the XDP program: %w", err)
+		return nil, fmt.Errorf("faults: loading the %v program: %w", typ, err)
 	}
 	return inj, nil
 }
@@ -209,6 +245,13 @@ func isNilPtr(c interface{ Close() error }) bool {
 
 // Set replaces the policy. The packet counter behind Every restarts.
 func (inj *Injector) Set(p Policy) error {
+	if inj.egress && p.Action == Corrupt {
+		// On egress the UDP checksum may still be the stack's partial
+		// one, for the NIC to finish: a corrupted byte would then travel
+		// with a valid checksum, or the cleared checksum would be
+		// overwritten. Only the receiver's XDP corrupts reliably.
+		return errors.New("faults: corrupting on egress is not supported; attach to the receiver (Attach)")
+	}
 	b, err := p.encode()
 	if err != nil {
 		return err

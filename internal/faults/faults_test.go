@@ -3,11 +3,14 @@ package faults
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"testing"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
 	"github.com/rdmago/rdma/internal/testenv"
 )
 
@@ -38,9 +41,11 @@ func madFrame(attr uint16) []byte {
 
 // loaded is an Injector whose program is loaded but not attached, for
 // BPF_PROG_TEST_RUN: the program sees exactly the frames the test gives it.
-func loaded(t *testing.T) *Injector {
+func loaded(t *testing.T) *Injector { return loadedAt(t, xdpHook) }
+
+func loadedAt(t *testing.T, h hook) *Injector {
 	t.Helper()
-	inj, err := load()
+	inj, err := load(h)
 	if err != nil {
 		if !testenv.InVM() && (errors.Is(err, os.ErrPermission) || os.Geteuid() != 0) {
 			t.Skipf("cannot load BPF programs here (%v); the VM runner runs this as root", err)
@@ -205,6 +210,33 @@ func TestFaultsBadPolicy(t *testing.T) {
 	}
 }
 
+// The egress (TC) program makes the same choices as the XDP one, with TC's
+// verdicts, and refuses to corrupt.
+func TestDeviceFaultsProgramTC(t *testing.T) {
+	inj := loadedAt(t, tcHook)
+	w := frame(0x0a, 0x11, 100, make([]byte, 64))
+	if ret, _ := run(t, inj, w); ret != tcOK {
+		t.Fatalf("disabled policy: ret %d", ret)
+	}
+	if err := inj.Set(Policy{Enabled: true, Every: 2, SkipQP1: true}); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []uint32{tcOK, tcShot, tcOK, tcShot} {
+		if ret, _ := run(t, inj, w); ret != want {
+			t.Errorf("packet %d: verdict %d, want %d", i, ret, want)
+		}
+	}
+	if ret, _ := run(t, inj, madFrame(AttrREQ)); ret != tcOK {
+		t.Errorf("a MAD with SkipQP1: verdict %d, want %d", ret, tcOK)
+	}
+	if c := counters(t, inj); c.Seen != 6 || c.Dropped != 2 {
+		t.Errorf("counters %v, want seen 6 dropped 2", c)
+	}
+	if err := inj.Set(Policy{Enabled: true, Action: Corrupt}); err == nil {
+		t.Error("corrupting on egress: no error")
+	}
+}
+
 // TestDeviceFaultsAttach attaches to the VM's dummy0 (generic XDP) and to
 // an interface that does not exist.
 func TestDeviceFaultsAttach(t *testing.T) {
@@ -225,5 +257,33 @@ func TestDeviceFaultsAttach(t *testing.T) {
 	}
 	if _, err := Attach("nosuchif0"); err == nil {
 		t.Fatal("attach to a missing interface: no error")
+	}
+
+	// TCX came with Linux 6.6: earlier kernels must say so.
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		t.Fatal(err)
+	}
+	var major, minor int
+	fmt.Sscanf(unix.ByteSliceToString(u.Release[:]), "%d.%d", &major, &minor)
+	hasTCX := major > 6 || major == 6 && minor >= 6
+	eg, err := AttachEgress("dummy0")
+	switch {
+	case hasTCX && err != nil:
+		t.Fatalf("Linux %d.%d: attach to egress: %v", major, minor, err)
+	case !hasTCX && (err == nil || !errors.Is(err, ebpf.ErrNotSupported)):
+		t.Fatalf("Linux %d.%d, without TCX: attach to egress: %v; want ErrNotSupported", major, minor, err)
+	case err != nil:
+		t.Logf("Linux %d.%d: %v", major, minor, err)
+		return
+	}
+	if eg.Mode != "tcx-egress" {
+		t.Errorf("mode %q", eg.Mode)
+	}
+	if err := eg.Set(Policy{Enabled: true, Every: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if err := eg.Close(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -23,14 +23,30 @@ const (
 const (
 	xdpDrop = 1
 	xdpPass = 2
+	tcOK    = 0 // TC_ACT_OK
+	tcShot  = 2 // TC_ACT_SHOT
 )
 
-// program returns the XDP program. Registers: R6 the policy (the context
+// hook is where the program runs: the receive path's XDP, or TC on egress.
+// The two differ in their context (struct xdp_md, struct __sk_buff: where
+// the packet's data and data_end are) and their verdicts.
+type hook struct {
+	data, dataEnd int16
+	drop, pass    int32
+}
+
+var (
+	xdpHook = hook{data: 0, dataEnd: 4, drop: xdpDrop, pass: xdpPass}
+	// struct __sk_buff: data at 76, data_end at 80.
+	tcHook = hook{data: 76, dataEnd: 80, drop: tcShot, pass: tcOK}
+)
+
+// program returns the program for hook h. Registers: R6 the policy (the context
 // until the lookups), R7 data, R8 data_end, R9 the counters; the callee-saved
 // ones, so they survive helper calls. Every packet access is checked against
 // data_end right before, as the verifier wants. IPv4 with options and IPv6
 // are passed untouched (rxe on the VM pair sends neither).
-func program(policyFD, statsFD int) asm.Instructions {
+func program(h hook, policyFD, statsFD int) asm.Instructions {
 	R0, R1, R2, R3, R4 := asm.R0, asm.R1, asm.R2, asm.R3, asm.R4
 	R6, R7, R8, R9, RFP := asm.R6, asm.R7, asm.R8, asm.R9, asm.R10
 	inc := func(off int16) asm.Instructions {
@@ -58,8 +74,8 @@ func program(policyFD, statsFD int) asm.Instructions {
 
 	add(
 		asm.Mov.Reg(R6, R1),
-		asm.LoadMem(R7, R6, 0, asm.Word), // xdp_md.data
-		asm.LoadMem(R8, R6, 4, asm.Word), // xdp_md.data_end
+		asm.LoadMem(R7, R6, h.data, asm.Word),
+		asm.LoadMem(R8, R6, h.dataEnd, asm.Word),
 		asm.Mov.Reg(R2, R7), asm.Add.Imm(R2, minLen), asm.JGT.Reg(R2, R8, "pass"),
 		// Loads are in host (little-endian) order: 0x0800 reads as 0x0008.
 		asm.LoadMem(R2, R7, offEtherType, asm.Half), asm.JNE.Imm(R2, 0x0008, "pass"),
@@ -133,7 +149,7 @@ func program(policyFD, statsFD int) asm.Instructions {
 	)
 	addI(inc(statDropped))
 	add(
-		asm.Mov.Imm(R0, xdpDrop), asm.Return(),
+		asm.Mov.Imm(R0, h.drop), asm.Return(),
 
 		// Corrupt: flip the byte at BTH+offset (offset masked below 1024 so
 		// the verifier can bound the pointer), and clear the UDP checksum
@@ -147,7 +163,7 @@ func program(policyFD, statsFD int) asm.Instructions {
 	)
 	addI(inc(statCorrupted))
 	add(
-		asm.Mov.Imm(R0, xdpPass).WithSymbol("pass"), asm.Return(),
+		asm.Mov.Imm(R0, h.pass).WithSymbol("pass"), asm.Return(),
 	)
 	return p
 }
