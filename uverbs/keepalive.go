@@ -27,6 +27,11 @@ import (
 // WRFlushErr, and OnDead is called. So a dead peer is reported within
 // about Interval + Timeout.
 //
+// A full send queue counts as progress only where the provider shows
+// retired requests without a poll (provider.SendRetirer: rxe). Elsewhere a
+// queue the program leaves full, unpolled, for Timeout reads as a stuck
+// one.
+//
 // Why a check is needed at all: the transport's own bound, the QP's retry
 // count times its ACK timeout, is no bound on rxe when the retry count is
 // 7, which rxe treats as "retry forever" (and 7 is what rdma_cm and

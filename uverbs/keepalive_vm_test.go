@@ -1,0 +1,107 @@
+package uverbs_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rdmago/rdma/provider"
+	"github.com/rdmago/rdma/qp"
+	"github.com/rdmago/rdma/uverbs"
+	"github.com/rdmago/rdma/wr"
+)
+
+// TestDeviceKeepAliveStuckStream is the link-down write stream: a peer
+// that stops answering while the send queue is full of RDMA writes. With
+// retry count 7, rxe retries them for ever; the keepalive, finding no room
+// for a probe and nothing retired, ends it within its timeout, and every
+// write comes back flushed, in order, with no probe among them. Before
+// that, writes on a live connection run beside the probes untouched.
+func TestDeviceKeepAliveStuckStream(t *testing.T) {
+	r := newRig(t, qp.RC, provider.QPCaps{MaxSendWR: 8, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1})
+
+	// What cannot run a check: a QP not yet connected, one created
+	// SingleThreaded, and a bad timeout.
+	q, err := r.pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: r.a.cq, RecvCQ: r.a.cq, Cap: provider.QPCaps{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.SetKeepAlive(uverbs.KeepAlive{Interval: time.Second, Timeout: time.Second}); !errors.Is(err, unix.ENOTCONN) {
+		t.Errorf("keepalive on a QP in RESET: %v, want ENOTCONN", err)
+	}
+	check(t, "close QP", q.Close())
+	single, err := r.pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: r.a.cq, RecvCQ: r.a.cq, SingleThreaded: true,
+		Cap: provider.QPCaps{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := single.SetKeepAlive(uverbs.KeepAlive{Interval: time.Second, Timeout: time.Second}); !errors.Is(err, unix.EINVAL) {
+		t.Errorf("keepalive on a SingleThreaded QP: %v, want EINVAL", err)
+	}
+	check(t, "close QP", single.Close())
+	if err := r.a.qp.SetKeepAlive(uverbs.KeepAlive{Interval: time.Second}); !errors.Is(err, unix.EINVAL) {
+		t.Errorf("keepalive without a timeout: %v, want EINVAL", err)
+	}
+
+	dead := make(chan error, 1)
+	const timeout = time.Second
+	check(t, "set keepalive", r.a.qp.SetKeepAlive(uverbs.KeepAlive{Interval: 10 * time.Millisecond, Timeout: timeout,
+		OnDead: func(err error) { dead <- err }}))
+	write := func(id uint64) error {
+		_, err := r.a.qp.PostSend([]wr.SendWR{{ID: id, Opcode: wr.OpRDMAWrite, Flags: wr.Signaled,
+			SGList: []wr.SGE{r.a.buf.SGE(0, 1024)}, RemoteAddr: r.b.buf.Addr(), RKey: r.b.buf.RKey}})
+		return err
+	}
+	for i := range 200 {
+		check(t, "write", write(uint64(i)))
+		wantOK(t, waitWC(t, r.a.cq, 1)[0], uint64(i), wr.WCRDMAWrite)
+	}
+	select {
+	case err := <-dead:
+		t.Fatalf("a live peer declared dead: %v", err)
+	default:
+	}
+
+	// The peer's QP goes away; the stream fills the queue.
+	check(t, "close peer QP", r.b.qp.Close())
+	r.b.qp = nil
+	t0 := time.Now()
+	n := 0
+	for ; ; n++ {
+		if err := write(uint64(1000 + n)); err != nil {
+			if !errors.Is(err, unix.ENOMEM) {
+				t.Fatalf("write %d: %v, want ENOMEM once the queue is full", n, err)
+			}
+			break
+		}
+	}
+	select {
+	case err := <-dead:
+		took := time.Since(t0)
+		if !errors.Is(err, unix.ETIMEDOUT) {
+			t.Errorf("OnDead: %v, want ETIMEDOUT", err)
+		}
+		if took > timeout+5*time.Second {
+			t.Errorf("the stuck stream was reported after %v, want about %v", took, timeout)
+		}
+		t.Logf("%d writes stuck; reported after %v: %v", n, took, err)
+	case <-time.After(timeout + 20*time.Second):
+		t.Fatal("the stuck stream was never reported")
+	}
+	if s := r.a.qp.State(); s != qp.StateErr {
+		t.Errorf("QP in state %v after the keepalive fired, want ERR", s)
+	}
+	for i, c := range waitWC(t, r.a.cq, n) {
+		if c.ID != uint64(1000+i) || c.Status != wr.WRFlushErr {
+			t.Fatalf("completion %d: %+v, want write %d flushed", i, c, 1000+i)
+		}
+	}
+	// Nothing else: the probes' completions stay hidden.
+	time.Sleep(100 * time.Millisecond)
+	var wc [4]wr.Completion
+	if k, err := r.a.cq.Poll(wc[:]); k != 0 || err != nil {
+		t.Errorf("after the flush: %d more completions (%+v), %v", k, wc[:k], err)
+	}
+}
