@@ -116,13 +116,16 @@ func pairListen(t *testing.T, s pairSide, ps cm.PortSpace, port uint16) *cm.ID {
 }
 
 // pairAccept takes the next connection request on l, gives it a QP with
-// caps, runs prep on it (to register memory and post receives) and accepts
-// with param.
-func pairAccept(ctx context.Context, t *testing.T, l *cm.ID, caps provider.QPCaps, param *cm.ConnParam, prep func(*cm.ID)) *cm.ID {
+// caps and, unless it is 0, the ACK timeout ackTimeout, runs prep on it (to
+// register memory and post receives) and accepts with param.
+func pairAccept(ctx context.Context, t *testing.T, l *cm.ID, caps provider.QPCaps, ackTimeout uint8, param *cm.ConnParam, prep func(*cm.ID)) *cm.ID {
 	t.Helper()
 	id, err := l.GetRequest(ctx)
 	must(t, err)
 	t.Cleanup(func() { destroy(t, id) })
+	if ackTimeout != 0 {
+		must(t, id.SetAckTimeout(ackTimeout))
+	}
 	must(t, id.CreateQP(nil, uverbs.QPInitAttr{Cap: caps}))
 	if prep != nil {
 		prep(id)
@@ -132,16 +135,20 @@ func pairAccept(ctx context.Context, t *testing.T, l *cm.ID, caps provider.QPCap
 }
 
 // pairDial connects to the peer's port, retrying for pairConnectWait while
-// nobody listens there. prep runs once, on the first ID with a QP, before
+// nobody listens there, with the ACK timeout ackTimeout unless it is 0.
+// prep runs once, on the first ID with a QP, before
 // its Connect (to register memory: the PD is the device's, shared by every
 // ID, so the regions outlive a failed attempt's ID).
-func pairDial(ctx context.Context, t *testing.T, s pairSide, ps cm.PortSpace, port uint16, caps provider.QPCaps, param *cm.ConnParam, prep func(*cm.ID)) *cm.ID {
+func pairDial(ctx context.Context, t *testing.T, s pairSide, ps cm.PortSpace, port uint16, caps provider.QPCaps, ackTimeout uint8, param *cm.ConnParam, prep func(*cm.ID)) *cm.ID {
 	t.Helper()
 	dst := netip.AddrPortFrom(s.peer, port)
 	start := time.Now()
 	for tries := 1; ; tries++ {
 		id, err := cm.CreateID(nil, nil, ps)
 		must(t, err)
+		if ackTimeout != 0 {
+			must(t, id.SetAckTimeout(ackTimeout))
+		}
 		err = id.ResolveAddr(ctx, netip.AddrPortFrom(s.local, 0), dst, 2*time.Second)
 		if err == nil {
 			err = id.ResolveRoute(ctx, 2*time.Second)
@@ -274,7 +281,25 @@ const (
 	rcReads     = 48
 	rcBigSlots  = 8 // writes and reads outstanding
 	rcLoss      = 0.01
+	// rcAckTimeout is the QPs' ACK timeout, 4.096 µs × 2^16 = 268 ms.
+	// With the rdma_cm's default (19 on 6.1, 2.1 s; 17 on 6.12, 0.5 s)
+	// the 48 writes took 5 to 34 s on 6.1 (2.2 s on 6.12): with 8 × 64 KiB
+	// in flight some losses, probably those in a window being resent after
+	// an earlier one, are recovered only by the timeout. With 16 they take
+	// about 3 s.
+	rcAckTimeout = 16
 )
+
+// logQPTimeouts logs the QP attributes that govern retransmission.
+func logQPTimeouts(t *testing.T, id *cm.ID) {
+	t.Helper()
+	a, _, err := id.QP().Query(qp.AttrTimeout | qp.AttrRetryCnt | qp.AttrRNRRetry | qp.AttrMinRNRTimer)
+	must(t, err)
+	t.Logf("QP %d: timeout %d, retry_cnt %d, rnr_retry %d, min_rnr_timer %d", id.QP().Num(), a.Timeout, a.RetryCnt, a.RNRRetry, a.MinRNRTimer)
+	if a.Timeout != rcAckTimeout {
+		t.Errorf("the QP's ACK timeout is %d, SetAckTimeout asked for %d", a.Timeout, rcAckTimeout)
+	}
+}
 
 var rcCaps = provider.QPCaps{MaxSendWR: rcSendDepth, MaxRecvWR: rcRecvSlots, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}
 
@@ -319,7 +344,7 @@ func rcServer(ctx context.Context, t *testing.T, side pairSide) {
 	var raddr uint64
 	var rkey uint32
 	param := cm.DefaultConnParam()
-	s := pairAccept(ctx, t, l, rcCaps, &param, func(id *cm.ID) {
+	s := pairAccept(ctx, t, l, rcCaps, rcAckTimeout, &param, func(id *cm.ID) {
 		// The CONNECT_REQUEST's; after Accept, Event is ESTABLISHED.
 		raddr, rkey = parseRegion(t, "connect request", id.Event().PrivateData())
 		rm = reg(t, id.RegMsgs, rbuf)
@@ -330,6 +355,7 @@ func rcServer(ctx context.Context, t *testing.T, side pairSide) {
 		}
 		param.PrivateData = pairRegion(wm)
 	})
+	logQPTimeouts(t, s)
 	start := time.Now()
 
 	// The sends, then the immediate data of every fourth write, in order,
@@ -423,7 +449,7 @@ func rcClient(ctx context.Context, t *testing.T, side pairSide) {
 	}
 	var sm, wm, rm, dm *uverbs.MR
 	param := cm.DefaultConnParam()
-	c := pairDial(ctx, t, side, cm.PSTCP, pairPortRC, rcCaps, &param, func(id *cm.ID) {
+	c := pairDial(ctx, t, side, cm.PSTCP, pairPortRC, rcCaps, rcAckTimeout, &param, func(id *cm.ID) {
 		sm = reg(t, id.RegMsgs, sbuf)
 		wm = reg(t, id.RegMsgs, wsrc)
 		rm = reg(t, id.RegRead, rsrc)
@@ -431,6 +457,7 @@ func rcClient(ctx context.Context, t *testing.T, side pairSide) {
 		param.PrivateData = pairRegion(rm)
 	})
 	waddr, wkey := parseRegion(t, "accept", c.Event().PrivateData())
+	logQPTimeouts(t, c)
 	must(t, c.PostRecv(1, dbuf[:64], dm))
 	start := time.Now()
 
@@ -519,7 +546,7 @@ func udServer(ctx context.Context, t *testing.T, side pairSide) {
 	buf := alloc(t, udRecvs*udSlot+4096)
 	caps := provider.QPCaps{MaxSendWR: 4, MaxRecvWR: udRecvs, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}
 	var m *uverbs.MR
-	s := pairAccept(ctx, t, l, caps, nil, func(id *cm.ID) {
+	s := pairAccept(ctx, t, l, caps, 0, nil, func(id *cm.ID) {
 		m = reg(t, id.RegMsgs, buf)
 		for i := range udRecvs {
 			must(t, id.PostRecv(uint64(i), buf[i*udSlot:(i+1)*udSlot], m))
@@ -634,7 +661,7 @@ func udClient(ctx context.Context, t *testing.T, side pairSide) {
 	buf := alloc(t, udDepth*udSize+4096)
 	rbuf := buf[udDepth*udSize:]
 	var m *uverbs.MR
-	c := pairDial(ctx, t, side, cm.PSUDP, pairPortUD, caps, nil, func(id *cm.ID) {
+	c := pairDial(ctx, t, side, cm.PSUDP, pairPortUD, caps, 0, nil, func(id *cm.ID) {
 		m = reg(t, id.RegMsgs, buf)
 	})
 	ev := c.Event()
@@ -693,7 +720,7 @@ func TestPairRNRExhaustion(t *testing.T) {
 	param.RNRRetryCount = rnrRetry
 	if side.server {
 		l := pairListen(t, side, cm.PSTCP, pairPortRNR)
-		s := pairAccept(ctx, t, l, caps, &param, nil)
+		s := pairAccept(ctx, t, l, caps, 0, &param, nil)
 		// No receive is posted. The client disconnects once its send
 		// failed; waiting for a receive sees that as ENOTCONN.
 		start := time.Now()
@@ -705,7 +732,7 @@ func TestPairRNRExhaustion(t *testing.T) {
 		logCounters(t, hw)
 		return
 	}
-	c := pairDial(ctx, t, side, cm.PSTCP, pairPortRNR, caps, &param, nil)
+	c := pairDial(ctx, t, side, cm.PSTCP, pairPortRNR, caps, 0, &param, nil)
 	a, _, err := c.QP().Query(qp.AttrRNRRetry | qp.AttrRetryCnt | qp.AttrTimeout | qp.AttrMinRNRTimer)
 	must(t, err)
 	t.Logf("QP %d: rnr_retry %d, retry_cnt %d, timeout %d, min_rnr_timer %d", c.QP().Num(), a.RNRRetry, a.RetryCnt, a.Timeout, a.MinRNRTimer)
