@@ -715,8 +715,8 @@ func TestPairRNRExhaustion(t *testing.T) {
 	hw := rxeCounters(t)
 	caps := provider.QPCaps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}
 	param := cm.DefaultConnParam()
-	// The REQ's count is the passive side's, the REP's the active side's
-	// (IBA 12.7.38, 12.7.31); both below 7.
+	// The count in the REQ is for the passive side's QP, the one in the
+	// REP for the active side's: both below 7.
 	param.RNRRetryCount = rnrRetry
 	if side.server {
 		l := pairListen(t, side, cm.PSTCP, pairPortRNR)
