@@ -128,6 +128,9 @@ func TestDeviceKeepAlive(t *testing.T) {
 	if ev == nil || ev.Type != cm.EventDisconnected || ev.ID != c || !errors.Is(ev.Err(), unix.ETIMEDOUT) {
 		t.Fatalf("event %v, want DISCONNECTED with ETIMEDOUT on the client", ev)
 	}
+	// A wait with nothing left to complete says why, a second on.
+	_, err = c.GetRecvComp(ctx)
+	wantErrno(t, "wait after the peer vanished", err, unix.ETIMEDOUT)
 	wantErrno(t, "send after the peer vanished", c.PostSend(30, cbuf[:8], cmsg, wr.Signaled), unix.ETIMEDOUT)
 	wantErrno(t, "recv after the peer vanished", c.PostRecv(31, cbuf[:8], cmsg), unix.ETIMEDOUT)
 	if err := c.SetKeepAlive(0, 0); err != nil {

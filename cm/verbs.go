@@ -504,6 +504,9 @@ func (id *ID) waitComp(ctx context.Context, op string, compCh *uverbs.CompChanne
 		return nil, ErrClosed
 	}
 	if errors.Is(context.Cause(wctx), errConnGone) {
+		if err := id.keepAliveErr(op); err != nil {
+			return nil, err
+		}
 		return nil, postErr(op, unix.ENOTCONN, "the connection is gone and no work request is outstanding")
 	}
 	if errors.Is(context.Cause(wctx), errFlushDue) {

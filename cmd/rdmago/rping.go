@@ -46,6 +46,10 @@ func rpDefaults() rpOptions {
 	return rpOptions{server: -1, addr: netip.IPv4Unspecified(), port: rpDefaultPort, size: rpDefaultSize}
 }
 
+// rpOwnUsage is the usage of the options rping does not have: the rest of
+// the usage is rping's, byte for byte.
+const rpOwnUsage = "\t-K ms\t\t(rdmago) keepalive: report a peer that stopped answering within ms milliseconds\n"
+
 // rpUsage writes rping's usage, to stdout as rping does.
 func rpUsage(w io.Writer) {
 	const name = "rdmago rping"
@@ -63,7 +67,7 @@ func rpUsage(w io.Writer) {
 		"\t-p port\t\tport\n"+
 		"\t-P\t\tpersistent server mode allowing multiple connections\n"+
 		"\t-q\t\tuse self-created, self-modified QP\n"+
-		"\t-K ms\t\tkeepalive: report a peer that stopped answering within ms milliseconds\n")
+		rpOwnUsage)
 }
 
 // rpLookup resolves -a and -I; tests replace it.

@@ -193,6 +193,9 @@ func TestRpingOptions(t *testing.T) {
 		{args: []string{"-s", "-S", "10", "-a", "10.0.2.15"}, run: true, stderr: "Invalid size 10 (valid range is 23 to 65536)\n",
 			check: func(o rpOptions) bool { return o.size == 10 }},
 		{args: []string{"-c", "-C", "-1", "-I", "peer"}, run: true, stderr: "Invalid count -1\n"},
+		// -K, rdmago's own: the keepalive's bound in milliseconds.
+		{args: []string{"-s", "-K", "2000"}, run: true, check: func(o rpOptions) bool { return o.keepAlive == 2000 }},
+		{args: []string{"-s", "-K", "3"}, status: 22, stderr: "Invalid keepalive 3 ms (at least 4)\n"},
 	} {
 		var o, e bytes.Buffer
 		opts, status, run := rpParse(context.Background(), tc.args, &o, &e)

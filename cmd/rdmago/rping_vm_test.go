@@ -301,7 +301,9 @@ func compareRpFailure(t *testing.T, args []string) {
 	wantStatus := want.wait()
 	got := startPP(t, ctx, "rdmago", rpGo(args...))
 	gotStatus := got.wait()
-	norm := func(s string) string { return strings.ReplaceAll(s, "rdmago rping ", "rping ") }
+	norm := func(s string) string {
+		return strings.ReplaceAll(strings.ReplaceAll(s, "rdmago rping ", "rping "), rpOwnUsage, "")
+	}
 	// rping's threads race: when an rdma_cm event makes it exit, its main
 	// thread, woken by the same event, may print its own complaint first;
 	// when its main thread fails and closes the event channel, the cm
