@@ -68,6 +68,10 @@ type keepAlive struct {
 	cfg  KeepAlive
 	stop chan struct{}
 	once sync.Once
+	// probe is the probe's work request, made once: posting it through
+	// the provider's interface would move a fresh one to the heap each
+	// time.
+	probe [1]wr.SendWR
 }
 
 func (ka *keepAlive) halt() { ka.once.Do(func() { close(ka.stop) }) }
@@ -189,7 +193,7 @@ func (ka *keepAlive) run(wq weak.Pointer[QP], cq *CQ, p *probes) {
 			return
 		case outstanding:
 		case now.Sub(lastPost) >= ka.cfg.Interval:
-			switch err := q.postProbe(cq, p); {
+			switch err := q.postProbe(cq, p, ka.probe[:]); {
 			case err == nil:
 				posted, lastPost = now, now
 			case q.failed.Load() || q.State() == qp.StateErr || q.dead.Load():
@@ -208,8 +212,8 @@ func (ka *keepAlive) run(wq weak.Pointer[QP], cq *CQ, p *probes) {
 
 // postProbe posts one probe: a signaled zero-length RDMA write, which needs
 // no remote key.
-func (q *QP) postProbe(cq *CQ, p *probes) error {
-	w := [1]wr.SendWR{{ID: probeWRID, Opcode: wr.OpRDMAWrite, Flags: wr.Signaled}}
+func (q *QP) postProbe(cq *CQ, p *probes, w []wr.SendWR) error {
+	w[0] = wr.SendWR{ID: probeWRID, Opcode: wr.OpRDMAWrite, Flags: wr.Signaled}
 	if err := q.use(); err != nil {
 		return err
 	}
@@ -221,7 +225,7 @@ func (q *QP) postProbe(cq *CQ, p *probes) error {
 	// PostSend returns.
 	p.sent.Add(1)
 	cq.probing.Add(1)
-	if _, err := q.post(w[:]); err != nil {
+	if _, err := q.post(w); err != nil {
 		p.sent.Add(^uint64(0))
 		cq.probing.Add(-1)
 		return err
