@@ -48,6 +48,7 @@ const (
 	pairPortRC  = 7480
 	pairPortUD  = 7481
 	pairPortRNR = 7482
+	pairPortKA  = 7483
 )
 
 // pairSide is this VM's part in a pair test.
@@ -753,4 +754,67 @@ func TestPairRNRExhaustion(t *testing.T) {
 	t.Logf("the send completed with %q after %.2f s (rnr_retry %d)", wc.Status, elapsed.Seconds(), a.RNRRetry)
 	logCounters(t, hw)
 	pairDisconnect(ctx, t, c)
+}
+
+// TestPairKeepAlive loses the link under an idle connection, as far as the
+// server can tell: from some point on, its injector drops everything it
+// receives, the CM's packets too. Without a liveness check nothing would
+// ever end the connection (rxe retries for ever with retry count 7, and an
+// idle connection sends nothing). With SetKeepAlive the server's waiting
+// receive comes back flushed within interval + timeout, its channel reports
+// DISCONNECTED with ETIMEDOUT, and the DREQ the server's library then sends
+// (its egress is not touched) ends the client's side too.
+func TestPairKeepAlive(t *testing.T) {
+	ctx, side := pairSetup(t)
+	caps := provider.QPCaps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}
+	buf := make([]byte, 64)
+	var m *uverbs.MR
+	prep := func(id *cm.ID) {
+		var err error
+		m, err = id.RegMsgs(buf)
+		must(t, err)
+		t.Cleanup(func() { m.Close() })
+		must(t, id.PostRecv(1, buf, m))
+	}
+	if !side.server {
+		c := pairDial(ctx, t, side, cm.PSTCP, pairPortKA, caps, 0, nil, prep)
+		start := time.Now()
+		wc, err := c.GetRecvComp(ctx)
+		if wc.ID != 1 || wc.Status != wr.WRFlushErr {
+			t.Fatalf("the client's receive: %+v, %v; want it flushed once the server gave up", wc, err)
+		}
+		t.Logf("the server's disconnect reached the client %.1f s after connecting", time.Since(start).Seconds())
+		return
+	}
+	const interval, timeout = 100 * time.Millisecond, time.Second
+	l := pairListen(t, side, cm.PSTCP, pairPortKA)
+	s := pairAccept(ctx, t, l, caps, 0, nil, prep)
+	must(t, s.SetKeepAlive(interval, timeout))
+	// Probes answered for a while: nothing happens.
+	quiet, cancel := context.WithTimeout(ctx, 3*timeout)
+	wc, err := s.GetRecvComp(quiet)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a live connection: %+v, %v; want nothing", wc, err)
+	}
+	inj := pairAttach(t, faults.Policy{Enabled: true})
+	start := time.Now()
+	wc, err = s.GetRecvComp(ctx)
+	took := time.Since(start)
+	if wc.ID != 1 || wc.Status != wr.WRFlushErr {
+		t.Fatalf("the server's receive after the link went: %+v, %v; want it flushed", wc, err)
+	}
+	if took > interval+timeout+5*time.Second {
+		t.Errorf("reported %v after the link went; want about %v", took, interval+timeout)
+	}
+	ev, err := s.Channel().GetEvent(ctx)
+	if err != nil || ev.Type != cm.EventDisconnected || !errors.Is(ev.Err(), unix.ETIMEDOUT) {
+		t.Fatalf("event %v, %v; want DISCONNECTED with ETIMEDOUT", ev, err)
+	}
+	c, err := inj.Counters()
+	must(t, err)
+	t.Logf("the link went (everything received dropped); the keepalive (%v, %v) reported it after %.2f s; injector: %v", interval, timeout, took.Seconds(), c)
+	// Long enough for the client to see the DREQ before the cleanup
+	// detaches the injector.
+	time.Sleep(3 * time.Second)
 }
