@@ -991,9 +991,11 @@ func (id *ID) Notify(event uverbs.EventType) error {
 // Disconnect disconnects (rdma_disconnect): it moves the ID's QP to the
 // error state, which flushes its outstanding work requests, and tells the
 // peer. A synchronous ID waits for the DISCONNECTED event, which comes when
-// the peer disconnects too or stops answering. Disconnecting again does
-// nothing, as does disconnecting after the keepalive (SetKeepAlive)
-// reported the peer gone: the keepalive disconnected already.
+// the peer disconnects too or stops answering, unless the peer's
+// DISCONNECTED came first (its DREP is then sent, and nothing more comes).
+// Disconnecting again does nothing, as does disconnecting after the
+// keepalive (SetKeepAlive) reported the peer gone: the keepalive
+// disconnected already.
 func (id *ID) Disconnect(ctx context.Context) error {
 	id.mu.Lock()
 	f, err := id.file()
@@ -1024,15 +1026,20 @@ func (id *ID) Disconnect(ctx context.Context) error {
 	err = exec(f, c, nil)
 	id.setState(stateDisconnected)
 	id.disconnected = err == nil
-	peerDead := id.kaErr != nil
+	peerDead, peerLeft := id.kaErr != nil, !id.peerGone.IsZero()
 	id.mu.Unlock()
 	if err != nil {
 		return wrapErr("disconnect", err)
 	}
-	if peerDead {
+	if peerDead || peerLeft {
 		// The keepalive reported the peer gone: the DREQ will not be
 		// answered, and the kernel's DISCONNECTED comes only when its
-		// resends give up. Nothing is waiting for it.
+		// resends give up. Or the peer disconnected first, and its
+		// DISCONNECTED was processed already: the command sent the
+		// DREP, and no second DISCONNECTED follows (librdmacm's
+		// rdma_disconnect then waits for TIMEWAIT_EXIT, the end of the
+		// CM's time-wait, which tells the caller nothing). Nothing is
+		// waiting for either.
 		return nil
 	}
 	return id.complete(ctx, "disconnect", EventDisconnected)

@@ -45,10 +45,11 @@ const (
 	// pairTestTime bounds each test, the wait for the peer included.
 	pairTestTime = 100 * time.Second
 
-	pairPortRC  = 7480
-	pairPortUD  = 7481
-	pairPortRNR = 7482
-	pairPortKA  = 7483
+	pairPortRC   = 7480
+	pairPortUD   = 7481
+	pairPortRNR  = 7482
+	pairPortKA   = 7483
+	pairPortDREQ = 7484
 )
 
 // pairSide is this VM's part in a pair test.
@@ -817,4 +818,75 @@ func TestPairKeepAlive(t *testing.T) {
 	// Long enough for the client to see the DREQ before the cleanup
 	// detaches the injector.
 	time.Sleep(3 * time.Second)
+}
+
+// TestPairLostDREQ loses the client's first DREQ at the server, in the two
+// ways a client may end a connection. One that waits for its DISCONNECTED
+// (Disconnect on a synchronous ID) lets the CM resend the DREQ, and the
+// server is told as usual. One that destroys its ID at once, as rping
+// does, cancels the resends: only the server's keepalive, finding the
+// client's QP gone, ends the server's side.
+func TestPairLostDREQ(t *testing.T) {
+	ctx, side := pairSetup(t)
+	caps := provider.QPCaps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}
+	for _, wait := range []bool{true, false} {
+		name := map[bool]string{true: "client waits", false: "client destroys at once"}[wait]
+		port := uint16(pairPortDREQ)
+		if !wait {
+			port++
+		}
+		if !side.server {
+			c := pairDial(ctx, t, side, cm.PSTCP, port, caps, 0, nil, nil)
+			time.Sleep(2 * time.Second) // the server attaches its injector
+			start := time.Now()
+			if wait {
+				must(t, c.Disconnect(ctx))
+			} else if _, err := c.Destroy(); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%s: the client's side ended after %.1f s", name, time.Since(start).Seconds())
+			continue
+		}
+		buf := make([]byte, 64)
+		l := pairListen(t, side, cm.PSTCP, port)
+		s := pairAccept(ctx, t, l, caps, 0, nil, func(id *cm.ID) {
+			m, err := id.RegMsgs(buf)
+			must(t, err)
+			t.Cleanup(func() { m.Close() })
+			must(t, id.PostRecv(1, buf, m))
+		})
+		if !wait {
+			must(t, s.SetKeepAlive(100*time.Millisecond, time.Second))
+		}
+		inj, err := faults.Attach(pairIface)
+		must(t, err)
+		dreq := faults.AttrDREQ
+		must(t, inj.Set(faults.Policy{Enabled: true, MADAttr: &dreq, Limit: 1}))
+		start := time.Now()
+		wc, err := s.GetRecvComp(ctx)
+		took := time.Since(start)
+		if wc.ID != 1 || wc.Status != wr.WRFlushErr {
+			t.Fatalf("%s: the server's receive: %+v, %v; want it flushed", name, wc, err)
+		}
+		ev, err := s.Channel().GetEvent(ctx)
+		must(t, err)
+		// As rping does: the DREP that ends a waiting client's Disconnect
+		// goes out with the server's.
+		must(t, s.Disconnect(ctx))
+		c, err := inj.Counters()
+		must(t, err)
+		must(t, inj.Close())
+		t.Logf("%s: the server's side ended %.1f s after the injector was set, with %v; injector: %v", name, took.Seconds(), ev, c)
+		if c.Dropped != 1 {
+			t.Errorf("%s: the injector dropped %d DREQs, want 1", name, c.Dropped)
+		}
+		switch {
+		case ev.Type != cm.EventDisconnected:
+			t.Errorf("%s: event %v, want DISCONNECTED", name, ev)
+		case wait && ev.Status != 0:
+			t.Errorf("%s: %v, want the peer's disconnect (the DREQ resent)", name, ev)
+		case !wait && !errors.Is(ev.Err(), unix.ETIMEDOUT):
+			t.Errorf("%s: %v, want the keepalive's ETIMEDOUT", name, ev)
+		}
+	}
 }
