@@ -461,13 +461,17 @@ func (cq *CQ) Poll(wc []wr.Completion) (int, error) {
 }
 
 // takeSoft moves the library's own completions into wc.
-func (cq *CQ) takeSoft(wc []wr.Completion) int {
+func (cq *CQ) takeSoft(wc []wr.Completion) int { return cq.take(&cq.soft, &cq.softN, wc) }
+
+// take moves completions from the front of q, one of the CQ's queues under
+// softMu whose length n mirrors, into wc.
+func (cq *CQ) take(q *[]wr.Completion, n *atomic.Int32, wc []wr.Completion) int {
 	cq.softMu.Lock()
 	defer cq.softMu.Unlock()
-	n := copy(wc, cq.soft)
-	cq.soft = cq.soft[:copy(cq.soft, cq.soft[n:])]
-	cq.softN.Store(int32(len(cq.soft)))
-	return n
+	k := copy(wc, *q)
+	*q = (*q)[:copy(*q, (*q)[k:])]
+	n.Store(int32(len(*q)))
+	return k
 }
 
 // noteFailed records that an RC QP showed an error completion: the device

@@ -366,11 +366,4 @@ func (cq *CQ) harvest() {
 }
 
 // takeAhead moves completions harvest kept into wc.
-func (cq *CQ) takeAhead(wc []wr.Completion) int {
-	cq.softMu.Lock()
-	defer cq.softMu.Unlock()
-	n := copy(wc, cq.ahead)
-	cq.ahead = cq.ahead[:copy(cq.ahead, cq.ahead[n:])]
-	cq.aheadN.Store(int32(len(cq.ahead)))
-	return n
-}
+func (cq *CQ) takeAhead(wc []wr.Completion) int { return cq.take(&cq.ahead, &cq.aheadN, wc) }
