@@ -151,9 +151,16 @@ check-generate: deps
 vet:
 	$(GO) vet ./...
 
-lint: vet
+lint: vet cross
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then echo "not gofmt'ed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+
+## cross: the module builds where a program using it may be compiled: macOS
+## (its device calls fail with errors.ErrUnsupported) and 64-bit ARM Linux.
+.PHONY: cross
+cross:
+	GOOS=darwin GOARCH=arm64 CGO_ENABLED=0 $(GO) build ./...
+	GOOS=linux GOARCH=arm64 CGO_ENABLED=0 $(GO) build ./...
 
 clean:
 	rm -rf bin

@@ -119,6 +119,9 @@ var abiVersion = sync.OnceValue(func() error {
 
 // NewEventChannel opens an event channel (rdma_create_event_channel).
 func NewEventChannel() (*EventChannel, error) {
+	if err := supported(); err != nil {
+		return nil, err
+	}
 	if err := abiVersion(); err != nil {
 		return nil, err
 	}

@@ -54,15 +54,6 @@ func Alloc(n int) (*Memory, error) {
 	return &Memory{mem: raw[off : off+size : off+size], n: n}, nil
 }
 
-// physicalMemory is the machine's RAM and swap, or no limit when unknown.
-func physicalMemory() uint64 {
-	var si unix.Sysinfo_t
-	if unix.Sysinfo(&si) != nil {
-		return math.MaxUint64
-	}
-	return (uint64(si.Totalram) + uint64(si.Totalswap)) * uint64(si.Unit)
-}
-
 // Bytes returns the n bytes asked for; nil after Free.
 func (m *Memory) Bytes() []byte {
 	m.mu.Lock()

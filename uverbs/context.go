@@ -110,6 +110,9 @@ func Open(name string) (*Context, error) {
 // Open opens the device: it opens the uverbs character device and creates
 // the kernel's user context through the ioctl interface.
 func (d Device) Open() (*Context, error) {
+	if err := supported("open"); err != nil {
+		return nil, err
+	}
 	f, err := openDevFile(d.DevPath)
 	if err != nil {
 		switch {

@@ -32,7 +32,6 @@ type Device struct {
 var (
 	sysfsRoot = "/sys"
 	devRoot   = "/dev/infiniband"
-	dialNL    = func() (nlConn, error) { return dialRDMANetlink() }
 )
 
 // ErrNoDevice is returned by Open when the host has no RDMA device at all.
@@ -49,6 +48,9 @@ var errNoRDMA = fmt.Errorf("%w (the kernel has no RDMA subsystem: no RDMA netlin
 // and reads sysfs when netlink is unavailable. A host without RDMA gives an
 // empty list and no error.
 func Devices() ([]Device, error) {
+	if err := supported("list devices"); err != nil {
+		return nil, err
+	}
 	devs, err := netlinkDevices()
 	if err != nil {
 		devs, err = sysfsDevices()
@@ -57,39 +59,6 @@ func Devices() ([]Device, error) {
 		}
 	}
 	sort.Slice(devs, func(i, j int) bool { return devs[i].Name < devs[j].Name })
-	return devs, nil
-}
-
-func netlinkDevices() ([]Device, error) {
-	c, err := dialNL()
-	if err != nil {
-		return nil, err
-	}
-	defer c.Close()
-	nls, err := nlDevices(c)
-	if err != nil {
-		return nil, err
-	}
-	var devs []Device
-	for _, n := range nls {
-		if n.chardev == "" {
-			continue // no verbs interface (e.g. a device without user access)
-		}
-		d := Device{
-			Name:       n.name,
-			Index:      n.index,
-			NodeType:   NodeType(n.nodeType),
-			DriverID:   n.driverID,
-			DevPath:    filepath.Join(devRoot, n.chardev),
-			ABIVersion: int(n.abiVer),
-			SysfsPath:  filepath.Join(sysfsRoot, "class/infiniband", n.name),
-		}
-		// Netlink sends the GUID in host order of the big-endian value.
-		binary.BigEndian.PutUint64(d.NodeGUID[:], n.nodeGUID)
-		d.Driver = driverName(d.DriverID)
-		d.Transport = transportOf(d.NodeType)
-		devs = append(devs, d)
-	}
 	return devs, nil
 }
 

@@ -99,5 +99,5 @@ export CGO_ENABLED=0 # for building the helper; cgo itself is run directly below
 go run ./hack/abigen extract -cc "$CC" -I "$inc" -I "$arch_inc" -dir "$work" "${HEADERS[@]}"
 CC=$CC go tool cgo -objdir "$work/obj" -godefs -- -I "$inc" -I "$arch_inc" "$work/types.go" >"$work/godefs.go"
 go run ./hack/abigen post -dir "$work" -version "$version" \
-	-o "$out/zabi_linux.go" -sizetest "$out/zabi_size_test.go" <"$work/godefs.go"
-echo "generate.sh: wrote $out/zabi_linux.go $out/zabi_size_test.go (linux-libc-dev $version)" >&2
+	-o "$out/zabi.go" -sizetest "$out/zabi_size_test.go" <"$work/godefs.go"
+echo "generate.sh: wrote $out/zabi.go $out/zabi_size_test.go (linux-libc-dev $version)" >&2

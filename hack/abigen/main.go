@@ -405,7 +405,8 @@ func post(dir, version, out, test string) error {
 	b.WriteString(`// and the structs they embed from other uAPI headers, rendered by
 // go tool cgo -godefs on linux/amd64. These structs use only fixed-width
 // types (__u8 to __u64, __aligned_u64), so the layouts also hold on
-// linux/arm64.
+// linux/arm64. They are plain data, built on every system so that programs
+// using the API compile anywhere; only Linux's kernel speaks them.
 `)
 	b.WriteString("@LEFT@")
 	if len(m.Dropped) > 0 {
@@ -414,7 +415,7 @@ func post(dir, version, out, test string) error {
 			fmt.Fprintf(&b, "//   - %s (<%s>)\n", d.Name, d.Header)
 		}
 	}
-	b.WriteString("\n//go:build linux\n\n")
+	b.WriteString("\n")
 
 	lines := strings.Split(string(body), "\n")
 	start := slices.IndexFunc(lines, func(l string) bool { return strings.HasPrefix(l, "package ") })

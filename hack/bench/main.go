@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command bench runs rdma-core's perftest programs and `rdmago perf` side by
 // side on one RDMA device and prints their figures and ratios. `make bench`
 // runs it inside the soft-RoCE VM; it works the same on a host with a real

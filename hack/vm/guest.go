@@ -1,3 +1,5 @@
+//go:build linux
+
 package main
 
 // The host side of the protocol with the guest's /init (see init.sh for the

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command vm runs commands inside throwaway QEMU virtual machines that boot
 // Debian's own kernels with soft-RoCE (rdma_rxe), so that rdmago's device
 // tests can run on hosts whose kernel has no RDMA support.

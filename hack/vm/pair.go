@@ -1,3 +1,5 @@
+//go:build linux
+
 package main
 
 // vm pair: two VMs joined by one emulated Ethernet link, each with its own

@@ -18,9 +18,7 @@ func allocQueueMem(n, pageSize int) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	// As ibv_dontfork_range: a child of fork must not share, or copy on
-	// write, pages the device is writing.
-	_ = unix.Madvise(mem, unix.MADV_DONTFORK)
+	dontFork(mem)
 	return mem, nil
 }
 

@@ -2,10 +2,10 @@
 // the uverbs write and ioctl interfaces, the rdma_cm (rdma_ucm) commands,
 // the rxe and mlx5 provider ABIs and RDMA netlink.
 //
-// Almost all of it is generated: zabi_linux.go is rendered by
+// Almost all of it is generated: zabi.go is rendered by
 // hack/abigen/generate.sh with "go tool cgo -godefs" from the uAPI headers
 // of a pinned Debian linux-libc-dev package (the version is named at the
-// top of zabi_linux.go and pinned in generate.sh). Do not edit the z*
+// top of zabi.go and pinned in generate.sh). Do not edit the z*
 // files; regenerate them with
 //
 //	make generate

@@ -3,6 +3,7 @@ package uverbs
 import (
 	"encoding/binary"
 	"fmt"
+	"path/filepath"
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
@@ -14,6 +15,42 @@ import (
 // RDMA devices and, for each, the uverbs character device and the driver id
 // that the ioctl header carries. Its messages are a netlink header followed
 // directly by attributes; there is no generic-netlink header.
+
+// dialNL opens RDMA netlink; tests replace it.
+var dialNL = func() (nlConn, error) { return dialRDMANetlink() }
+
+func netlinkDevices() ([]Device, error) {
+	c, err := dialNL()
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	nls, err := nlDevices(c)
+	if err != nil {
+		return nil, err
+	}
+	var devs []Device
+	for _, n := range nls {
+		if n.chardev == "" {
+			continue // no verbs interface (e.g. a device without user access)
+		}
+		d := Device{
+			Name:       n.name,
+			Index:      n.index,
+			NodeType:   NodeType(n.nodeType),
+			DriverID:   n.driverID,
+			DevPath:    filepath.Join(devRoot, n.chardev),
+			ABIVersion: int(n.abiVer),
+			SysfsPath:  filepath.Join(sysfsRoot, "class/infiniband", n.name),
+		}
+		// Netlink sends the GUID in host order of the big-endian value.
+		binary.BigEndian.PutUint64(d.NodeGUID[:], n.nodeGUID)
+		d.Driver = driverName(d.DriverID)
+		d.Transport = transportOf(d.NodeType)
+		devs = append(devs, d)
+	}
+	return devs, nil
+}
 
 // nlAttrs is a decoded attribute set: type to payload.
 type nlAttrs map[uint16][]byte

@@ -14,15 +14,14 @@
 // and the structs they embed from other uAPI headers, rendered by
 // go tool cgo -godefs on linux/amd64. These structs use only fixed-width
 // types (__u8 to __u64, __aligned_u64), so the layouts also hold on
-// linux/arm64.
+// linux/arm64. They are plain data, built on every system so that programs
+// using the API compile anywhere; only Linux's kernel speaks them.
 //
 // The 47 flexible array members (driver_data[], attrs[], ...) are left
 // out: such an array starts at the Sizeof of its struct.
 //
 // Macros left out because they are not integer constant expressions:
 //   - RDMA_NLA_TYPE_MASK (<rdma/rdma_netlink.h>)
-
-//go:build linux
 
 package abi
 
