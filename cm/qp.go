@@ -1,10 +1,14 @@
 package cm
 
 import (
+	"fmt"
+	"unsafe"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/uverbs"
+	"github.com/rdmago/rdma/uverbs/abi"
 )
 
 // verbsState is what CreateQP made on an ID.
@@ -362,4 +366,29 @@ func (id *ID) CreateAH(attr qp.AHAttr) (*uverbs.AH, error) {
 		return nil, wrapErr("create AH", err)
 	}
 	return ah, nil
+}
+
+// InitQPAttr asks the kernel for the attributes that move a QP of this ID
+// to state (rdma_init_qp_attr), for a QP the program manages itself.
+func (id *ID) InitQPAttr(state qp.State) (qp.Attr, qp.AttrMask, error) {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	return id.initQPAttr(state)
+}
+
+func (id *ID) initQPAttr(state qp.State) (qp.Attr, qp.AttrMask, error) {
+	f, err := id.file()
+	if err != nil {
+		return qp.Attr{}, 0, err
+	}
+	resp := new(abi.IbUverbsQpAttr)
+	c := newCmd[abi.RdmaUcmInitQpAttr](abi.RDMA_USER_CM_CMD_INIT_QP_ATTR, int(unsafe.Sizeof(*resp)))
+	c.body.Response = ptr(resp)
+	c.body.Id = id.handle
+	c.body.Qp_state = uint32(state)
+	if err := exec(f, c, unsafe.Pointer(resp)); err != nil {
+		return qp.Attr{}, 0, wrapErr(fmt.Sprintf("init QP attr %v", state), err)
+	}
+	a, mask := qp.DecodeUverbsAttr(resp)
+	return a, mask &^ qp.MaskReserved, nil
 }

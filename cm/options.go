@@ -1,0 +1,68 @@
+package cm
+
+import (
+	"encoding/binary"
+	"unsafe"
+
+	"github.com/rdmago/rdma/uverbs/abi"
+)
+
+// Options of SetOption (RDMA_OPTION_*).
+const (
+	OptionLevelID = abi.RDMA_OPTION_ID // level of the ID options below
+	OptionLevelIB = abi.RDMA_OPTION_IB
+
+	OptionIDTOS        = abi.RDMA_OPTION_ID_TOS         // u8: type of service
+	OptionIDReuseAddr  = abi.RDMA_OPTION_ID_REUSEADDR   // int: reuse the port while in timewait
+	OptionIDAFOnly     = abi.RDMA_OPTION_ID_AFONLY      // int: an IPv6 bind excludes IPv4
+	OptionIDAckTimeout = abi.RDMA_OPTION_ID_ACK_TIMEOUT // u8: the QP's local ACK timeout
+	OptionIBPath       = abi.RDMA_OPTION_IB_PATH        // struct ibv_path_data[]: set the route
+)
+
+// SetOption sets an option (rdma_set_option) with the value's bytes as the
+// kernel reads them; the typed setters below are easier.
+func (id *ID) SetOption(level, name uint32, value []byte) error {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	f, err := id.file()
+	if err != nil {
+		return err
+	}
+	val := make([]byte, max(len(value), 1)) // heap memory, pinned below
+	copy(val, value)
+	c := newCmd[abi.RdmaUcmSetOption](abi.RDMA_USER_CM_CMD_SET_OPTION, 0)
+	c.body.Optval = ptr(&val[0])
+	c.body.Id = id.handle
+	c.body.Level = level
+	c.body.Optname = name
+	c.body.Optlen = uint32(len(value))
+	return wrapErr("set option", exec(f, c, unsafe.Pointer(&val[0])))
+}
+
+func int32Bytes(v bool) []byte {
+	b := make([]byte, 4)
+	if v {
+		binary.NativeEndian.PutUint32(b, 1)
+	}
+	return b
+}
+
+// SetTOS sets the type of service of the ID's traffic (RDMA_OPTION_ID_TOS).
+func (id *ID) SetTOS(tos uint8) error { return id.SetOption(OptionLevelID, OptionIDTOS, []byte{tos}) }
+
+// SetReuseAddr lets the ID bind a port still in timewait
+// (RDMA_OPTION_ID_REUSEADDR).
+func (id *ID) SetReuseAddr(on bool) error {
+	return id.SetOption(OptionLevelID, OptionIDReuseAddr, int32Bytes(on))
+}
+
+// SetAFOnly makes an IPv6 bind exclude IPv4 (RDMA_OPTION_ID_AFONLY).
+func (id *ID) SetAFOnly(on bool) error {
+	return id.SetOption(OptionLevelID, OptionIDAFOnly, int32Bytes(on))
+}
+
+// SetAckTimeout sets the local ACK timeout of the ID's QP, 4.096 µs ×
+// 2^timeout (RDMA_OPTION_ID_ACK_TIMEOUT).
+func (id *ID) SetAckTimeout(timeout uint8) error {
+	return id.SetOption(OptionLevelID, OptionIDAckTimeout, []byte{timeout})
+}
