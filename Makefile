@@ -138,10 +138,10 @@ bench: deps build
 	$(GOTEST) -exec "$(VM) run --kernel $(KERNEL) --" -run '^$$' -bench . -benchmem ./...
 	$(MAKE) bench-mlx5
 
-## generate: regenerate the kernel ABI from the pinned uapi headers.
+## generate: regenerate what is generated (go generate ./...): the kernel ABI
+## from the pinned uapi headers, the mlx5 golden vectors, the doctor's table.
 generate:
-	hack/abigen/generate.sh
-	hack/mlx5gen/generate.sh
+	$(GO) generate ./...
 
 # The mlx5 vectors come from rdma-core's mlx5dv.h (libibverbs-dev): deps.
 check-generate: deps

@@ -8,7 +8,7 @@
 // top of zabi.go and pinned in generate.sh). Do not edit the z*
 // files; regenerate them with
 //
-//	make generate
+//	make generate   (or: go generate ./uverbs/abi)
 //
 // which needs the network once (the .deb is cached under .cache/abigen),
 // gcc and linux/amd64. CI runs hack/abigen/check.sh, which fails when the
@@ -46,3 +46,5 @@
 // The structs use only fixed-width types, so the one generated file serves
 // linux/amd64 and linux/arm64; TestSizes checks every type's size against C.
 package abi
+
+//go:generate ../../hack/abigen/generate.sh
