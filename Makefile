@@ -245,8 +245,9 @@ test-pair: test-faults-short
 ## cm/pair_vm_test.go) in two VMs (vm pair, KERNEL for both), the same test
 ## binary in each: an RC stream of sends, RDMA writes and reads checked end
 ## to end under 1% loss, UD datagrams under 10% loss accounted for exactly
-## by the receiving VM's injector, RNR retries exhausted. About 40 s on
-## bookworm and 20 s on trixie under TCG, boot included. Logged to
+## by the receiving VM's injector, RNR retries exhausted, the keepalive
+## ending an idle connection whose link went, a lost DREQ both ways. About
+## 60 s on bookworm and 40 s on trixie under TCG, boot included. Logged to
 ## bin/test-pair-go.log; test-pair runs it.
 PAIR_GO_TIMEOUT ?= 240s
 .PHONY: test-pair-go
