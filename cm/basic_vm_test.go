@@ -7,27 +7,15 @@ import (
 	"time"
 
 	"github.com/rdmago/rdma/cm"
-	"github.com/rdmago/rdma/internal/testenv"
+	"github.com/rdmago/rdma/internal/rdmatest"
 	"github.com/rdmago/rdma/provider"
 	"github.com/rdmago/rdma/uverbs"
 )
 
 func TestDeviceSyncConnect(t *testing.T) {
-	testenv.RequireDevice(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	listen, err := cm.CreateID(nil, nil, cm.PSTCP)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer listen.Destroy()
-	if err := listen.BindAddr(netip.AddrPortFrom(vmAddr, 0)); err != nil {
-		t.Fatal(err)
-	}
-	if err := listen.Listen(0); err != nil {
-		t.Fatal(err)
-	}
-	port := listen.SrcAddr().Port()
+	listen, port := rdmatest.Listen(t, cm.PSTCP)
 	t.Logf("listening on %v, device %v port %d", listen.SrcAddr(), listen.Verbs().Device().Name, listen.PortNum())
 	caps := provider.QPCaps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}
 	done := make(chan error, 1)
@@ -55,7 +43,7 @@ func TestDeviceSyncConnect(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer id.Destroy()
-	if err := id.ResolveAddr(ctx, netip.AddrPort{}, netip.AddrPortFrom(vmAddr, port), time.Second); err != nil {
+	if err := id.ResolveAddr(ctx, netip.AddrPort{}, netip.AddrPortFrom(rdmatest.VMAddr, port), time.Second); err != nil {
 		t.Fatal(err)
 	}
 	if err := id.ResolveRoute(ctx, time.Second); err != nil {

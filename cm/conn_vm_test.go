@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rdmago/rdma/cm"
+	"github.com/rdmago/rdma/internal/rdmatest"
 	"github.com/rdmago/rdma/internal/testenv"
 	"github.com/rdmago/rdma/wr"
 )
@@ -19,18 +20,18 @@ import (
 // rdma_cm channel and its outstanding work comes back flushed; the
 // server's posted receives come back flushed too; nothing hangs.
 func TestDeviceDisconnectDuringTraffic(t *testing.T) {
-	ctx := testCtx(t)
+	ctx := rdmatest.Context(t)
 	const nrecv = 16
-	sbuf := alloc(t, nrecv*64)
-	p := connectPair(t, cm.PSTCP, defaultCaps, func(s *cm.ID) {
-		m := reg(t, s.RegMsgs, sbuf)
+	sbuf := rdmatest.Alloc(t, nrecv*64)
+	p := rdmatest.ConnectCM(t, cm.PSTCP, rdmatest.Caps, func(s *cm.ID) {
+		m := rdmatest.Reg(t, s.RegMsgs, sbuf)
 		for i := range nrecv {
-			must(t, s.PostRecv(uint64(i), sbuf[i*64:i*64+64], m))
+			rdmatest.Must(t, s.PostRecv(uint64(i), sbuf[i*64:i*64+64], m))
 		}
 	})
-	c, s := p.client, p.server
+	c, s := p.Client, p.Server
 	smsg, err := s.RegMsgs(make([]byte, 1)) // a region to repost into
-	must(t, err)
+	rdmatest.Must(t, err)
 	defer cm.DeregMR(smsg)
 
 	start := time.Now()
@@ -64,9 +65,9 @@ func TestDeviceDisconnectDuringTraffic(t *testing.T) {
 	got := 0
 	for got < 8 {
 		wc, err := s.GetRecvComp(ctx)
-		must(t, err)
+		rdmatest.Must(t, err)
 		got++
-		must(t, s.PostRecv(wc.ID, sbuf[wc.ID*64:wc.ID*64+64], reg(t, s.RegMsgs, sbuf)))
+		rdmatest.Must(t, s.PostRecv(wc.ID, sbuf[wc.ID*64:wc.ID*64+64], rdmatest.Reg(t, s.RegMsgs, sbuf)))
 	}
 	srvDisc := make(chan error, 1)
 	go func() { srvDisc <- s.Disconnect(ctx) }()
@@ -95,8 +96,8 @@ func TestDeviceDisconnectDuringTraffic(t *testing.T) {
 		wantErrno(t, "client wait after the flush", err, 107 /* ENOTCONN */)
 		break
 	}
-	must(t, c.Disconnect(ctx))
-	must(t, <-srvDisc)
+	rdmatest.Must(t, c.Disconnect(ctx))
+	rdmatest.Must(t, <-srvDisc)
 	// The server's receives come back: the messages that arrived before
 	// the disconnect, then the rest flushed. Every receive posted is
 	// accounted for. How many are flushed depends on how far the client
@@ -132,7 +133,7 @@ func rdmaRes(t testing.TB) string {
 	if !testenv.InVM() {
 		return ""
 	}
-	return strings.TrimSpace(ourRDMAResources())
+	return strings.TrimSpace(rdmatest.LeftBehind(resKinds...))
 }
 
 // TestDeviceCycles connects and disconnects 100 times and checks that no
@@ -141,15 +142,15 @@ func TestDeviceCycles(t *testing.T) {
 	testenv.RequireDevice(t)
 	cycle := func(i int) {
 		t.Run(fmt.Sprint(i), func(t *testing.T) {
-			p := connectPair(t, cm.PSTCP, defaultCaps, nil)
-			buf := alloc(t, 4096)
-			m := reg(t, p.server.RegMsgs, buf)
-			must(t, p.server.PostRecv(1, buf[:64], m))
-			must(t, p.client.PostSend(2, []byte("cycle"), nil, wr.Signaled|wr.Inline))
-			_, err := p.client.GetSendComp(testCtx(t))
-			must(t, err)
-			_, err = p.server.GetRecvComp(testCtx(t))
-			must(t, err)
+			p := rdmatest.ConnectCM(t, cm.PSTCP, rdmatest.Caps, nil)
+			buf := rdmatest.Alloc(t, 4096)
+			m := rdmatest.Reg(t, p.Server.RegMsgs, buf)
+			rdmatest.Must(t, p.Server.PostRecv(1, buf[:64], m))
+			rdmatest.Must(t, p.Client.PostSend(2, []byte("cycle"), nil, wr.Signaled|wr.Inline))
+			_, err := p.Client.GetSendComp(rdmatest.Context(t))
+			rdmatest.Must(t, err)
+			_, err = p.Server.GetRecvComp(rdmatest.Context(t))
+			rdmatest.Must(t, err)
 		})
 	}
 	cycle(0)
@@ -183,19 +184,19 @@ func TestDeviceInteropCServer(t *testing.T) {
 	if err != nil {
 		t.Skip("rdma-core's rdma_server is not installed (vm deps installs rdmacm-utils)")
 	}
-	ctx := testCtx(t)
+	ctx := rdmatest.Context(t)
 	port := freePort(t)
-	cmd := exec.CommandContext(ctx, srvPath, "-s", vmAddr.String(), "-p", fmt.Sprint(port))
+	cmd := exec.CommandContext(ctx, srvPath, "-s", rdmatest.VMAddr.String(), "-p", fmt.Sprint(port))
 	var out strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &out
-	must(t, cmd.Start())
+	rdmatest.Must(t, cmd.Start())
 	defer func() {
 		cmd.Process.Kill()
 		cmd.Wait()
 		t.Logf("rdma_server: %s", out.String())
 	}()
-	res, err := cm.GetAddrInfo(vmAddr.String(), fmt.Sprint(port), &cm.AddrInfo{PortSpace: cm.PSTCP})
-	must(t, err)
+	res, err := cm.GetAddrInfo(rdmatest.VMAddr.String(), fmt.Sprint(port), &cm.AddrInfo{PortSpace: cm.PSTCP})
+	rdmatest.Must(t, err)
 	attr := epAttr()
 	var id *cm.ID
 	for range 50 { // until the server listens
@@ -209,8 +210,8 @@ func TestDeviceInteropCServer(t *testing.T) {
 		id = nil
 		time.Sleep(100 * time.Millisecond)
 	}
-	must(t, err)
-	must(t, id.DestroyEP())
+	rdmatest.Must(t, err)
+	rdmatest.Must(t, id.DestroyEP())
 	if err := cmd.Wait(); err != nil {
 		t.Errorf("rdma_server: %v", err)
 	}
@@ -224,16 +225,16 @@ func TestDeviceInteropCClient(t *testing.T) {
 	if err != nil {
 		t.Skip("rdma-core's rdma_client is not installed (vm deps installs rdmacm-utils)")
 	}
-	ctx := testCtx(t)
+	ctx := rdmatest.Context(t)
 	listen, port := listenEP(ctx, t)
-	cmd := exec.CommandContext(ctx, cliPath, "-s", vmAddr.String(), "-p", fmt.Sprint(port))
+	cmd := exec.CommandContext(ctx, cliPath, "-s", rdmatest.VMAddr.String(), "-p", fmt.Sprint(port))
 	var out strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &out
-	must(t, cmd.Start())
+	rdmatest.Must(t, cmd.Start())
 	err = rdmaServer(ctx, t, listen)
 	werr := cmd.Wait()
 	t.Logf("rdma_client: %s", out.String())
-	must(t, err)
+	rdmatest.Must(t, err)
 	if werr != nil {
 		t.Errorf("rdma_client: %v", werr)
 	}
@@ -242,8 +243,8 @@ func TestDeviceInteropCClient(t *testing.T) {
 var errRefused = errors.New("refused")
 
 func freePort(t testing.TB) uint16 {
-	l, port := listenSync(t, cm.PSTCP)
-	destroy(t, l)
+	l, port := rdmatest.Listen(t, cm.PSTCP)
+	rdmatest.Destroy(t, l)
 	return port
 }
 

@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rdmago/rdma/cm"
+	"github.com/rdmago/rdma/internal/rdmatest"
 	"github.com/rdmago/rdma/provider"
 	"github.com/rdmago/rdma/uverbs"
 	"github.com/rdmago/rdma/wr"
@@ -22,16 +23,16 @@ func epAttr() uverbs.QPInitAttr {
 	}
 }
 
-// listenEP makes a passive endpoint on vmAddr as rdma_server does.
+// listenEP makes a passive endpoint on rdmatest.VMAddr as rdma_server does.
 func listenEP(ctx context.Context, t testing.TB) (*cm.ID, uint16) {
 	t.Helper()
-	res, err := cm.GetAddrInfo(vmAddr.String(), "0", &cm.AddrInfo{Flags: cm.AIPassive, PortSpace: cm.PSTCP})
-	must(t, err)
+	res, err := cm.GetAddrInfo(rdmatest.VMAddr.String(), "0", &cm.AddrInfo{Flags: cm.AIPassive, PortSpace: cm.PSTCP})
+	rdmatest.Must(t, err)
 	attr := epAttr()
 	l, err := cm.CreateEP(ctx, res, nil, &attr)
-	must(t, err)
-	t.Cleanup(func() { must(t, l.DestroyEP()) })
-	must(t, l.Listen(0))
+	rdmatest.Must(t, err)
+	t.Cleanup(func() { rdmatest.Must(t, l.DestroyEP()) })
+	rdmatest.Must(t, l.Listen(0))
 	return l, l.SrcAddr().Port()
 }
 
@@ -122,23 +123,23 @@ func rdmaClient(ctx context.Context, t testing.TB, id *cm.ID) error {
 // TestDeviceEndpoints runs the rdma_server and rdma_client examples against
 // each other: GetAddrInfo, CreateEP passive and active, GetRequest.
 func TestDeviceEndpoints(t *testing.T) {
-	ctx := testCtx(t)
+	ctx := rdmatest.Context(t)
 	listen, port := listenEP(ctx, t)
 	srv := make(chan error, 1)
 	go func() { srv <- rdmaServer(ctx, t, listen) }()
-	res, err := cm.GetAddrInfo(vmAddr.String(), fmt.Sprint(port), &cm.AddrInfo{PortSpace: cm.PSTCP})
-	must(t, err)
+	res, err := cm.GetAddrInfo(rdmatest.VMAddr.String(), fmt.Sprint(port), &cm.AddrInfo{PortSpace: cm.PSTCP})
+	rdmatest.Must(t, err)
 	if res.DstAddr.Port() != port || res.QPType != 2 || res.PortSpace != cm.PSTCP {
 		t.Fatalf("addrinfo %+v", res)
 	}
 	attr := epAttr()
 	id, err := cm.CreateEP(ctx, res, nil, &attr)
-	must(t, err)
+	rdmatest.Must(t, err)
 	if id.QP() == nil || id.PD() == nil || id.Verbs() == nil {
 		t.Fatal("CreateEP made no QP")
 	}
 	err = rdmaClient(ctx, t, id)
-	must(t, id.DestroyEP())
-	must(t, err)
-	must(t, <-srv)
+	rdmatest.Must(t, id.DestroyEP())
+	rdmatest.Must(t, err)
+	rdmatest.Must(t, <-srv)
 }

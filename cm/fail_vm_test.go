@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rdmago/rdma/cm"
+	"github.com/rdmago/rdma/internal/rdmatest"
 	"github.com/rdmago/rdma/internal/testenv"
 	"github.com/rdmago/rdma/uverbs"
 )
@@ -22,8 +23,8 @@ import (
 // Connect fails with ECONNREFUSED, and its REJECTED event carries the data
 // and the reason.
 func TestDeviceReject(t *testing.T) {
-	ctx := testCtx(t)
-	l, port := listenSync(t, cm.PSTCP)
+	ctx := rdmatest.Context(t)
+	l, port := rdmatest.Listen(t, cm.PSTCP)
 	srv := make(chan error, 1)
 	go func() {
 		id, err := l.GetRequest(ctx)
@@ -35,19 +36,19 @@ func TestDeviceReject(t *testing.T) {
 			t.Errorf("request private data %q", pd)
 		}
 		err = id.Reject([]byte("go away"))
-		destroy(t, id)
+		rdmatest.Destroy(t, id)
 		srv <- err
 	}()
 	p := cm.DefaultConnParam()
 	p.PrivateData = []byte("let me in")
 	id, err := cm.CreateID(nil, nil, cm.PSTCP)
-	must(t, err)
-	defer destroy(t, id)
-	must(t, id.ResolveAddr(ctx, netip.AddrPort{}, vmAddr4(port), 0))
-	must(t, id.ResolveRoute(ctx, 0))
-	must(t, id.CreateQP(nil, uverbs.QPInitAttr{Cap: defaultCaps}))
+	rdmatest.Must(t, err)
+	defer rdmatest.Destroy(t, id)
+	rdmatest.Must(t, id.ResolveAddr(ctx, netip.AddrPort{}, rdmatest.VMAddrPort(port), 0))
+	rdmatest.Must(t, id.ResolveRoute(ctx, 0))
+	rdmatest.Must(t, id.CreateQP(nil, uverbs.QPInitAttr{Cap: rdmatest.Caps}))
 	err = id.Connect(ctx, &p)
-	must(t, <-srv)
+	rdmatest.Must(t, <-srv)
 	wantErrno(t, "connect", err, unix.ECONNREFUSED)
 	var ce *cm.Error
 	if !errors.As(err, &ce) || ce.Event != cm.EventRejected || ce.Status != 28 {
@@ -66,13 +67,13 @@ func TestDeviceReject(t *testing.T) {
 // TestDeviceConnectNoListener connects to a port nobody listens on: the
 // peer's kernel rejects it at once.
 func TestDeviceConnectNoListener(t *testing.T) {
-	ctx := testCtx(t)
-	l, port := listenSync(t, cm.PSTCP)
-	destroy(t, l)
+	ctx := rdmatest.Context(t)
+	l, port := rdmatest.Listen(t, cm.PSTCP)
+	rdmatest.Destroy(t, l)
 	start := time.Now()
-	id, err := dialSync(ctx, t, cm.PSTCP, port, defaultCaps, nil)
+	id, err := rdmatest.Dial(ctx, t, cm.PSTCP, port, rdmatest.Caps, nil)
 	if err == nil {
-		destroy(t, id)
+		rdmatest.Destroy(t, id)
 		t.Fatal("connected to a port nobody listens on")
 	}
 	wantErrno(t, "connect", err, unix.ECONNREFUSED)
@@ -89,10 +90,10 @@ func TestDeviceConnectNoListener(t *testing.T) {
 // to: the kernel refuses at once.
 func TestDeviceResolveNoRoute(t *testing.T) {
 	testenv.RequireDevice(t)
-	ctx := testCtx(t)
+	ctx := rdmatest.Context(t)
 	id, err := cm.CreateID(nil, nil, cm.PSTCP)
-	must(t, err)
-	defer destroy(t, id)
+	rdmatest.Must(t, err)
+	defer rdmatest.Destroy(t, id)
 	start := time.Now()
 	err = id.ResolveAddr(ctx, netip.AddrPort{}, netip.MustParseAddrPort("192.0.2.1:7471"), time.Second)
 	t.Logf("%v after %v", err, time.Since(start))
@@ -139,10 +140,10 @@ func needBlackhole(t *testing.T) {
 // answers: ADDR_ERROR with ETIMEDOUT once timeout_ms has passed.
 func TestDeviceResolveTimeout(t *testing.T) {
 	needBlackhole(t)
-	ctx := testCtx(t)
+	ctx := rdmatest.Context(t)
 	id, err := cm.CreateID(nil, nil, cm.PSTCP)
-	must(t, err)
-	defer destroy(t, id)
+	rdmatest.Must(t, err)
+	defer rdmatest.Destroy(t, id)
 	start := time.Now()
 	err = id.ResolveAddr(ctx, netip.AddrPort{}, netip.MustParseAddrPort("192.0.2.1:7471"), 500*time.Millisecond)
 	d := time.Since(start)
@@ -161,7 +162,7 @@ func TestDeviceResolveTimeout(t *testing.T) {
 func TestDeviceResolveCancel(t *testing.T) {
 	needBlackhole(t)
 	id, err := cm.CreateID(nil, nil, cm.PSTCP)
-	must(t, err)
+	rdmatest.Must(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(200*time.Millisecond, cancel)
 	start := time.Now()
@@ -173,15 +174,15 @@ func TestDeviceResolveCancel(t *testing.T) {
 		t.Errorf("cancel took %v", d)
 	}
 	start = time.Now()
-	destroy(t, id)
+	rdmatest.Destroy(t, id)
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("destroy after cancel took %v", d)
 	}
 
 	// A deadline ends the wait the same way.
 	id, err = cm.CreateID(nil, nil, cm.PSTCP)
-	must(t, err)
-	defer destroy(t, id)
+	rdmatest.Must(t, err)
+	defer rdmatest.Destroy(t, id)
 	dctx, dcancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer dcancel()
 	err = id.ResolveAddr(dctx, netip.AddrPort{}, netip.MustParseAddrPort("192.0.2.1:7471"), 30*time.Second)
