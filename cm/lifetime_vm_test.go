@@ -14,7 +14,8 @@ import (
 	"github.com/rdmago/rdma/wr"
 )
 
-// bindID makes a synchronous ID bound to rdmatest.VMAddr, which binds it to rxe0.
+// bindID makes a synchronous ID bound to the VM's address, which binds it
+// to rxe0.
 func bindID(t testing.TB) *cm.ID {
 	t.Helper()
 	id, err := cm.CreateID(nil, nil, cm.PSTCP)

@@ -10,7 +10,7 @@ import (
 	"github.com/rdmago/rdma/wr"
 )
 
-const grhSize = 40
+const grhSize = 40 // UD receives start with room for the GRH
 
 func TestDeviceUDSend(t *testing.T) {
 	r := rdmatest.NewPair(t, qp.UD, provider.QPCaps{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1})

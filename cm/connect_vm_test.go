@@ -4,16 +4,142 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os/exec"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/rdmago/rdma/cm"
 	"github.com/rdmago/rdma/internal/rdmatest"
 	"github.com/rdmago/rdma/internal/testenv"
+	"github.com/rdmago/rdma/provider"
+	"github.com/rdmago/rdma/uverbs"
 	"github.com/rdmago/rdma/wr"
 )
+
+func TestDeviceSyncConnect(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	listen, port := rdmatest.Listen(t, cm.PSTCP)
+	t.Logf("listening on %v, device %v port %d", listen.SrcAddr(), listen.Verbs().Device().Name, listen.PortNum())
+	caps := provider.QPCaps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}
+	done := make(chan error, 1)
+	go func() {
+		id, err := listen.GetRequest(ctx)
+		if err != nil {
+			done <- err
+			return
+		}
+		defer id.Destroy()
+		t.Logf("request: %v private %q", id.Event(), id.Event().PrivateData())
+		if err := id.CreateQP(nil, uverbs.QPInitAttr{Cap: caps}); err != nil {
+			done <- err
+			return
+		}
+		if err := id.Accept(ctx, nil); err != nil {
+			done <- err
+			return
+		}
+		t.Logf("server established, QP %d state %v", id.QP().Num(), id.QP().State())
+		done <- id.Disconnect(ctx)
+	}()
+	id, err := cm.CreateID(nil, nil, cm.PSTCP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer id.Destroy()
+	if err := id.ResolveAddr(ctx, netip.AddrPort{}, netip.AddrPortFrom(rdmatest.VMAddr, port), time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := id.ResolveRoute(ctx, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("route %+v", id.Route())
+	if err := id.CreateQP(nil, uverbs.QPInitAttr{Cap: caps}); err != nil {
+		t.Fatal(err)
+	}
+	p := cm.DefaultConnParam()
+	p.PrivateData = []byte("hello")
+	if err := id.Connect(ctx, &p); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("client established, QP %d state %v", id.QP().Num(), id.QP().State())
+	if err := id.Disconnect(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDeviceReject: the server rejects with private data; the client's
+// Connect fails with ECONNREFUSED, and its REJECTED event carries the data
+// and the reason.
+func TestDeviceReject(t *testing.T) {
+	ctx := rdmatest.Context(t)
+	l, port := rdmatest.Listen(t, cm.PSTCP)
+	srv := make(chan error, 1)
+	go func() {
+		id, err := l.GetRequest(ctx)
+		if err != nil {
+			srv <- err
+			return
+		}
+		if pd := id.Event().PrivateData(); !strings.HasPrefix(string(pd), "let me in") {
+			t.Errorf("request private data %q", pd)
+		}
+		err = id.Reject([]byte("go away"))
+		rdmatest.Destroy(t, id)
+		srv <- err
+	}()
+	p := cm.DefaultConnParam()
+	p.PrivateData = []byte("let me in")
+	id, err := cm.CreateID(nil, nil, cm.PSTCP)
+	rdmatest.Must(t, err)
+	defer rdmatest.Destroy(t, id)
+	rdmatest.Must(t, id.ResolveAddr(ctx, netip.AddrPort{}, rdmatest.VMAddrPort(port), 0))
+	rdmatest.Must(t, id.ResolveRoute(ctx, 0))
+	rdmatest.Must(t, id.CreateQP(nil, uverbs.QPInitAttr{Cap: rdmatest.Caps}))
+	err = id.Connect(ctx, &p)
+	rdmatest.Must(t, <-srv)
+	wantErrno(t, "connect", err, unix.ECONNREFUSED)
+	var ce *cm.Error
+	if !errors.As(err, &ce) || ce.Event != cm.EventRejected || ce.Status != 28 {
+		t.Fatalf("connect: %#v, want REJECTED with status 28 (consumer defined)", err)
+	}
+	ev := id.Event()
+	if ev == nil || ev.Type != cm.EventRejected || !strings.HasPrefix(string(ev.PrivateData()), "go away") {
+		t.Fatalf("reject event %v, private data %q", ev, ev.PrivateData())
+	}
+	wantErrno(t, "event error", ev.Err(), unix.ECONNREFUSED)
+	if s := id.QP().State(); s.String() != "ERR" {
+		t.Errorf("QP in %v after the reject, want ERR", s)
+	}
+}
+
+// TestDeviceConnectNoListener connects to a port nobody listens on: the
+// peer's kernel rejects it at once.
+func TestDeviceConnectNoListener(t *testing.T) {
+	ctx := rdmatest.Context(t)
+	l, port := rdmatest.Listen(t, cm.PSTCP)
+	rdmatest.Destroy(t, l)
+	start := time.Now()
+	id, err := rdmatest.Dial(ctx, t, cm.PSTCP, port, rdmatest.Caps, nil)
+	if err == nil {
+		rdmatest.Destroy(t, id)
+		t.Fatal("connected to a port nobody listens on")
+	}
+	wantErrno(t, "connect", err, unix.ECONNREFUSED)
+	var ce *cm.Error
+	if errors.As(err, &ce) {
+		t.Logf("%v after %v", err, time.Since(start))
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("refusal took %v", d)
+	}
+}
 
 // TestDeviceDisconnectDuringTraffic: the server disconnects while the
 // client streams sends. The client's completion wait learns of it from the
@@ -127,15 +253,6 @@ func TestDeviceDisconnectDuringTraffic(t *testing.T) {
 	}
 }
 
-// rdmaRes counts this program's rdma_cm IDs, QPs, CQs, MRs and PDs.
-func rdmaRes(t testing.TB) string {
-	t.Helper()
-	if !testenv.InVM() {
-		return ""
-	}
-	return strings.TrimSpace(rdmatest.LeftBehind(resKinds...))
-}
-
 // TestDeviceCycles connects and disconnects 100 times and checks that no
 // file descriptor and no kernel object is left behind.
 func TestDeviceCycles(t *testing.T) {
@@ -176,79 +293,11 @@ func TestDeviceCycles(t *testing.T) {
 	}
 }
 
-// TestDeviceInteropCServer: our endpoint client against rdma-core's
-// rdma_server, which receives 16 bytes and answers 16.
-func TestDeviceInteropCServer(t *testing.T) {
-	testenv.RequireDevice(t)
-	srvPath, err := exec.LookPath("rdma_server")
-	if err != nil {
-		t.Skip("rdma-core's rdma_server is not installed (vm deps installs rdmacm-utils)")
+// rdmaRes counts this program's rdma_cm IDs, QPs, CQs, MRs and PDs.
+func rdmaRes(t testing.TB) string {
+	t.Helper()
+	if !testenv.InVM() {
+		return ""
 	}
-	ctx := rdmatest.Context(t)
-	port := freePort(t)
-	cmd := exec.CommandContext(ctx, srvPath, "-s", rdmatest.VMAddr.String(), "-p", fmt.Sprint(port))
-	var out strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &out
-	rdmatest.Must(t, cmd.Start())
-	defer func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		t.Logf("rdma_server: %s", out.String())
-	}()
-	res, err := cm.GetAddrInfo(rdmatest.VMAddr.String(), fmt.Sprint(port), &cm.AddrInfo{PortSpace: cm.PSTCP})
-	rdmatest.Must(t, err)
-	attr := epAttr()
-	var id *cm.ID
-	for range 50 { // until the server listens
-		if id, err = cm.CreateEP(ctx, res, nil, &attr); err != nil {
-			t.Fatal(err)
-		}
-		if err = rdmaClient(ctx, t, id); err == nil || !errors.Is(err, errRefused) {
-			break
-		}
-		id.DestroyEP()
-		id = nil
-		time.Sleep(100 * time.Millisecond)
-	}
-	rdmatest.Must(t, err)
-	rdmatest.Must(t, id.DestroyEP())
-	if err := cmd.Wait(); err != nil {
-		t.Errorf("rdma_server: %v", err)
-	}
-}
-
-// TestDeviceInteropCClient: our endpoint server against rdma-core's
-// rdma_client.
-func TestDeviceInteropCClient(t *testing.T) {
-	testenv.RequireDevice(t)
-	cliPath, err := exec.LookPath("rdma_client")
-	if err != nil {
-		t.Skip("rdma-core's rdma_client is not installed (vm deps installs rdmacm-utils)")
-	}
-	ctx := rdmatest.Context(t)
-	listen, port := listenEP(ctx, t)
-	cmd := exec.CommandContext(ctx, cliPath, "-s", rdmatest.VMAddr.String(), "-p", fmt.Sprint(port))
-	var out strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &out
-	rdmatest.Must(t, cmd.Start())
-	err = rdmaServer(ctx, t, listen)
-	werr := cmd.Wait()
-	t.Logf("rdma_client: %s", out.String())
-	rdmatest.Must(t, err)
-	if werr != nil {
-		t.Errorf("rdma_client: %v", werr)
-	}
-}
-
-var errRefused = errors.New("refused")
-
-func freePort(t testing.TB) uint16 {
-	l, port := rdmatest.Listen(t, cm.PSTCP)
-	rdmatest.Destroy(t, l)
-	return port
-}
-
-// epCtx bounds one endpoint exchange.
-func epCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, 20*time.Second)
+	return strings.TrimSpace(rdmatest.LeftBehind(resKinds...))
 }

@@ -16,75 +16,7 @@ import (
 	"github.com/rdmago/rdma/cm"
 	"github.com/rdmago/rdma/internal/rdmatest"
 	"github.com/rdmago/rdma/internal/testenv"
-	"github.com/rdmago/rdma/uverbs"
 )
-
-// TestDeviceReject: the server rejects with private data; the client's
-// Connect fails with ECONNREFUSED, and its REJECTED event carries the data
-// and the reason.
-func TestDeviceReject(t *testing.T) {
-	ctx := rdmatest.Context(t)
-	l, port := rdmatest.Listen(t, cm.PSTCP)
-	srv := make(chan error, 1)
-	go func() {
-		id, err := l.GetRequest(ctx)
-		if err != nil {
-			srv <- err
-			return
-		}
-		if pd := id.Event().PrivateData(); !strings.HasPrefix(string(pd), "let me in") {
-			t.Errorf("request private data %q", pd)
-		}
-		err = id.Reject([]byte("go away"))
-		rdmatest.Destroy(t, id)
-		srv <- err
-	}()
-	p := cm.DefaultConnParam()
-	p.PrivateData = []byte("let me in")
-	id, err := cm.CreateID(nil, nil, cm.PSTCP)
-	rdmatest.Must(t, err)
-	defer rdmatest.Destroy(t, id)
-	rdmatest.Must(t, id.ResolveAddr(ctx, netip.AddrPort{}, rdmatest.VMAddrPort(port), 0))
-	rdmatest.Must(t, id.ResolveRoute(ctx, 0))
-	rdmatest.Must(t, id.CreateQP(nil, uverbs.QPInitAttr{Cap: rdmatest.Caps}))
-	err = id.Connect(ctx, &p)
-	rdmatest.Must(t, <-srv)
-	wantErrno(t, "connect", err, unix.ECONNREFUSED)
-	var ce *cm.Error
-	if !errors.As(err, &ce) || ce.Event != cm.EventRejected || ce.Status != 28 {
-		t.Fatalf("connect: %#v, want REJECTED with status 28 (consumer defined)", err)
-	}
-	ev := id.Event()
-	if ev == nil || ev.Type != cm.EventRejected || !strings.HasPrefix(string(ev.PrivateData()), "go away") {
-		t.Fatalf("reject event %v, private data %q", ev, ev.PrivateData())
-	}
-	wantErrno(t, "event error", ev.Err(), unix.ECONNREFUSED)
-	if s := id.QP().State(); s.String() != "ERR" {
-		t.Errorf("QP in %v after the reject, want ERR", s)
-	}
-}
-
-// TestDeviceConnectNoListener connects to a port nobody listens on: the
-// peer's kernel rejects it at once.
-func TestDeviceConnectNoListener(t *testing.T) {
-	ctx := rdmatest.Context(t)
-	l, port := rdmatest.Listen(t, cm.PSTCP)
-	rdmatest.Destroy(t, l)
-	start := time.Now()
-	id, err := rdmatest.Dial(ctx, t, cm.PSTCP, port, rdmatest.Caps, nil)
-	if err == nil {
-		rdmatest.Destroy(t, id)
-		t.Fatal("connected to a port nobody listens on")
-	}
-	wantErrno(t, "connect", err, unix.ECONNREFUSED)
-	var ce *cm.Error
-	if errors.As(err, &ce) {
-		t.Logf("%v after %v", err, time.Since(start))
-	}
-	if d := time.Since(start); d > 5*time.Second {
-		t.Errorf("refusal took %v", d)
-	}
-}
 
 // TestDeviceResolveNoRoute resolves a TEST-NET address the VM has no route
 // to: the kernel refuses at once.
