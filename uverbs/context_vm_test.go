@@ -4,6 +4,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/rdmago/rdma/internal/rdmatest"
 	"github.com/rdmago/rdma/internal/testenv"
 	"github.com/rdmago/rdma/provider"
 	"github.com/rdmago/rdma/qp"
@@ -16,21 +17,13 @@ import (
 func TestDeviceCloseContextFirst(t *testing.T) {
 	name := testenv.RequireDevice(t)
 	ctx, err := uverbs.Open(name)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rdmatest.Must(t, err)
 	pd, err := ctx.AllocPD()
-	if err != nil {
-		t.Fatal(err)
-	}
+	rdmatest.Must(t, err)
 	cq, err := ctx.CreateCQ(uverbs.CQAttr{CQE: 8})
-	if err != nil {
-		t.Fatal(err)
-	}
+	rdmatest.Must(t, err)
 	q, err := pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: cq, RecvCQ: cq, Cap: provider.QPCaps{MaxSendWR: 2, MaxRecvWR: 2, MaxSendSGE: 1, MaxRecvSGE: 1}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	rdmatest.Must(t, err)
 	if err := ctx.Close(); err != nil {
 		t.Fatal(err)
 	}

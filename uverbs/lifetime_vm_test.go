@@ -141,30 +141,18 @@ func TestDeviceDroppedObjectsRelease(t *testing.T) {
 	// poller): warm up with one set closed explicitly.
 	makeSet := func(keep bool) {
 		ctx, err := uverbs.Open(name)
-		if err != nil {
-			t.Fatal(err)
-		}
+		rdmatest.Must(t, err)
 		pd, err := ctx.AllocPD()
-		if err != nil {
-			t.Fatal(err)
-		}
+		rdmatest.Must(t, err)
 		ch, err := ctx.NewCompChannel()
-		if err != nil {
-			t.Fatal(err)
-		}
+		rdmatest.Must(t, err)
 		cq, err := ctx.CreateCQ(uverbs.CQAttr{CQE: 16, Channel: ch})
-		if err != nil {
-			t.Fatal(err)
-		}
+		rdmatest.Must(t, err)
 		q, err := pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: cq, RecvCQ: cq,
 			Cap: provider.QPCaps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
-		if err != nil {
-			t.Fatal(err)
-		}
+		rdmatest.Must(t, err)
 		m, err := pd.RegMR(make([]byte, 4096), wr.LocalWrite)
-		if err != nil {
-			t.Fatal(err)
-		}
+		rdmatest.Must(t, err)
 		if keep {
 			for _, c := range []interface{ Close() error }{m, q, cq, ch, pd, ctx} {
 				rdmatest.Check(t, "close", c.Close())
