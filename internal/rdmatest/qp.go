@@ -26,8 +26,8 @@ const QKey = 0x11111111
 // test waited). The device tests are not about retransmission.
 const QPTimeout = 18
 
-// RTSAttrs is qp.RTSAttrs with QPTimeout for RC.
-func RTSAttrs(typ qp.Type) (qp.Attr, qp.AttrMask) {
+// rtsAttrs is qp.RTSAttrs with QPTimeout for RC.
+func rtsAttrs(typ qp.Type) (qp.Attr, qp.AttrMask) {
 	a, m := qp.RTSAttrs(typ, 0)
 	if typ == qp.RC {
 		a.Timeout = QPTimeout
@@ -64,7 +64,7 @@ func ConnectQP(t testing.TB, q *uverbs.QP, remote qp.Remote) {
 	for _, step := range []func() (qp.Attr, qp.AttrMask){
 		func() (qp.Attr, qp.AttrMask) { return qp.InitAttrs(typ, 1, 0, AllAccess, QKey) },
 		func() (qp.Attr, qp.AttrMask) { return qp.RTRAttrs(typ, remote, uint8(uverbs.MTU1024)) },
-		func() (qp.Attr, qp.AttrMask) { return RTSAttrs(typ) },
+		func() (qp.Attr, qp.AttrMask) { return rtsAttrs(typ) },
 	} {
 		attr, mask := step()
 		if err := q.Modify(&attr, mask); err != nil {

@@ -5,10 +5,10 @@
 // listener, and the checks that the kernel is new enough for a behaviour
 // or that a test left no kernel object behind.
 //
-// Every fixture takes the test's testing.TB, closes what it made when the
-// test ends, and requires the device as internal/testenv.RequireDevice
-// does: it skips the test on a host without one and fails it under the VM
-// runner.
+// The fixtures take the test's testing.TB and close what they made when
+// the test ends. Those that use the device require it as
+// internal/testenv.RequireDevice does: they skip the test on a host
+// without one and fail it under the VM runner.
 //
 // Tests inside package uverbs or cm cannot use it (it imports both).
 package rdmatest
