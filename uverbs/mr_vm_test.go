@@ -23,6 +23,8 @@ func localKeyError(s wr.Status) bool {
 	return s == wr.LocProtErr || s == wr.LocQPOpErr || s == wr.WRFlushErr
 }
 
+// TestDeviceRCBadLKey writes and sends from a key the region does not
+// have: the request completes with a local key error.
 func TestDeviceRCBadLKey(t *testing.T) {
 	for _, op := range []wr.Opcode{wr.OpRDMAWrite, wr.OpSend} {
 		r := rdmatest.NewPair(t, qp.RC, provider.QPCaps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1})
@@ -38,6 +40,8 @@ func TestDeviceRCBadLKey(t *testing.T) {
 	}
 }
 
+// TestDeviceRCRemoteAccessError writes to a key the peer's region does not
+// have: the request completes with a remote access error.
 func TestDeviceRCRemoteAccessError(t *testing.T) {
 	r := rdmatest.NewPair(t, qp.RC, provider.QPCaps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1})
 	if _, err := r.A.QP.PostSend([]wr.SendWR{{ID: 1, Opcode: wr.OpRDMAWrite, Flags: wr.Signaled,

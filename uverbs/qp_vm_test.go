@@ -18,6 +18,8 @@ import (
 	"github.com/rdmago/rdma/wr"
 )
 
+// TestDeviceRCSendRecv sends on an RC QP from two SGEs, then with
+// immediate data inline from unregistered memory.
 func TestDeviceRCSendRecv(t *testing.T) {
 	r := rdmatest.NewPair(t, qp.RC, provider.QPCaps{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 2, MaxRecvSGE: 2, MaxInlineData: 64})
 	src, dst := r.A.Buf.Bytes(), r.B.Buf.Bytes()
@@ -62,6 +64,8 @@ func TestDeviceRCSendRecv(t *testing.T) {
 	}
 }
 
+// TestDeviceRCWriteReadAtomic runs RDMA write (with and without
+// immediate), read and both atomics on an RC QP.
 func TestDeviceRCWriteReadAtomic(t *testing.T) {
 	r := rdmatest.NewPair(t, qp.RC, provider.QPCaps{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1})
 	local, remote := r.A.Buf, r.B.Buf
@@ -117,6 +121,7 @@ func TestDeviceRCWriteReadAtomic(t *testing.T) {
 	}
 }
 
+// TestDeviceUCSendWrite sends and writes on a UC QP, which cannot read.
 func TestDeviceUCSendWrite(t *testing.T) {
 	r := rdmatest.NewPair(t, qp.UC, provider.QPCaps{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1})
 	copy(r.A.Buf.Bytes(), "unreliable but connected")
@@ -166,6 +171,8 @@ func TestDeviceQueryQP(t *testing.T) {
 	}
 }
 
+// TestDevicePostStateAndDepth posts in RESET, past the receive queue's
+// depth, and modifies with a wrong mask: each is refused as it should be.
 func TestDevicePostStateAndDepth(t *testing.T) {
 	ctx, pd := rdmatest.OpenPD(t)
 	cq, err := ctx.CreateCQ(uverbs.CQAttr{CQE: 16})
