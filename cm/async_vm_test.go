@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/rdmago/rdma/cm"
+	"github.com/rdmago/rdma/internal/rdmatest"
 	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/uverbs"
 	"github.com/rdmago/rdma/wr"
@@ -17,14 +18,14 @@ import (
 func nextEvent(ctx context.Context, t testing.TB, ch *cm.EventChannel, want cm.EventType, id *cm.ID) *cm.Event {
 	t.Helper()
 	ev, err := ch.GetEvent(ctx)
-	must(t, err)
+	rdmatest.Must(t, err)
 	if ev.Type != want || (id != nil && ev.ID != id) {
 		t.Fatalf("event %v for %v, want %v for %v", ev, ev.ID.Context(), want, id.Context())
 	}
 	if err := ev.Err(); err != nil {
 		t.Fatalf("event %v: %v", ev, err)
 	}
-	must(t, ev.Ack())
+	rdmatest.Must(t, ev.Ack())
 	return ev
 }
 
@@ -33,52 +34,52 @@ func nextEvent(ctx context.Context, t testing.TB, ch *cm.EventChannel, want cm.E
 // event. The second client has no QP on its ID; it moves its own QP with
 // InitQPAttr and completes the connection with Establish.
 func TestDeviceAsync(t *testing.T) {
-	ctx := testCtx(t)
-	_, _ = listenSync(t, cm.PSTCP) // RequireDevice
+	ctx := rdmatest.Context(t)
+	_, _ = rdmatest.Listen(t, cm.PSTCP) // RequireDevice
 	ch, err := cm.NewEventChannel()
-	must(t, err)
+	rdmatest.Must(t, err)
 	defer ch.Close()
 
 	listen, err := cm.CreateID(ch, "listener", cm.PSTCP)
-	must(t, err)
-	defer destroy(t, listen)
-	must(t, listen.BindAddr(netip.AddrPortFrom(vmAddr, 0)))
-	must(t, listen.Listen(4))
-	dst := netip.AddrPortFrom(vmAddr, listen.SrcAddr().Port())
+	rdmatest.Must(t, err)
+	defer rdmatest.Destroy(t, listen)
+	rdmatest.Must(t, listen.BindAddr(netip.AddrPortFrom(rdmatest.VMAddr, 0)))
+	rdmatest.Must(t, listen.Listen(4))
+	dst := netip.AddrPortFrom(rdmatest.VMAddr, listen.SrcAddr().Port())
 
 	client, err := cm.CreateID(ch, "client", cm.PSTCP)
-	must(t, err)
-	defer destroy(t, client)
-	must(t, client.ResolveAddr(ctx, netip.AddrPort{}, dst, 0))
+	rdmatest.Must(t, err)
+	defer rdmatest.Destroy(t, client)
+	rdmatest.Must(t, client.ResolveAddr(ctx, netip.AddrPort{}, dst, 0))
 	nextEvent(ctx, t, ch, cm.EventAddrResolved, client)
 	if client.Verbs() == nil || client.PortNum() != 1 {
 		t.Fatalf("no device after ADDR_RESOLVED")
 	}
-	must(t, client.ResolveRoute(ctx, 0))
+	rdmatest.Must(t, client.ResolveRoute(ctx, 0))
 	nextEvent(ctx, t, ch, cm.EventRouteResolved, client)
-	must(t, client.CreateQP(nil, uverbs.QPInitAttr{Cap: defaultCaps}))
+	rdmatest.Must(t, client.CreateQP(nil, uverbs.QPInitAttr{Cap: rdmatest.Caps}))
 	p := cm.DefaultConnParam()
 	p.PrivateData = []byte("async hello")
-	must(t, client.Connect(ctx, &p))
+	rdmatest.Must(t, client.Connect(ctx, &p))
 
 	req := nextEvent(ctx, t, ch, cm.EventConnectRequest, nil)
 	if req.ListenID != listen || req.ID.Context() != "listener" || !strings.HasPrefix(string(req.Conn.PrivateData), "async hello") {
 		t.Fatalf("request %v listen %v private %q", req, req.ListenID, req.Conn.PrivateData)
 	}
 	server := req.ID
-	defer destroy(t, server)
+	defer rdmatest.Destroy(t, server)
 	if server.Channel() != ch {
 		t.Fatal("the request's ID is not on the listener's channel")
 	}
-	must(t, server.CreateQP(nil, uverbs.QPInitAttr{Cap: defaultCaps}))
+	rdmatest.Must(t, server.CreateQP(nil, uverbs.QPInitAttr{Cap: rdmatest.Caps}))
 	ap := cm.DefaultConnParam()
 	ap.PrivateData = []byte("welcome")
-	must(t, server.Accept(ctx, &ap))
+	rdmatest.Must(t, server.Accept(ctx, &ap))
 
 	// Both sides' ESTABLISHED, in either order.
 	for range 2 {
 		ev, err := ch.GetEvent(ctx)
-		must(t, err)
+		rdmatest.Must(t, err)
 		if ev.Type != cm.EventEstablished {
 			t.Fatalf("event %v, want ESTABLISHED", ev)
 		}
@@ -93,55 +94,55 @@ func TestDeviceAsync(t *testing.T) {
 
 	// A second client without a QP on its ID.
 	c2, err := cm.CreateID(ch, "bare client", cm.PSTCP)
-	must(t, err)
-	defer destroy(t, c2)
-	must(t, c2.ResolveAddr(ctx, netip.AddrPort{}, dst, 0))
+	rdmatest.Must(t, err)
+	defer rdmatest.Destroy(t, c2)
+	rdmatest.Must(t, c2.ResolveAddr(ctx, netip.AddrPort{}, dst, 0))
 	nextEvent(ctx, t, ch, cm.EventAddrResolved, c2)
-	must(t, c2.ResolveRoute(ctx, 0))
+	rdmatest.Must(t, c2.ResolveRoute(ctx, 0))
 	nextEvent(ctx, t, ch, cm.EventRouteResolved, c2)
 	cq, err := c2.Verbs().CreateCQ(uverbs.CQAttr{CQE: 4})
-	must(t, err)
+	rdmatest.Must(t, err)
 	defer cq.Close()
-	own, err := c2.PD().CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: cq, RecvCQ: cq, Cap: defaultCaps})
-	must(t, err)
+	own, err := c2.PD().CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: cq, RecvCQ: cq, Cap: rdmatest.Caps})
+	rdmatest.Must(t, err)
 	defer own.Close()
 	for _, s := range []qp.State{qp.StateInit} {
 		a, m, err := c2.InitQPAttr(s)
-		must(t, err)
-		must(t, own.Modify(&a, m))
+		rdmatest.Must(t, err)
+		rdmatest.Must(t, own.Modify(&a, m))
 	}
 	p2 := cm.DefaultConnParam()
 	p2.QPNum = own.Num()
-	must(t, c2.Connect(ctx, &p2))
+	rdmatest.Must(t, c2.Connect(ctx, &p2))
 	req2 := nextEvent(ctx, t, ch, cm.EventConnectRequest, nil)
 	s2 := req2.ID
-	defer destroy(t, s2)
-	must(t, s2.CreateQP(nil, uverbs.QPInitAttr{Cap: defaultCaps}))
-	must(t, s2.Accept(ctx, nil))
+	defer rdmatest.Destroy(t, s2)
+	rdmatest.Must(t, s2.CreateQP(nil, uverbs.QPInitAttr{Cap: rdmatest.Caps}))
+	rdmatest.Must(t, s2.Accept(ctx, nil))
 	nextEvent(ctx, t, ch, cm.EventConnectResponse, c2)
 	for _, s := range []qp.State{qp.StateRTR, qp.StateRTS} {
 		a, m, err := c2.InitQPAttr(s)
-		must(t, err)
-		must(t, own.Modify(&a, m))
+		rdmatest.Must(t, err)
+		rdmatest.Must(t, own.Modify(&a, m))
 	}
-	must(t, c2.Establish())
+	rdmatest.Must(t, c2.Establish())
 	nextEvent(ctx, t, ch, cm.EventEstablished, s2)
 
 	// Traffic on the program's own QP.
-	buf := alloc(t, 4096)
-	sm := reg(t, s2.RegMsgs, buf)
-	must(t, s2.PostRecv(1, buf[:64], sm))
-	cm2 := reg(t, c2.RegMsgs, buf[1024:2048])
+	buf := rdmatest.Alloc(t, 4096)
+	sm := rdmatest.Reg(t, s2.RegMsgs, buf)
+	rdmatest.Must(t, s2.PostRecv(1, buf[:64], sm))
+	cm2 := rdmatest.Reg(t, c2.RegMsgs, buf[1024:2048])
 	copy(buf[1024:], "own QP")
 	_, err = own.PostSend([]wr.SendWR{{ID: 2, Opcode: wr.OpSend, Flags: wr.Signaled, SGList: []wr.SGE{cm2.SGE(0, 6)}}})
-	must(t, err)
+	rdmatest.Must(t, err)
 	wc, err := s2.GetRecvComp(ctx)
 	wantComp(t, "recv from own QP", wc, err, 1, wr.WCRecv)
 
 	// Disconnect from the client side; the server answers its
 	// DISCONNECTED with its own disconnect; then both IDs leave timewait.
-	must(t, client.Disconnect(ctx))
-	must(t, c2.Disconnect(ctx))
+	rdmatest.Must(t, client.Disconnect(ctx))
+	rdmatest.Must(t, c2.Disconnect(ctx))
 	exits := 0
 	disc := map[*cm.ID]bool{}
 	deadline, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -155,7 +156,7 @@ func TestDeviceAsync(t *testing.T) {
 		case cm.EventDisconnected:
 			disc[ev.ID] = true
 			if ev.ID == server || ev.ID == s2 {
-				must(t, ev.ID.Disconnect(ctx))
+				rdmatest.Must(t, ev.ID.Disconnect(ctx))
 			}
 		case cm.EventTimewaitExit:
 			exits++
@@ -171,27 +172,27 @@ func TestDeviceAsync(t *testing.T) {
 
 // TestDeviceMigrate moves an ID between channels and makes it synchronous.
 func TestDeviceMigrate(t *testing.T) {
-	ctx := testCtx(t)
-	_, port := listenSync(t, cm.PSTCP)
+	ctx := rdmatest.Context(t)
+	_, port := rdmatest.Listen(t, cm.PSTCP)
 	ch1, err := cm.NewEventChannel()
-	must(t, err)
+	rdmatest.Must(t, err)
 	defer ch1.Close()
 	ch2, err := cm.NewEventChannel()
-	must(t, err)
+	rdmatest.Must(t, err)
 	defer ch2.Close()
 	id, err := cm.CreateID(ch1, nil, cm.PSTCP)
-	must(t, err)
-	defer destroy(t, id)
-	must(t, id.ResolveAddr(ctx, netip.AddrPort{}, vmAddr4(port), 0))
+	rdmatest.Must(t, err)
+	defer rdmatest.Destroy(t, id)
+	rdmatest.Must(t, id.ResolveAddr(ctx, netip.AddrPort{}, rdmatest.VMAddrPort(port), 0))
 	// The event is queued on ch1 and moves with the ID.
 	time.Sleep(50 * time.Millisecond)
-	must(t, id.Migrate(ch2))
+	rdmatest.Must(t, id.Migrate(ch2))
 	nextEvent(ctx, t, ch2, cm.EventAddrResolved, id)
-	must(t, id.Migrate(nil))
+	rdmatest.Must(t, id.Migrate(nil))
 	if id.Channel() == ch1 || id.Channel() == ch2 {
 		t.Fatal("not on a channel of its own")
 	}
-	must(t, id.ResolveRoute(ctx, 0)) // synchronous now
+	rdmatest.Must(t, id.ResolveRoute(ctx, 0)) // synchronous now
 	if ev := id.Event(); ev == nil || ev.Type != cm.EventRouteResolved {
 		t.Fatalf("event %v", ev)
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/rdmago/rdma/cm"
+	"github.com/rdmago/rdma/internal/rdmatest"
 	"github.com/rdmago/rdma/uverbs"
 	"github.com/rdmago/rdma/wr"
 )
@@ -28,15 +29,15 @@ type benchPair struct {
 }
 
 func newBenchPair(b *testing.B) *benchPair {
-	bp := &benchPair{sbuf: alloc(b, 4096), cbuf: alloc(b, 4096)}
-	p := connectPair(b, cm.PSTCP, defaultCaps, func(s *cm.ID) {
-		bp.smsg = reg(b, s.RegMsgs, bp.sbuf[:1024])
-		bp.swrite = reg(b, s.RegWrite, bp.sbuf[1024:2048])
-		bp.sread = reg(b, s.RegRead, bp.sbuf[2048:])
+	bp := &benchPair{sbuf: rdmatest.Alloc(b, 4096), cbuf: rdmatest.Alloc(b, 4096)}
+	p := rdmatest.ConnectCM(b, cm.PSTCP, rdmatest.Caps, func(s *cm.ID) {
+		bp.smsg = rdmatest.Reg(b, s.RegMsgs, bp.sbuf[:1024])
+		bp.swrite = rdmatest.Reg(b, s.RegWrite, bp.sbuf[1024:2048])
+		bp.sread = rdmatest.Reg(b, s.RegRead, bp.sbuf[2048:])
 	})
-	bp.c, bp.s = p.client, p.server
-	bp.cmsg = reg(b, bp.c.RegMsgs, bp.cbuf)
-	bp.ctx = testCtx(b)
+	bp.c, bp.s = p.Client, p.Server
+	bp.cmsg = rdmatest.Reg(b, bp.c.RegMsgs, bp.cbuf)
+	bp.ctx = rdmatest.Context(b)
 	return bp
 }
 
@@ -50,7 +51,7 @@ func BenchmarkDevicePostWrite(b *testing.B) {
 	bp := newBenchPair(b)
 	b.ReportAllocs()
 	for b.Loop() {
-		must(b, bp.c.PostWrite(1, bp.cbuf[:64], bp.cmsg, wr.Signaled, bp.swrite.Addr(), bp.swrite.RKey))
+		rdmatest.Must(b, bp.c.PostWrite(1, bp.cbuf[:64], bp.cmsg, wr.Signaled, bp.swrite.Addr(), bp.swrite.RKey))
 		bp.sendComp(b)
 	}
 }
@@ -60,10 +61,10 @@ func BenchmarkDevicePostWrite(b *testing.B) {
 // in Poll, cost the program no allocation.
 func BenchmarkDevicePostWriteKeepAlive(b *testing.B) {
 	bp := newBenchPair(b)
-	must(b, bp.c.SetKeepAlive(time.Millisecond, 10*time.Second))
+	rdmatest.Must(b, bp.c.SetKeepAlive(time.Millisecond, 10*time.Second))
 	b.ReportAllocs()
 	for b.Loop() {
-		must(b, bp.c.PostWrite(1, bp.cbuf[:64], bp.cmsg, wr.Signaled, bp.swrite.Addr(), bp.swrite.RKey))
+		rdmatest.Must(b, bp.c.PostWrite(1, bp.cbuf[:64], bp.cmsg, wr.Signaled, bp.swrite.Addr(), bp.swrite.RKey))
 		bp.sendComp(b)
 	}
 }
@@ -72,7 +73,7 @@ func BenchmarkDevicePostRead(b *testing.B) {
 	bp := newBenchPair(b)
 	b.ReportAllocs()
 	for b.Loop() {
-		must(b, bp.c.PostRead(1, bp.cbuf[:64], bp.cmsg, wr.Signaled, bp.sread.Addr(), bp.sread.RKey))
+		rdmatest.Must(b, bp.c.PostRead(1, bp.cbuf[:64], bp.cmsg, wr.Signaled, bp.sread.Addr(), bp.sread.RKey))
 		bp.sendComp(b)
 	}
 }
@@ -83,8 +84,8 @@ func BenchmarkDevicePostSendRecv(b *testing.B) {
 	bp := newBenchPair(b)
 	b.ReportAllocs()
 	for b.Loop() {
-		must(b, bp.s.PostRecv(2, bp.sbuf[:64], bp.smsg))
-		must(b, bp.c.PostSend(1, bp.cbuf[:64], bp.cmsg, wr.Signaled))
+		rdmatest.Must(b, bp.s.PostRecv(2, bp.sbuf[:64], bp.smsg))
+		rdmatest.Must(b, bp.c.PostSend(1, bp.cbuf[:64], bp.cmsg, wr.Signaled))
 		bp.sendComp(b)
 		if wc, err := bp.s.GetRecvComp(bp.ctx); err != nil || wc.Status != wr.Success || wc.ID != 2 {
 			b.Fatalf("rdma_get_recv_comp: %+v, %v", wc, err)

@@ -4,11 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os/exec"
+	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/rdmago/rdma/cm"
+	"github.com/rdmago/rdma/internal/rdmatest"
+	"github.com/rdmago/rdma/internal/testenv"
 	"github.com/rdmago/rdma/provider"
 	"github.com/rdmago/rdma/uverbs"
 	"github.com/rdmago/rdma/wr"
@@ -22,16 +27,16 @@ func epAttr() uverbs.QPInitAttr {
 	}
 }
 
-// listenEP makes a passive endpoint on vmAddr as rdma_server does.
+// listenEP makes a passive endpoint on the VM's address as rdma_server does.
 func listenEP(ctx context.Context, t testing.TB) (*cm.ID, uint16) {
 	t.Helper()
-	res, err := cm.GetAddrInfo(vmAddr.String(), "0", &cm.AddrInfo{Flags: cm.AIPassive, PortSpace: cm.PSTCP})
-	must(t, err)
+	res, err := cm.GetAddrInfo(rdmatest.VMAddr.String(), "0", &cm.AddrInfo{Flags: cm.AIPassive, PortSpace: cm.PSTCP})
+	rdmatest.Must(t, err)
 	attr := epAttr()
 	l, err := cm.CreateEP(ctx, res, nil, &attr)
-	must(t, err)
-	t.Cleanup(func() { must(t, l.DestroyEP()) })
-	must(t, l.Listen(0))
+	rdmatest.Must(t, err)
+	t.Cleanup(func() { rdmatest.Must(t, l.DestroyEP()) })
+	rdmatest.Must(t, l.Listen(0))
 	return l, l.SrcAddr().Port()
 }
 
@@ -119,26 +124,103 @@ func rdmaClient(ctx context.Context, t testing.TB, id *cm.ID) error {
 	return id.Disconnect(ctx)
 }
 
+var errRefused = errors.New("refused")
+
+// epCtx bounds one endpoint exchange.
+func epCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, 20*time.Second)
+}
+
 // TestDeviceEndpoints runs the rdma_server and rdma_client examples against
 // each other: GetAddrInfo, CreateEP passive and active, GetRequest.
 func TestDeviceEndpoints(t *testing.T) {
-	ctx := testCtx(t)
+	ctx := rdmatest.Context(t)
 	listen, port := listenEP(ctx, t)
 	srv := make(chan error, 1)
 	go func() { srv <- rdmaServer(ctx, t, listen) }()
-	res, err := cm.GetAddrInfo(vmAddr.String(), fmt.Sprint(port), &cm.AddrInfo{PortSpace: cm.PSTCP})
-	must(t, err)
+	res, err := cm.GetAddrInfo(rdmatest.VMAddr.String(), fmt.Sprint(port), &cm.AddrInfo{PortSpace: cm.PSTCP})
+	rdmatest.Must(t, err)
 	if res.DstAddr.Port() != port || res.QPType != 2 || res.PortSpace != cm.PSTCP {
 		t.Fatalf("addrinfo %+v", res)
 	}
 	attr := epAttr()
 	id, err := cm.CreateEP(ctx, res, nil, &attr)
-	must(t, err)
+	rdmatest.Must(t, err)
 	if id.QP() == nil || id.PD() == nil || id.Verbs() == nil {
 		t.Fatal("CreateEP made no QP")
 	}
 	err = rdmaClient(ctx, t, id)
-	must(t, id.DestroyEP())
-	must(t, err)
-	must(t, <-srv)
+	rdmatest.Must(t, id.DestroyEP())
+	rdmatest.Must(t, err)
+	rdmatest.Must(t, <-srv)
+}
+
+// TestDeviceInteropCServer: our endpoint client against rdma-core's
+// rdma_server, which receives 16 bytes and answers 16.
+func TestDeviceInteropCServer(t *testing.T) {
+	testenv.RequireDevice(t)
+	srvPath, err := exec.LookPath("rdma_server")
+	if err != nil {
+		t.Skip("rdma-core's rdma_server is not installed (vm deps installs rdmacm-utils)")
+	}
+	ctx := rdmatest.Context(t)
+	port := freePort(t)
+	cmd := exec.CommandContext(ctx, srvPath, "-s", rdmatest.VMAddr.String(), "-p", fmt.Sprint(port))
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	rdmatest.Must(t, cmd.Start())
+	defer func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Logf("rdma_server: %s", out.String())
+	}()
+	res, err := cm.GetAddrInfo(rdmatest.VMAddr.String(), fmt.Sprint(port), &cm.AddrInfo{PortSpace: cm.PSTCP})
+	rdmatest.Must(t, err)
+	attr := epAttr()
+	var id *cm.ID
+	for range 50 { // until the server listens
+		if id, err = cm.CreateEP(ctx, res, nil, &attr); err != nil {
+			t.Fatal(err)
+		}
+		if err = rdmaClient(ctx, t, id); err == nil || !errors.Is(err, errRefused) {
+			break
+		}
+		id.DestroyEP()
+		id = nil
+		time.Sleep(100 * time.Millisecond)
+	}
+	rdmatest.Must(t, err)
+	rdmatest.Must(t, id.DestroyEP())
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("rdma_server: %v", err)
+	}
+}
+
+// TestDeviceInteropCClient: our endpoint server against rdma-core's
+// rdma_client.
+func TestDeviceInteropCClient(t *testing.T) {
+	testenv.RequireDevice(t)
+	cliPath, err := exec.LookPath("rdma_client")
+	if err != nil {
+		t.Skip("rdma-core's rdma_client is not installed (vm deps installs rdmacm-utils)")
+	}
+	ctx := rdmatest.Context(t)
+	listen, port := listenEP(ctx, t)
+	cmd := exec.CommandContext(ctx, cliPath, "-s", rdmatest.VMAddr.String(), "-p", fmt.Sprint(port))
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	rdmatest.Must(t, cmd.Start())
+	err = rdmaServer(ctx, t, listen)
+	werr := cmd.Wait()
+	t.Logf("rdma_client: %s", out.String())
+	rdmatest.Must(t, err)
+	if werr != nil {
+		t.Errorf("rdma_client: %v", werr)
+	}
+}
+
+func freePort(t testing.TB) uint16 {
+	l, port := rdmatest.Listen(t, cm.PSTCP)
+	rdmatest.Destroy(t, l)
+	return port
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/rdmago/rdma/cm"
+	"github.com/rdmago/rdma/internal/rdmatest"
 	"github.com/rdmago/rdma/uverbs"
 )
 
@@ -17,7 +18,7 @@ func linkLocal(t *testing.T) netip.Addr {
 		t.Skipf("no dummy0: %v", err)
 	}
 	addrs, err := ifi.Addrs()
-	must(t, err)
+	rdmatest.Must(t, err)
 	for _, a := range addrs {
 		if p, err := netip.ParsePrefix(a.String()); err == nil && p.Addr().Is6() && p.Addr().IsLinkLocalUnicast() {
 			return p.Addr().WithZone(ifi.Name)
@@ -29,15 +30,15 @@ func linkLocal(t *testing.T) netip.Addr {
 
 // TestDeviceIPv6 connects over IPv6, through GetAddrInfo and endpoints.
 func TestDeviceIPv6(t *testing.T) {
-	ctx := testCtx(t)
+	ctx := rdmatest.Context(t)
 	ll := linkLocal(t)
 	res, err := cm.GetAddrInfo(ll.String(), "0", &cm.AddrInfo{Flags: cm.AIPassive, PortSpace: cm.PSTCP})
-	must(t, err)
+	rdmatest.Must(t, err)
 	attr := epAttr()
 	listen, err := cm.CreateEP(ctx, res, nil, &attr)
-	must(t, err)
+	rdmatest.Must(t, err)
 	defer listen.DestroyEP()
-	must(t, listen.Listen(0))
+	rdmatest.Must(t, listen.Listen(0))
 	src := listen.SrcAddr()
 	t.Logf("listening on %v", src)
 	if !src.Addr().Is6() {
@@ -46,15 +47,15 @@ func TestDeviceIPv6(t *testing.T) {
 	srv := make(chan error, 1)
 	go func() { srv <- rdmaServer(ctx, t, listen) }()
 	cres, err := cm.GetAddrInfo(src.Addr().String(), "", &cm.AddrInfo{PortSpace: cm.PSTCP})
-	must(t, err)
+	rdmatest.Must(t, err)
 	cres.DstAddr = netip.AddrPortFrom(cres.DstAddr.Addr(), src.Port())
 	id, err := cm.CreateEP(ctx, cres, nil, &attr)
-	must(t, err)
+	rdmatest.Must(t, err)
 	if r := id.Route(); !r.DstAddr.Addr().Is6() || uverbs.GID(r.DGID).Addr() != src.Addr().WithZone("") {
 		t.Errorf("route %+v", r)
 	}
 	err = rdmaClient(ctx, t, id)
-	must(t, id.DestroyEP())
-	must(t, err)
-	must(t, <-srv)
+	rdmatest.Must(t, id.DestroyEP())
+	rdmatest.Must(t, err)
+	rdmatest.Must(t, <-srv)
 }

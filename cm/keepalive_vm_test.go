@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rdmago/rdma/cm"
+	"github.com/rdmago/rdma/internal/rdmatest"
 	"github.com/rdmago/rdma/wr"
 )
 
@@ -37,38 +38,38 @@ func sentPkts(t testing.TB) int {
 // with ETIMEDOUT that wakes a waiting GetEvent, and posts that fail with
 // ETIMEDOUT.
 func TestDeviceKeepAlive(t *testing.T) {
-	ctx := testCtx(t)
-	sbuf := alloc(t, 4096)
+	ctx := rdmatest.Context(t)
+	sbuf := rdmatest.Alloc(t, 4096)
 	var smsg interface{ Close() error }
-	p := connectPair(t, cm.PSTCP, defaultCaps, func(s *cm.ID) {
-		m := reg(t, s.RegMsgs, sbuf)
+	p := rdmatest.ConnectCM(t, cm.PSTCP, rdmatest.Caps, func(s *cm.ID) {
+		m := rdmatest.Reg(t, s.RegMsgs, sbuf)
 		smsg = m
 		for i := range 10 {
-			must(t, s.PostRecv(uint64(100+i), sbuf[i*64:(i+1)*64], m))
+			rdmatest.Must(t, s.PostRecv(uint64(100+i), sbuf[i*64:(i+1)*64], m))
 		}
 	})
 	defer smsg.Close()
-	c, s := p.client, p.server
-	cbuf := alloc(t, 4096)
-	cmsg := reg(t, c.RegMsgs, cbuf)
+	c, s := p.Client, p.Server
+	cbuf := rdmatest.Alloc(t, 4096)
+	cmsg := rdmatest.Reg(t, c.RegMsgs, cbuf)
 
 	wantErrno(t, "negative interval", c.SetKeepAlive(-time.Second, time.Second), unix.EINVAL)
 	wantErrno(t, "no timeout", c.SetKeepAlive(time.Millisecond, 0), unix.EINVAL)
 
 	const interval, timeout = 10 * time.Millisecond, 2 * time.Second
 	before := sentPkts(t)
-	must(t, c.SetKeepAlive(interval, timeout))
+	rdmatest.Must(t, c.SetKeepAlive(interval, timeout))
 
 	// The program's sends complete as they would without the check.
 	for i := range 5 {
-		must(t, c.PostSend(uint64(i+1), cbuf[:32], cmsg, wr.Signaled))
+		rdmatest.Must(t, c.PostSend(uint64(i+1), cbuf[:32], cmsg, wr.Signaled))
 		wc, err := c.GetSendComp(ctx)
 		wantComp(t, "send", wc, err, uint64(i+1), wr.WCSend)
 	}
 	// Completions nobody polls while a probe is overdue are polled by
 	// the check, and still come back to the program, in order.
 	for i := range 5 {
-		must(t, c.PostSend(uint64(i+11), cbuf[:32], cmsg, wr.Signaled))
+		rdmatest.Must(t, c.PostSend(uint64(i+11), cbuf[:32], cmsg, wr.Signaled))
 	}
 	time.Sleep(timeout) // past timeout/2: the check harvests the CQ
 	for i := range 5 {
@@ -96,7 +97,7 @@ func TestDeviceKeepAlive(t *testing.T) {
 
 	// The server's QP goes away without a disconnect: nothing answers the
 	// probes from now on, as when the peer's machine is powered off.
-	must(t, c.PostRecv(7, cbuf[1024:1088], cmsg))
+	rdmatest.Must(t, c.PostRecv(7, cbuf[1024:1088], cmsg))
 	events := make(chan *cm.Event, 1)
 	go func() {
 		ev, err := c.Channel().GetEvent(ctx)
@@ -107,7 +108,7 @@ func TestDeviceKeepAlive(t *testing.T) {
 	}()
 	time.Sleep(50 * time.Millisecond) // GetEvent waits in the kernel
 	t0 := time.Now()
-	must(t, s.DestroyQP())
+	rdmatest.Must(t, s.DestroyQP())
 	wc, err = c.GetRecvComp(ctx)
 	took := time.Since(t0)
 	if wc.ID != 7 || wc.Status != wr.WRFlushErr {

@@ -8,17 +8,19 @@ import (
 	"time"
 
 	"github.com/rdmago/rdma/cm"
+	"github.com/rdmago/rdma/internal/rdmatest"
 	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/uverbs"
 	"github.com/rdmago/rdma/wr"
 )
 
-// bindID makes a synchronous ID bound to vmAddr, which binds it to rxe0.
+// bindID makes a synchronous ID bound to the VM's address, which binds it
+// to rxe0.
 func bindID(t testing.TB) *cm.ID {
 	t.Helper()
 	id, err := cm.CreateID(nil, nil, cm.PSTCP)
-	must(t, err)
-	if err := id.BindAddr(netip.AddrPortFrom(vmAddr, 0)); err != nil {
+	rdmatest.Must(t, err)
+	if err := id.BindAddr(netip.AddrPortFrom(rdmatest.VMAddr, 0)); err != nil {
 		id.Destroy()
 		t.Fatal(err)
 	}
@@ -29,43 +31,43 @@ func bindID(t testing.TB) *cm.ID {
 // as cmtime and cmatose make them, stay valid after the last ID on the
 // device is destroyed, and serve the next ID's QP; so does the shared PD.
 func TestDeviceVerbsOutliveIDs(t *testing.T) {
-	testCtx(t)
+	rdmatest.Context(t)
 	id := bindID(t)
 	vctx := id.Verbs()
 	shared := id.PD()
 	pd, err := vctx.AllocPD()
-	must(t, err)
+	rdmatest.Must(t, err)
 	defer pd.Close()
 	cq, err := vctx.CreateCQ(uverbs.CQAttr{CQE: 16})
-	must(t, err)
+	rdmatest.Must(t, err)
 	defer cq.Close()
-	destroy(t, id) // the last ID on rxe0
+	rdmatest.Destroy(t, id) // the last ID on rxe0
 
-	buf := alloc(t, 4096)
+	buf := rdmatest.Alloc(t, 4096)
 	m, err := pd.RegMR(buf, wr.LocalWrite)
 	if err != nil {
 		t.Fatalf("RegMR on a PD of the device context after the last ID went: %v", err)
 	}
-	must(t, m.Close())
+	rdmatest.Must(t, m.Close())
 	m, err = shared.RegMR(buf, wr.LocalWrite)
 	if err != nil {
 		t.Fatalf("RegMR on the shared PD after the last ID went: %v", err)
 	}
-	must(t, m.Close())
+	rdmatest.Must(t, m.Close())
 
 	id2 := bindID(t)
-	defer destroy(t, id2)
+	defer rdmatest.Destroy(t, id2)
 	if id2.Verbs() != vctx || id2.PD() != shared {
 		t.Errorf("the next ID on the device got another context or PD")
 	}
-	err = id2.CreateQP(pd, uverbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: defaultCaps})
+	err = id2.CreateQP(pd, uverbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: rdmatest.Caps})
 	if err != nil {
 		t.Fatalf("CreateQP with the kept PD and CQ: %v", err)
 	}
 	if q := id2.QP(); q.State() != qp.StateInit {
 		t.Errorf("QP in %v", q.State())
 	}
-	must(t, id2.DestroyQP())
+	rdmatest.Must(t, id2.DestroyQP())
 }
 
 // TestDeviceAsyncPeerGoneFlush: the peer goes away while an asynchronous
@@ -75,22 +77,22 @@ func TestDeviceVerbsOutliveIDs(t *testing.T) {
 // ACK timeout is long enough (4 s a try, 8 tries) that the transport's own
 // retries would not end them within it.
 func TestDeviceAsyncPeerGoneFlush(t *testing.T) {
-	ctx := testCtx(t)
-	l, port := listenSync(t, cm.PSTCP)
+	ctx := rdmatest.Context(t)
+	l, port := rdmatest.Listen(t, cm.PSTCP)
 	ch, err := cm.NewEventChannel()
-	must(t, err)
+	rdmatest.Must(t, err)
 	defer ch.Close()
 	client, err := cm.CreateID(ch, nil, cm.PSTCP)
-	must(t, err)
-	defer destroy(t, client)
-	must(t, client.SetAckTimeout(20))
-	must(t, client.ResolveAddr(ctx, netip.AddrPort{}, netip.AddrPortFrom(vmAddr, port), 0))
+	rdmatest.Must(t, err)
+	defer rdmatest.Destroy(t, client)
+	rdmatest.Must(t, client.SetAckTimeout(20))
+	rdmatest.Must(t, client.ResolveAddr(ctx, netip.AddrPort{}, netip.AddrPortFrom(rdmatest.VMAddr, port), 0))
 	nextEvent(ctx, t, ch, cm.EventAddrResolved, client)
-	must(t, client.ResolveRoute(ctx, 0))
+	rdmatest.Must(t, client.ResolveRoute(ctx, 0))
 	nextEvent(ctx, t, ch, cm.EventRouteResolved, client)
-	must(t, client.CreateQP(nil, uverbs.QPInitAttr{Cap: defaultCaps}))
+	rdmatest.Must(t, client.CreateQP(nil, uverbs.QPInitAttr{Cap: rdmatest.Caps}))
 
-	sbuf := alloc(t, 1<<16)
+	sbuf := rdmatest.Alloc(t, 1<<16)
 	type accepted struct {
 		id  *cm.ID
 		err error
@@ -99,7 +101,7 @@ func TestDeviceAsyncPeerGoneFlush(t *testing.T) {
 	go func() {
 		id, err := l.GetRequest(ctx)
 		if err == nil {
-			if err = id.CreateQP(nil, uverbs.QPInitAttr{Cap: defaultCaps}); err == nil {
+			if err = id.CreateQP(nil, uverbs.QPInitAttr{Cap: rdmatest.Caps}); err == nil {
 				err = id.Accept(ctx, nil)
 			}
 			if err != nil {
@@ -108,21 +110,21 @@ func TestDeviceAsyncPeerGoneFlush(t *testing.T) {
 		}
 		srv <- accepted{id, err}
 	}()
-	must(t, client.Connect(ctx, nil))
+	rdmatest.Must(t, client.Connect(ctx, nil))
 	nextEvent(ctx, t, ch, cm.EventEstablished, client)
 	s := <-srv
-	must(t, s.err)
-	sm := reg(t, s.id.RegWrite, sbuf)
+	rdmatest.Must(t, s.err)
+	sm := rdmatest.Reg(t, s.id.RegWrite, sbuf)
 	raddr, rkey := sm.Addr(), sm.RKey
 
 	// The peer goes: its QP, then its ID, which sends the DREQ.
-	destroy(t, s.id)
+	rdmatest.Destroy(t, s.id)
 
 	const n = 16
-	cbuf := alloc(t, 1<<16)
-	cmr := reg(t, client.RegMsgs, cbuf)
+	cbuf := rdmatest.Alloc(t, 1<<16)
+	cmr := rdmatest.Reg(t, client.RegMsgs, cbuf)
 	for i := range n {
-		must(t, client.PostWrite(uint64(i), cbuf[i*1024:(i+1)*1024], cmr, wr.Signaled, raddr+uint64(i*1024), rkey))
+		rdmatest.Must(t, client.PostWrite(uint64(i), cbuf[i*1024:(i+1)*1024], cmr, wr.Signaled, raddr+uint64(i*1024), rkey))
 	}
 	nextEvent(ctx, t, ch, cm.EventDisconnected, client)
 	gone := time.Now()
@@ -133,7 +135,7 @@ func TestDeviceAsyncPeerGoneFlush(t *testing.T) {
 	got := map[uint64]wr.Status{}
 	for len(got) < n && time.Since(gone) < bound {
 		k, err := cq.Poll(wc)
-		must(t, err)
+		rdmatest.Must(t, err)
 		for _, c := range wc[:k] {
 			if _, dup := got[c.ID]; dup {
 				t.Errorf("request %d completed twice", c.ID)
@@ -172,41 +174,41 @@ func dropIDs(ctx context.Context, t *testing.T) int {
 	made := 0
 	for range 40 {
 		id := bindID(t)
-		must(t, id.CreateQP(nil, uverbs.QPInitAttr{Cap: defaultCaps}))
+		rdmatest.Must(t, id.CreateQP(nil, uverbs.QPInitAttr{Cap: rdmatest.Caps}))
 		made++
 	}
 	for range 27 {
 		_, err := cm.CreateID(nil, nil, cm.PSTCP)
-		must(t, err)
+		rdmatest.Must(t, err)
 		made++
 	}
 	ch, err := cm.NewEventChannel()
-	must(t, err)
+	rdmatest.Must(t, err)
 	for i := range 30 {
 		id, err := cm.CreateID(ch, nil, cm.PSUDP)
-		must(t, err)
-		must(t, id.BindAddr(netip.AddrPortFrom(vmAddr, 0)))
+		rdmatest.Must(t, err)
+		rdmatest.Must(t, id.BindAddr(netip.AddrPortFrom(rdmatest.VMAddr, 0)))
 		if i%2 == 0 {
-			must(t, id.CreateQP(nil, uverbs.QPInitAttr{Cap: defaultCaps}))
+			rdmatest.Must(t, id.CreateQP(nil, uverbs.QPInitAttr{Cap: rdmatest.Caps}))
 		}
 		made++
 	}
 	l := bindID(t)
-	must(t, l.Listen(0))
+	rdmatest.Must(t, l.Listen(0))
 	port := l.SrcAddr().Port()
 	srv := make(chan error, 1)
 	go func() {
 		id, err := l.GetRequest(ctx)
 		if err == nil {
-			if err = id.CreateQP(nil, uverbs.QPInitAttr{Cap: defaultCaps}); err == nil {
+			if err = id.CreateQP(nil, uverbs.QPInitAttr{Cap: rdmatest.Caps}); err == nil {
 				err = id.Accept(ctx, nil)
 			}
 		}
 		srv <- err
 	}()
-	c, err := dialSync(ctx, t, cm.PSTCP, port, defaultCaps, nil)
-	must(t, err)
-	must(t, <-srv)
+	c, err := rdmatest.Dial(ctx, t, cm.PSTCP, port, rdmatest.Caps, nil)
+	rdmatest.Must(t, err)
+	rdmatest.Must(t, <-srv)
 	if c.QP().State() != qp.StateRTS {
 		t.Fatalf("client QP in %v", c.QP().State())
 	}
@@ -218,9 +220,9 @@ func dropIDs(ctx context.Context, t *testing.T) int {
 // completion channels and event channels: the process's descriptors and
 // kernel objects come back to where they were.
 func TestDeviceDroppedIDs(t *testing.T) {
-	ctx := testCtx(t)
-	destroy(t, bindID(t)) // opens rxe0's kept context
-	fds0, res0 := fdCount(), ourRDMAResources()
+	ctx := rdmatest.Context(t)
+	rdmatest.Destroy(t, bindID(t)) // opens rxe0's kept context
+	fds0, res0 := fdCount(), rdmatest.LeftBehind(resKinds...)
 	made := dropIDs(ctx, t)
 	t.Logf("%d IDs dropped: %d descriptors open, %d before", made, fdCount(), fds0)
 
@@ -229,7 +231,7 @@ func TestDeviceDroppedIDs(t *testing.T) {
 	var res string
 	for {
 		runtime.GC()
-		fds, res = fdCount(), ourRDMAResources()
+		fds, res = fdCount(), rdmatest.LeftBehind(resKinds...)
 		if (fds == fds0 && res == res0) || time.Now().After(deadline) {
 			break
 		}

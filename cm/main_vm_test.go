@@ -3,14 +3,17 @@ package cm_test
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/rdmago/rdma/cm"
+	"github.com/rdmago/rdma/internal/rdmatest"
 	"github.com/rdmago/rdma/internal/testenv"
 )
+
+// resKinds are the kinds of kernel object the tests must not leave behind.
+var resKinds = []string{"pd", "cq", "qp", "mr", "srq", "cm_id"}
 
 // TestMain checks, under the VM runner, that the tests left no kernel
 // object behind (rdma res lists every PD, CQ, QP, MR and rdma_cm ID with
@@ -22,7 +25,7 @@ func TestMain(m *testing.M) {
 	if code == 0 && testenv.InVM() {
 		// The device contexts the IDs opened are kept for the process.
 		cm.CloseIdleDevices()
-		if leaks := ourRDMAResources(); leaks != "" {
+		if leaks := rdmatest.LeftBehind(resKinds...); leaks != "" {
 			fmt.Fprintf(os.Stderr, "kernel objects left behind by the tests (rdma res):\n%s", leaks)
 			code = 1
 		}
@@ -61,30 +64,4 @@ func fdList() string {
 		fmt.Fprintf(&b, "  %s -> %s\n", fd, l)
 	}
 	return b.String()
-}
-
-// ourRDMAResources returns the rdma res lines that name this program. The
-// kernel records the thread that created each object, whose id is not the
-// process id for a Go program, so the match is on the command name (which
-// the kernel truncates to 15 bytes).
-func ourRDMAResources() string {
-	var out strings.Builder
-	comm := filepath.Base(os.Args[0])
-	if len(comm) > 15 {
-		comm = comm[:15]
-	}
-	pat := " comm " + comm + " "
-	for _, kind := range []string{"pd", "cq", "qp", "mr", "srq", "cm_id"} {
-		b, err := exec.Command("/usr/bin/rdma", "res", "show", kind).CombinedOutput()
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "rdma res show %s: %v: %s", kind, err, b)
-			continue
-		}
-		for _, line := range strings.Split(string(b), "\n") {
-			if strings.Contains(line+" ", pat) {
-				out.WriteString(line + "\n")
-			}
-		}
-	}
-	return out.String()
 }

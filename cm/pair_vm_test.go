@@ -29,6 +29,7 @@ import (
 
 	"github.com/rdmago/rdma/cm"
 	"github.com/rdmago/rdma/internal/faults"
+	"github.com/rdmago/rdma/internal/rdmatest"
 	"github.com/rdmago/rdma/internal/testenv"
 	"github.com/rdmago/rdma/provider"
 	"github.com/rdmago/rdma/qp"
@@ -110,10 +111,10 @@ func pairAttach(t *testing.T, p faults.Policy) *faults.Injector {
 func pairListen(t *testing.T, s pairSide, ps cm.PortSpace, port uint16) *cm.ID {
 	t.Helper()
 	l, err := cm.CreateID(nil, nil, ps)
-	must(t, err)
-	t.Cleanup(func() { destroy(t, l) })
-	must(t, l.BindAddr(netip.AddrPortFrom(s.local, port)))
-	must(t, l.Listen(0))
+	rdmatest.Must(t, err)
+	t.Cleanup(func() { rdmatest.Destroy(t, l) })
+	rdmatest.Must(t, l.BindAddr(netip.AddrPortFrom(s.local, port)))
+	rdmatest.Must(t, l.Listen(0))
 	return l
 }
 
@@ -123,16 +124,16 @@ func pairListen(t *testing.T, s pairSide, ps cm.PortSpace, port uint16) *cm.ID {
 func pairAccept(ctx context.Context, t *testing.T, l *cm.ID, caps provider.QPCaps, ackTimeout uint8, param *cm.ConnParam, prep func(*cm.ID)) *cm.ID {
 	t.Helper()
 	id, err := l.GetRequest(ctx)
-	must(t, err)
-	t.Cleanup(func() { destroy(t, id) })
+	rdmatest.Must(t, err)
+	t.Cleanup(func() { rdmatest.Destroy(t, id) })
 	if ackTimeout != 0 {
-		must(t, id.SetAckTimeout(ackTimeout))
+		rdmatest.Must(t, id.SetAckTimeout(ackTimeout))
 	}
-	must(t, id.CreateQP(nil, uverbs.QPInitAttr{Cap: caps}))
+	rdmatest.Must(t, id.CreateQP(nil, uverbs.QPInitAttr{Cap: caps}))
 	if prep != nil {
 		prep(id)
 	}
-	must(t, id.Accept(ctx, param))
+	rdmatest.Must(t, id.Accept(ctx, param))
 	return id
 }
 
@@ -147,9 +148,9 @@ func pairDial(ctx context.Context, t *testing.T, s pairSide, ps cm.PortSpace, po
 	start := time.Now()
 	for tries := 1; ; tries++ {
 		id, err := cm.CreateID(nil, nil, ps)
-		must(t, err)
+		rdmatest.Must(t, err)
 		if ackTimeout != 0 {
-			must(t, id.SetAckTimeout(ackTimeout))
+			rdmatest.Must(t, id.SetAckTimeout(ackTimeout))
 		}
 		err = id.ResolveAddr(ctx, netip.AddrPortFrom(s.local, 0), dst, 2*time.Second)
 		if err == nil {
@@ -167,7 +168,7 @@ func pairDial(ctx context.Context, t *testing.T, s pairSide, ps cm.PortSpace, po
 		}
 		if err == nil {
 			t.Logf("connected to %v after %d tries, %.1f s", dst, tries, time.Since(start).Seconds())
-			t.Cleanup(func() { destroy(t, id) })
+			t.Cleanup(func() { rdmatest.Destroy(t, id) })
 			return id
 		}
 		if _, derr := id.Destroy(); derr != nil {
@@ -296,7 +297,7 @@ const (
 func logQPTimeouts(t *testing.T, id *cm.ID) {
 	t.Helper()
 	a, _, err := id.QP().Query(qp.AttrTimeout | qp.AttrRetryCnt | qp.AttrRNRRetry | qp.AttrMinRNRTimer)
-	must(t, err)
+	rdmatest.Must(t, err)
 	t.Logf("QP %d: timeout %d, retry_cnt %d, rnr_retry %d, min_rnr_timer %d", id.QP().Num(), a.Timeout, a.RetryCnt, a.RNRRetry, a.MinRNRTimer)
 	if a.Timeout != rcAckTimeout {
 		t.Errorf("the QP's ACK timeout is %d, SetAckTimeout asked for %d", a.Timeout, rcAckTimeout)
@@ -339,9 +340,9 @@ func rcServer(ctx context.Context, t *testing.T, side pairSide) {
 	inj := pairAttach(t, faults.Policy{Enabled: true, SkipQP1: true, Probability: rcLoss})
 	hw := rxeCounters(t)
 
-	rbuf := alloc(t, rcRecvSlots*rcSendSize)
-	wbuf := alloc(t, rcWrites*rcBig)   // b writes here
-	lbuf := alloc(t, rcBigSlots*rcBig) // a reads b's memory into here
+	rbuf := rdmatest.Alloc(t, rcRecvSlots*rcSendSize)
+	wbuf := rdmatest.Alloc(t, rcWrites*rcBig)   // b writes here
+	lbuf := rdmatest.Alloc(t, rcBigSlots*rcBig) // a reads b's memory into here
 	var rm, wm, lm *uverbs.MR
 	var raddr uint64
 	var rkey uint32
@@ -349,11 +350,11 @@ func rcServer(ctx context.Context, t *testing.T, side pairSide) {
 	s := pairAccept(ctx, t, l, rcCaps, rcAckTimeout, &param, func(id *cm.ID) {
 		// The CONNECT_REQUEST's; after Accept, Event is ESTABLISHED.
 		raddr, rkey = parseRegion(t, "connect request", id.Event().PrivateData())
-		rm = reg(t, id.RegMsgs, rbuf)
-		wm = reg(t, id.RegWrite, wbuf)
-		lm = reg(t, id.RegMsgs, lbuf)
+		rm = rdmatest.Reg(t, id.RegMsgs, rbuf)
+		wm = rdmatest.Reg(t, id.RegWrite, wbuf)
+		lm = rdmatest.Reg(t, id.RegMsgs, lbuf)
 		for i := range rcRecvSlots {
-			must(t, id.PostRecv(uint64(i), rbuf[i*rcSendSize:(i+1)*rcSendSize], rm))
+			rdmatest.Must(t, id.PostRecv(uint64(i), rbuf[i*rcSendSize:(i+1)*rcSendSize], rm))
 		}
 		param.PrivateData = pairRegion(wm)
 	})
@@ -399,7 +400,7 @@ func rcServer(ctx context.Context, t *testing.T, side pairSide) {
 			}
 		}
 		if k+rcRecvSlots < total {
-			must(t, s.PostRecv(uint64(slot), rbuf[slot*rcSendSize:(slot+1)*rcSendSize], rm))
+			rdmatest.Must(t, s.PostRecv(uint64(slot), rbuf[slot*rcSendSize:(slot+1)*rcSendSize], rm))
 		}
 	}
 	writesDone := time.Since(start)
@@ -409,7 +410,7 @@ func rcServer(ctx context.Context, t *testing.T, side pairSide) {
 	for next, done := 0, 0; done < rcReads; {
 		for ; next < rcReads && next-done < rcBigSlots; next++ {
 			slot := next % rcBigSlots
-			must(t, s.PostRead(uint64(next), lbuf[slot*rcBig:(slot+1)*rcBig], lm, wr.Signaled, raddr+uint64(next*rcBig), rkey))
+			rdmatest.Must(t, s.PostRead(uint64(next), lbuf[slot*rcBig:(slot+1)*rcBig], lm, wr.Signaled, raddr+uint64(next*rcBig), rkey))
 		}
 		wc, err := s.GetSendComp(ctx)
 		wantComp(t, fmt.Sprintf("RDMA read %d", done), wc, err, uint64(done), wr.WCRDMARead)
@@ -422,9 +423,9 @@ func rcServer(ctx context.Context, t *testing.T, side pairSide) {
 	readsDone := time.Since(readStart)
 
 	c, err := inj.Counters()
-	must(t, err)
+	rdmatest.Must(t, err)
 	// Stop dropping before the goodbye, whose loss would only cost time.
-	must(t, inj.Set(faults.Policy{}))
+	rdmatest.Must(t, inj.Set(faults.Policy{}))
 	t.Logf("%d sends of %d B in order and intact: %.1f s; %d RDMA writes of %d KiB, %d with immediate data, intact: %.1f s; %d RDMA reads of %d KiB intact: %.1f s",
 		rcSends, rcSendSize, sendsDone.Seconds(), rcWrites, rcBig>>10, imms, (writesDone - sendsDone).Seconds(),
 		rcReads, rcBig>>10, readsDone.Seconds())
@@ -434,7 +435,7 @@ func rcServer(ctx context.Context, t *testing.T, side pairSide) {
 		t.Errorf("the injector dropped nothing of %d packets: the test proved no recovery", c.Seen)
 	}
 
-	must(t, s.PostSend(1<<20, []byte("done"), nil, wr.Signaled|wr.Inline))
+	rdmatest.Must(t, s.PostSend(1<<20, []byte("done"), nil, wr.Signaled|wr.Inline))
 	wc, err := s.GetSendComp(ctx)
 	wantComp(t, "done message", wc, err, 1<<20, wr.WCSend)
 	pairDisconnect(ctx, t, s)
@@ -442,25 +443,25 @@ func rcServer(ctx context.Context, t *testing.T, side pairSide) {
 
 func rcClient(ctx context.Context, t *testing.T, side pairSide) {
 	hw := rxeCounters(t)
-	sbuf := alloc(t, rcSendDepth*rcSendSize)
-	wsrc := alloc(t, rcBigSlots*rcBig)
-	rsrc := alloc(t, rcReads*rcBig) // a reads these
-	dbuf := alloc(t, 4096)
+	sbuf := rdmatest.Alloc(t, rcSendDepth*rcSendSize)
+	wsrc := rdmatest.Alloc(t, rcBigSlots*rcBig)
+	rsrc := rdmatest.Alloc(t, rcReads*rcBig) // a reads these
+	dbuf := rdmatest.Alloc(t, 4096)
 	for i := range rcReads {
 		pairFill(rsrc[i*rcBig:(i+1)*rcBig], 'R', uint32(i))
 	}
 	var sm, wm, rm, dm *uverbs.MR
 	param := cm.DefaultConnParam()
 	c := pairDial(ctx, t, side, cm.PSTCP, pairPortRC, rcCaps, rcAckTimeout, &param, func(id *cm.ID) {
-		sm = reg(t, id.RegMsgs, sbuf)
-		wm = reg(t, id.RegMsgs, wsrc)
-		rm = reg(t, id.RegRead, rsrc)
-		dm = reg(t, id.RegMsgs, dbuf)
+		sm = rdmatest.Reg(t, id.RegMsgs, sbuf)
+		wm = rdmatest.Reg(t, id.RegMsgs, wsrc)
+		rm = rdmatest.Reg(t, id.RegRead, rsrc)
+		dm = rdmatest.Reg(t, id.RegMsgs, dbuf)
 		param.PrivateData = pairRegion(rm)
 	})
 	waddr, wkey := parseRegion(t, "accept", c.Event().PrivateData())
 	logQPTimeouts(t, c)
-	must(t, c.PostRecv(1, dbuf[:64], dm))
+	rdmatest.Must(t, c.PostRecv(1, dbuf[:64], dm))
 	start := time.Now()
 
 	// Sends: at most rcSendDepth outstanding, each in its own slot until
@@ -469,7 +470,7 @@ func rcClient(ctx context.Context, t *testing.T, side pairSide) {
 		for ; next < rcSends && next-done < rcSendDepth; next++ {
 			b := sbuf[(next%rcSendDepth)*rcSendSize:][:rcSendSize]
 			pairFill(b, 'S', uint32(next))
-			must(t, c.PostSend(uint64(next), b, sm, wr.Signaled))
+			rdmatest.Must(t, c.PostSend(uint64(next), b, sm, wr.Signaled))
 		}
 		wc, err := c.GetSendComp(ctx)
 		wantComp(t, fmt.Sprintf("send %d", done), wc, err, uint64(done), wr.WCSend)
@@ -488,9 +489,9 @@ func rcClient(ctx context.Context, t *testing.T, side pairSide) {
 			if next%rcImmEvery == rcImmEvery-1 {
 				_, err := q.PostSend([]wr.SendWR{{ID: uint64(next), SGList: []wr.SGE{wm.SGE(slot*rcBig, rcBig)},
 					Opcode: wr.OpRDMAWriteWithImm, Flags: wr.Signaled, Imm: uint32(next), RemoteAddr: raddr, RKey: wkey}})
-				must(t, err)
+				rdmatest.Must(t, err)
 			} else {
-				must(t, c.PostWrite(uint64(next), b, wm, wr.Signaled, raddr, wkey))
+				rdmatest.Must(t, c.PostWrite(uint64(next), b, wm, wr.Signaled, raddr, wkey))
 			}
 		}
 		wc, err := c.GetSendComp(ctx)
@@ -545,18 +546,18 @@ func udServer(ctx context.Context, t *testing.T, side pairSide) {
 	l := pairListen(t, side, cm.PSUDP, pairPortUD)
 	inj := pairAttach(t, faults.Policy{}) // counting only, until the QP is known
 	hw := rxeCounters(t)
-	buf := alloc(t, udRecvs*udSlot+4096)
+	buf := rdmatest.Alloc(t, udRecvs*udSlot+4096)
 	caps := provider.QPCaps{MaxSendWR: 4, MaxRecvWR: udRecvs, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}
 	var m *uverbs.MR
 	s := pairAccept(ctx, t, l, caps, 0, nil, func(id *cm.ID) {
-		m = reg(t, id.RegMsgs, buf)
+		m = rdmatest.Reg(t, id.RegMsgs, buf)
 		for i := range udRecvs {
-			must(t, id.PostRecv(uint64(i), buf[i*udSlot:(i+1)*udSlot], m))
+			rdmatest.Must(t, id.PostRecv(uint64(i), buf[i*udSlot:(i+1)*udSlot], m))
 		}
 		qpn := id.QP().Num()
 		// The datagrams have PSNs 0 to udCount-1 (a UD QP starts at 0);
 		// the end markers come after and are never dropped.
-		must(t, inj.Set(faults.Policy{Enabled: true, SkipQP1: true, DestQPN: &qpn,
+		rdmatest.Must(t, inj.Set(faults.Policy{Enabled: true, SkipQP1: true, DestQPN: &qpn,
 			PSNRange: true, PSNFirst: 0, PSNLast: udCount - 1, Probability: udLoss}))
 		t.Logf("dropping %.0f%% of the datagrams to QP %d with PSN 0..%d", udLoss*100, qpn, udCount-1)
 	})
@@ -622,7 +623,7 @@ func udServer(ctx context.Context, t *testing.T, side pairSide) {
 	}
 	elapsed := time.Since(start)
 	c, err := inj.Counters()
-	must(t, err)
+	rdmatest.Must(t, err)
 	t.Logf("%d of %d datagrams and %d of %d end markers arrived in %.1f s (from the first); injector: %v",
 		got, udCount, ends, udEnd, elapsed.Seconds(), c)
 	logCounters(t, hw)
@@ -650,9 +651,9 @@ func udServer(ctx context.Context, t *testing.T, side pairSide) {
 
 	// Tell b, at the address its first datagram came from.
 	ah, err := s.PD().CreateAHFromWC(&first, buf[:uverbs.GRHSize], s.PortNum())
-	must(t, err)
+	rdmatest.Must(t, err)
 	defer ah.Close()
-	must(t, s.PostUDSend(1<<20, []byte(report), nil, wr.Signaled|wr.Inline, ah, first.SrcQP))
+	rdmatest.Must(t, s.PostUDSend(1<<20, []byte(report), nil, wr.Signaled|wr.Inline, ah, first.SrcQP))
 	wc, err := s.GetSendComp(ctx)
 	wantComp(t, "report", wc, err, 1<<20, wr.WCSend)
 }
@@ -660,20 +661,20 @@ func udServer(ctx context.Context, t *testing.T, side pairSide) {
 func udClient(ctx context.Context, t *testing.T, side pairSide) {
 	hw := rxeCounters(t)
 	caps := provider.QPCaps{MaxSendWR: udDepth, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}
-	buf := alloc(t, udDepth*udSize+4096)
+	buf := rdmatest.Alloc(t, udDepth*udSize+4096)
 	rbuf := buf[udDepth*udSize:]
 	var m *uverbs.MR
 	c := pairDial(ctx, t, side, cm.PSUDP, pairPortUD, caps, 0, nil, func(id *cm.ID) {
-		m = reg(t, id.RegMsgs, buf)
+		m = rdmatest.Reg(t, id.RegMsgs, buf)
 	})
 	ev := c.Event()
 	if ev.Type != cm.EventEstablished || ev.UD.QPNum == 0 {
 		t.Fatalf("UD connect event %v %+v", ev, ev.UD)
 	}
 	ah, err := c.CreateAH(ev.UD.AHAttr)
-	must(t, err)
+	rdmatest.Must(t, err)
 	defer ah.Close()
-	must(t, c.PostRecv(1, rbuf[:udSlot], m))
+	rdmatest.Must(t, c.PostRecv(1, rbuf[:udSlot], m))
 
 	start := time.Now()
 	n := udCount + udEnd
@@ -685,7 +686,7 @@ func udClient(ctx context.Context, t *testing.T, side pairSide) {
 			} else {
 				pairFill(b, 'E', uint32(next-udCount))
 			}
-			must(t, c.PostUDSend(uint64(next), b, m, wr.Signaled, ah, ev.UD.QPNum))
+			rdmatest.Must(t, c.PostUDSend(uint64(next), b, m, wr.Signaled, ah, ev.UD.QPNum))
 			next++
 			time.Sleep(udPace)
 			continue
@@ -736,7 +737,7 @@ func TestPairRNRExhaustion(t *testing.T) {
 	}
 	c := pairDial(ctx, t, side, cm.PSTCP, pairPortRNR, caps, 0, &param, nil)
 	a, _, err := c.QP().Query(qp.AttrRNRRetry | qp.AttrRetryCnt | qp.AttrTimeout | qp.AttrMinRNRTimer)
-	must(t, err)
+	rdmatest.Must(t, err)
 	t.Logf("QP %d: rnr_retry %d, retry_cnt %d, timeout %d, min_rnr_timer %d", c.QP().Num(), a.RNRRetry, a.RetryCnt, a.Timeout, a.MinRNRTimer)
 	if a.RNRRetry >= 7 {
 		t.Fatalf("the connection gave the QP an RNR retry count of %d, not %d: it would retry forever", a.RNRRetry, rnrRetry)
@@ -745,7 +746,7 @@ func TestPairRNRExhaustion(t *testing.T) {
 		t.Errorf("the QP's RNR retry count is %d, the peer's REP asked for %d", a.RNRRetry, rnrRetry)
 	}
 	start := time.Now()
-	must(t, c.PostSend(7, []byte("nobody is ready for this"), nil, wr.Signaled|wr.Inline))
+	rdmatest.Must(t, c.PostSend(7, []byte("nobody is ready for this"), nil, wr.Signaled|wr.Inline))
 	wc, err := c.GetSendComp(ctx)
 	elapsed := time.Since(start)
 	var ce *wr.CompletionError
@@ -773,9 +774,9 @@ func TestPairKeepAlive(t *testing.T) {
 	prep := func(id *cm.ID) {
 		var err error
 		m, err = id.RegMsgs(buf)
-		must(t, err)
+		rdmatest.Must(t, err)
 		t.Cleanup(func() { m.Close() })
-		must(t, id.PostRecv(1, buf, m))
+		rdmatest.Must(t, id.PostRecv(1, buf, m))
 	}
 	if !side.server {
 		c := pairDial(ctx, t, side, cm.PSTCP, pairPortKA, caps, 0, nil, prep)
@@ -790,7 +791,7 @@ func TestPairKeepAlive(t *testing.T) {
 	const interval, timeout = 100 * time.Millisecond, time.Second
 	l := pairListen(t, side, cm.PSTCP, pairPortKA)
 	s := pairAccept(ctx, t, l, caps, 0, nil, prep)
-	must(t, s.SetKeepAlive(interval, timeout))
+	rdmatest.Must(t, s.SetKeepAlive(interval, timeout))
 	// Probes answered for a while: nothing happens.
 	quiet, cancel := context.WithTimeout(ctx, 3*timeout)
 	wc, err := s.GetRecvComp(quiet)
@@ -813,7 +814,7 @@ func TestPairKeepAlive(t *testing.T) {
 		t.Fatalf("event %v, %v; want DISCONNECTED with ETIMEDOUT", ev, err)
 	}
 	c, err := inj.Counters()
-	must(t, err)
+	rdmatest.Must(t, err)
 	t.Logf("the link went (everything received dropped); the keepalive (%v, %v) reported it after %.2f s; injector: %v", interval, timeout, took.Seconds(), c)
 	// Long enough for the client to see the DREQ before the cleanup
 	// detaches the injector.
@@ -840,7 +841,7 @@ func TestPairLostDREQ(t *testing.T) {
 			time.Sleep(2 * time.Second) // the server attaches its injector
 			start := time.Now()
 			if wait {
-				must(t, c.Disconnect(ctx))
+				rdmatest.Must(t, c.Disconnect(ctx))
 			} else if _, err := c.Destroy(); err != nil {
 				t.Fatal(err)
 			}
@@ -851,17 +852,17 @@ func TestPairLostDREQ(t *testing.T) {
 		l := pairListen(t, side, cm.PSTCP, port)
 		s := pairAccept(ctx, t, l, caps, 0, nil, func(id *cm.ID) {
 			m, err := id.RegMsgs(buf)
-			must(t, err)
+			rdmatest.Must(t, err)
 			t.Cleanup(func() { m.Close() })
-			must(t, id.PostRecv(1, buf, m))
+			rdmatest.Must(t, id.PostRecv(1, buf, m))
 		})
 		if !wait {
-			must(t, s.SetKeepAlive(100*time.Millisecond, time.Second))
+			rdmatest.Must(t, s.SetKeepAlive(100*time.Millisecond, time.Second))
 		}
 		inj, err := faults.Attach(pairIface)
-		must(t, err)
+		rdmatest.Must(t, err)
 		dreq := faults.AttrDREQ
-		must(t, inj.Set(faults.Policy{Enabled: true, MADAttr: &dreq, Limit: 1}))
+		rdmatest.Must(t, inj.Set(faults.Policy{Enabled: true, MADAttr: &dreq, Limit: 1}))
 		start := time.Now()
 		wc, err := s.GetRecvComp(ctx)
 		took := time.Since(start)
@@ -869,13 +870,13 @@ func TestPairLostDREQ(t *testing.T) {
 			t.Fatalf("%s: the server's receive: %+v, %v; want it flushed", name, wc, err)
 		}
 		ev, err := s.Channel().GetEvent(ctx)
-		must(t, err)
+		rdmatest.Must(t, err)
 		// As rping does: the DREP that ends a waiting client's Disconnect
 		// goes out with the server's.
-		must(t, s.Disconnect(ctx))
+		rdmatest.Must(t, s.Disconnect(ctx))
 		c, err := inj.Counters()
-		must(t, err)
-		must(t, inj.Close())
+		rdmatest.Must(t, err)
+		rdmatest.Must(t, inj.Close())
 		t.Logf("%s: the server's side ended %.1f s after the injector was set, with %v; injector: %v", name, took.Seconds(), ev, c)
 		if c.Dropped != 1 {
 			t.Errorf("%s: the injector dropped %d DREQs, want 1", name, c.Dropped)

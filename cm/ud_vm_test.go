@@ -1,14 +1,10 @@
 package cm_test
 
 import (
-	"context"
-	"net/netip"
 	"testing"
-	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/rdmago/rdma/cm"
+	"github.com/rdmago/rdma/internal/rdmatest"
 	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/uverbs"
 	"github.com/rdmago/rdma/wr"
@@ -19,12 +15,12 @@ const grh = 40 // UD receives start with the GRH
 // TestDeviceUD resolves a UD service (SIDR), sends to it with PostUDSend
 // and gets an answer.
 func TestDeviceUD(t *testing.T) {
-	ctx := testCtx(t)
-	l, port := listenSync(t, cm.PSUDP)
+	ctx := rdmatest.Context(t)
+	l, port := rdmatest.Listen(t, cm.PSUDP)
 	if l.QPType() != qp.UD {
 		t.Fatalf("PSUDP ID has QP type %v", l.QPType())
 	}
-	sbuf := alloc(t, 4096)
+	sbuf := rdmatest.Alloc(t, 4096)
 	type result struct {
 		qpn uint32
 		err error
@@ -41,7 +37,7 @@ func TestDeviceUD(t *testing.T) {
 		server = id
 		ev := id.Event()
 		t.Logf("UD request: %v, private %q", ev, ev.PrivateData()[:8])
-		if err = id.CreateQP(nil, uverbs.QPInitAttr{Cap: defaultCaps}); err != nil {
+		if err = id.CreateQP(nil, uverbs.QPInitAttr{Cap: rdmatest.Caps}); err != nil {
 			srv <- result{err: err}
 			return
 		}
@@ -51,7 +47,7 @@ func TestDeviceUD(t *testing.T) {
 			return
 		}
 		defer cm.DeregMR(m)
-		must(t, id.PostRecv(1, sbuf[:grh+64], m))
+		rdmatest.Must(t, id.PostRecv(1, sbuf[:grh+64], m))
 		srv <- result{qpn: id.QP().Num(), err: id.Accept(ctx, nil)}
 
 		wc, err := id.GetRecvComp(ctx)
@@ -62,10 +58,10 @@ func TestDeviceUD(t *testing.T) {
 		// The CONNECT_REQUEST carries no address (TestDeviceUDConnectRequest):
 		// the answer goes where the datagram came from.
 		ah, err := id.PD().CreateAHFromWC(&wc, sbuf[:grh], id.PortNum())
-		must(t, err)
+		rdmatest.Must(t, err)
 		defer ah.Close()
 		copy(sbuf[1000:], "reply")
-		must(t, id.PostUDSend(2, sbuf[1000:1005], m, wr.Signaled, ah, wc.SrcQP))
+		rdmatest.Must(t, id.PostUDSend(2, sbuf[1000:1005], m, wr.Signaled, ah, wc.SrcQP))
 		wc, err = id.GetSendComp(ctx)
 		wantComp(t, "server send", wc, err, 2, wr.WCSend)
 		close(done)
@@ -73,12 +69,12 @@ func TestDeviceUD(t *testing.T) {
 
 	p := cm.DefaultConnParam()
 	p.PrivateData = []byte("udping")
-	c, err := dialSync(ctx, t, cm.PSUDP, port, defaultCaps, &p)
-	must(t, err)
-	defer destroy(t, c)
+	c, err := rdmatest.Dial(ctx, t, cm.PSUDP, port, rdmatest.Caps, &p)
+	rdmatest.Must(t, err)
+	defer rdmatest.Destroy(t, c)
 	s := <-srv
-	must(t, s.err)
-	defer destroy(t, server)
+	rdmatest.Must(t, s.err)
+	defer rdmatest.Destroy(t, server)
 	ev := c.Event()
 	if ev.Type != cm.EventEstablished || ev.UD.QPNum != s.qpn || ev.UD.QKey != cm.UDPQKey || !ev.UD.AHAttr.IsGlobal {
 		t.Fatalf("UD connect event %v %+v, want server QP %d, Q_Key %#x", ev, ev.UD, s.qpn, cm.UDPQKey)
@@ -86,13 +82,13 @@ func TestDeviceUD(t *testing.T) {
 	if st := c.QP().State(); st != qp.StateRTS {
 		t.Fatalf("UD QP in %v", st)
 	}
-	cbuf := alloc(t, 4096)
-	m := reg(t, c.RegMsgs, cbuf)
-	must(t, c.PostRecv(3, cbuf[:grh+64], m))
+	cbuf := rdmatest.Alloc(t, 4096)
+	m := rdmatest.Reg(t, c.RegMsgs, cbuf)
+	rdmatest.Must(t, c.PostRecv(3, cbuf[:grh+64], m))
 	ah, err := c.CreateAH(ev.UD.AHAttr)
-	must(t, err)
+	rdmatest.Must(t, err)
 	defer ah.Close()
-	must(t, c.PostUDSend(4, []byte("datagram"), nil, wr.Signaled|wr.Inline, ah, ev.UD.QPNum))
+	rdmatest.Must(t, c.PostUDSend(4, []byte("datagram"), nil, wr.Signaled|wr.Inline, ah, ev.UD.QPNum))
 	wc, err := c.GetSendComp(ctx)
 	wantComp(t, "client send", wc, err, 4, wr.WCSend)
 	wc, err = c.GetRecvComp(ctx)
@@ -101,45 +97,4 @@ func TestDeviceUD(t *testing.T) {
 		t.Errorf("client got %q from QP %d", got, wc.SrcQP)
 	}
 	<-done
-}
-
-// TestDeviceMulticast joins two UD IDs to a group, sends to it from one
-// and receives on the other, then leaves.
-func TestDeviceMulticast(t *testing.T) {
-	ctx := testCtx(t)
-	group := netip.MustParseAddr("239.1.2.3")
-	join := func(name string) (*cm.ID, *cm.Event) {
-		id, err := cm.CreateID(nil, name, cm.PSUDP)
-		must(t, err)
-		t.Cleanup(func() { destroy(t, id) })
-		must(t, id.ResolveAddr(ctx, netip.AddrPortFrom(vmAddr, 0), netip.AddrPortFrom(group, 0), 2*time.Second))
-		must(t, id.CreateQP(nil, uverbs.QPInitAttr{Cap: defaultCaps}))
-		must(t, id.JoinMulticast(ctx, group, name+" joined"))
-		ev := id.Event()
-		if ev.Type != cm.EventMulticastJoin || ev.Context != name+" joined" || ev.UD.QPNum != 0xffffff {
-			t.Fatalf("%s: join event %v %+v context %v", name, ev, ev.UD, ev.Context)
-		}
-		return id, ev
-	}
-	recv, _ := join("receiver")
-	send, ev := join("sender")
-	rbuf := alloc(t, 4096)
-	rm := reg(t, recv.RegMsgs, rbuf)
-	must(t, recv.PostRecv(1, rbuf[:grh+100], rm))
-	ah, err := send.CreateAH(ev.UD.AHAttr)
-	must(t, err)
-	defer ah.Close()
-	must(t, send.PostUDSend(2, []byte("to the group"), nil, wr.Signaled|wr.Inline, ah, ev.UD.QPNum))
-	wc, err := send.GetSendComp(ctx)
-	wantComp(t, "mcast send", wc, err, 2, wr.WCSend)
-	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	wc, err = recv.GetRecvComp(rctx)
-	wantComp(t, "mcast recv", wc, err, 1, wr.WCRecv)
-	if got := string(rbuf[grh:wc.ByteLen]); got != "to the group" {
-		t.Errorf("received %q", got)
-	}
-	must(t, send.LeaveMulticast(group))
-	must(t, recv.LeaveMulticast(group))
-	wantErrno(t, "leave twice", recv.LeaveMulticast(group), unix.EADDRNOTAVAIL)
 }

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rdmago/rdma/cm"
+	"github.com/rdmago/rdma/internal/rdmatest"
 	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/uverbs"
 	"github.com/rdmago/rdma/wr"
@@ -39,7 +40,7 @@ func startUdaddy(ctx context.Context, t *testing.T, args ...string) (*exec.Cmd, 
 	cmd := exec.CommandContext(ctx, path, args...)
 	var out strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &out
-	must(t, cmd.Start())
+	rdmatest.Must(t, cmd.Start())
 	waited := false
 	wait := func() {
 		if waited {
@@ -68,7 +69,7 @@ func startUdaddy(ctx context.Context, t *testing.T, args ...string) (*exec.Cmd, 
 func postUdaddyRecvs(t *testing.T, id *cm.ID, buf []byte, m *uverbs.MR) {
 	t.Helper()
 	for i := range udaddyCount {
-		must(t, id.PostRecv(uint64(100+i), buf[i*udaddySlot:(i+1)*udaddySlot], m))
+		rdmatest.Must(t, id.PostRecv(uint64(100+i), buf[i*udaddySlot:(i+1)*udaddySlot], m))
 	}
 }
 
@@ -80,7 +81,7 @@ func recvUdaddy(ctx context.Context, t *testing.T, id *cm.ID, peerQPN uint32) wr
 	var first wr.Completion
 	for i := range udaddyCount {
 		wc, err := id.GetRecvComp(ctx)
-		must(t, err)
+		rdmatest.Must(t, err)
 		if wc.Opcode != wr.WCRecv || wc.ID != uint64(100+i) {
 			t.Fatalf("receive %d: completion %+v", i, wc)
 		}
@@ -108,7 +109,7 @@ func sendUdaddy(ctx context.Context, t *testing.T, id *cm.ID, buf []byte, m *uve
 		copy(buf[off:off+udaddySize], "rdmago says hello")
 		_, err := q.PostSend([]wr.SendWR{{ID: uint64(200 + i), SGList: []wr.SGE{m.SGE(off, udaddySize)},
 			Opcode: wr.OpSendWithImm, Flags: wr.Signaled, Imm: q.Num(), AH: ah, RemoteQPN: qpn, RemoteQKey: qkey}})
-		must(t, err)
+		rdmatest.Must(t, err)
 	}
 	for i := range udaddyCount {
 		wc, err := id.GetSendComp(ctx)
@@ -120,36 +121,36 @@ func sendUdaddy(ctx context.Context, t *testing.T, id *cm.ID, buf []byte, m *uve
 // as udaddy's own server does, from the client's first datagram
 // (CreateAHFromWC); the CONNECT_REQUEST carries no address to answer to.
 func TestDeviceUdaddyClient(t *testing.T) {
-	ctx := testCtx(t)
+	ctx := rdmatest.Context(t)
 	l, err := cm.CreateID(nil, nil, cm.PSUDP)
-	must(t, err)
-	defer destroy(t, l)
-	must(t, l.BindAddr(netip.AddrPortFrom(vmAddr, udaddyPort)))
-	must(t, l.Listen(0))
-	_, wait := startUdaddy(ctx, t, "-s", vmAddr.String())
+	rdmatest.Must(t, err)
+	defer rdmatest.Destroy(t, l)
+	rdmatest.Must(t, l.BindAddr(netip.AddrPortFrom(rdmatest.VMAddr, udaddyPort)))
+	rdmatest.Must(t, l.Listen(0))
+	_, wait := startUdaddy(ctx, t, "-s", rdmatest.VMAddr.String())
 
 	id, err := l.GetRequest(ctx)
-	must(t, err)
-	defer destroy(t, id)
-	must(t, id.CreateQP(nil, uverbs.QPInitAttr{Cap: defaultCaps}))
-	buf := alloc(t, 2*udaddyCount*udaddySlot)
-	m := reg(t, id.RegMsgs, buf)
+	rdmatest.Must(t, err)
+	defer rdmatest.Destroy(t, id)
+	rdmatest.Must(t, id.CreateQP(nil, uverbs.QPInitAttr{Cap: rdmatest.Caps}))
+	buf := rdmatest.Alloc(t, 2*udaddyCount*udaddySlot)
+	m := rdmatest.Reg(t, id.RegMsgs, buf)
 	postUdaddyRecvs(t, id, buf, m)
-	must(t, id.Accept(ctx, nil))
+	rdmatest.Must(t, id.Accept(ctx, nil))
 
 	first := recvUdaddy(ctx, t, id, 0)
 	// The reply's address comes from the datagram (the GRH in the
 	// first slot), exactly where the route says the client is.
 	grh := buf[:uverbs.GRHSize]
 	attr, err := id.Verbs().InitAHFromWC(id.PortNum(), &first, grh)
-	must(t, err)
+	rdmatest.Must(t, err)
 	r := id.Route()
 	if attr.DGID != r.DGID || !attr.IsGlobal || attr.PortNum != id.PortNum() {
 		t.Errorf("reply address %+v, the route has DGID %v", attr, r.DGID)
 	}
 	wantSGID(t, id, attr.SGIDIndex, r.SGID)
 	ah, err := id.PD().CreateAHFromWC(&first, grh, id.PortNum())
-	must(t, err)
+	rdmatest.Must(t, err)
 	defer ah.Close()
 	sendUdaddy(ctx, t, id, buf, m, ah, first.Imm, cm.UDPQKey)
 	wait()
@@ -159,13 +160,13 @@ func TestDeviceUdaddyClient(t *testing.T) {
 // The client addresses the server from the ESTABLISHED event; its
 // answers, run through InitAHFromWC, give the same address back.
 func TestDeviceUdaddyServer(t *testing.T) {
-	ctx := testCtx(t)
-	_, wait := startUdaddy(ctx, t, "-b", vmAddr.String())
+	ctx := rdmatest.Context(t)
+	_, wait := startUdaddy(ctx, t, "-b", rdmatest.VMAddr.String())
 	var c *cm.ID
 	var err error
 	// Until udaddy listens, a SIDR request finds nobody and fails.
 	for tries := 1; ; tries++ {
-		if c, err = dialSync(ctx, t, cm.PSUDP, udaddyPort, defaultCaps, nil); err == nil {
+		if c, err = rdmatest.Dial(ctx, t, cm.PSUDP, udaddyPort, rdmatest.Caps, nil); err == nil {
 			break
 		}
 		if tries == 100 || ctx.Err() != nil {
@@ -176,21 +177,21 @@ func TestDeviceUdaddyServer(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	defer destroy(t, c)
+	defer rdmatest.Destroy(t, c)
 	ev := c.Event()
 	if ev.Type != cm.EventEstablished || ev.UD.QKey != cm.UDPQKey || !ev.UD.AHAttr.IsGlobal {
 		t.Fatalf("UD connect event %v %+v", ev, ev.UD)
 	}
-	buf := alloc(t, 2*udaddyCount*udaddySlot)
-	m := reg(t, c.RegMsgs, buf)
+	buf := rdmatest.Alloc(t, 2*udaddyCount*udaddySlot)
+	m := rdmatest.Reg(t, c.RegMsgs, buf)
 	postUdaddyRecvs(t, c, buf, m)
 	ah, err := c.CreateAH(ev.UD.AHAttr)
-	must(t, err)
+	rdmatest.Must(t, err)
 	defer ah.Close()
 	sendUdaddy(ctx, t, c, buf, m, ah, ev.UD.QPNum, ev.UD.QKey)
 	first := recvUdaddy(ctx, t, c, ev.UD.QPNum)
 	attr, err := c.Verbs().InitAHFromWC(c.PortNum(), &first, buf[:uverbs.GRHSize])
-	must(t, err)
+	rdmatest.Must(t, err)
 	if attr.DGID != ev.UD.AHAttr.DGID || attr.SGIDIndex != ev.UD.AHAttr.SGIDIndex {
 		t.Errorf("the answer's address %+v differs from the event's %+v", attr, ev.UD.AHAttr)
 	}
@@ -203,8 +204,8 @@ func TestDeviceUdaddyServer(t *testing.T) {
 // an answer comes from the client's datagram (CreateAHFromWC) or the ID's
 // route, never from the event.
 func TestDeviceUDConnectRequest(t *testing.T) {
-	ctx := testCtx(t)
-	l, port := listenSync(t, cm.PSUDP)
+	ctx := rdmatest.Context(t)
+	l, port := rdmatest.Listen(t, cm.PSUDP)
 	type result struct {
 		id  *cm.ID
 		err error
@@ -213,7 +214,7 @@ func TestDeviceUDConnectRequest(t *testing.T) {
 	go func() {
 		id, err := l.GetRequest(ctx)
 		if err == nil {
-			if err = id.CreateQP(nil, uverbs.QPInitAttr{Cap: defaultCaps}); err == nil {
+			if err = id.CreateQP(nil, uverbs.QPInitAttr{Cap: rdmatest.Caps}); err == nil {
 				err = id.Accept(ctx, nil)
 			}
 		}
@@ -221,14 +222,14 @@ func TestDeviceUDConnectRequest(t *testing.T) {
 	}()
 	p := cm.DefaultConnParam()
 	p.PrivateData = []byte("udreq")
-	c, err := dialSync(ctx, t, cm.PSUDP, port, defaultCaps, &p)
+	c, err := rdmatest.Dial(ctx, t, cm.PSUDP, port, rdmatest.Caps, &p)
 	s := <-srv
 	if s.id != nil {
-		defer destroy(t, s.id)
+		defer rdmatest.Destroy(t, s.id)
 	}
-	must(t, err)
-	defer destroy(t, c)
-	must(t, s.err)
+	rdmatest.Must(t, err)
+	defer rdmatest.Destroy(t, c)
+	rdmatest.Must(t, s.err)
 	ev := s.id.Event()
 	t.Logf("%v: address %+v, QP %d, Q_Key %#x", ev, ev.UD.AHAttr, ev.UD.QPNum, ev.UD.QKey)
 	if ev.Type != cm.EventConnectRequest || !strings.HasPrefix(string(ev.UD.PrivateData), "udreq") {
@@ -249,7 +250,7 @@ func TestDeviceUDConnectRequest(t *testing.T) {
 func wantSGID(t *testing.T, id *cm.ID, idx uint8, gid uverbs.GID) {
 	t.Helper()
 	gids, err := id.Verbs().QueryGIDTable()
-	must(t, err)
+	rdmatest.Must(t, err)
 	for _, g := range gids {
 		if g.Port == uint32(id.PortNum()) && g.Index == uint32(idx) {
 			if g.GID != gid || g.Type != uverbs.GIDTypeRoCEv2 {

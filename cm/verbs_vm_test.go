@@ -8,32 +8,11 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rdmago/rdma/cm"
-	"github.com/rdmago/rdma/mr"
+	"github.com/rdmago/rdma/internal/rdmatest"
 	"github.com/rdmago/rdma/provider"
 	"github.com/rdmago/rdma/uverbs"
 	"github.com/rdmago/rdma/wr"
 )
-
-// alloc returns n bytes of page-aligned memory outside the Go heap.
-func alloc(t testing.TB, n int) []byte {
-	t.Helper()
-	m, err := mr.Alloc(n)
-	must(t, err)
-	t.Cleanup(func() { m.Free() })
-	return m.Bytes()
-}
-
-func reg(t testing.TB, f func([]byte) (*uverbs.MR, error), buf []byte) *uverbs.MR {
-	t.Helper()
-	m, err := f(buf)
-	must(t, err)
-	t.Cleanup(func() {
-		if err := cm.DeregMR(m); err != nil {
-			t.Errorf("dereg: %v", err)
-		}
-	})
-	return m
-}
 
 // wantComp checks a completion's ID, status and opcode.
 func wantComp(t testing.TB, what string, c wr.Completion, err error, id uint64, op wr.WCOpcode) {
@@ -56,24 +35,24 @@ func wantErrno(t testing.TB, what string, err error, errno unix.Errno) {
 // TestDeviceVerbsRC runs every rdma_verbs.h call on an RC connection and
 // checks the data.
 func TestDeviceVerbsRC(t *testing.T) {
-	ctx := testCtx(t)
-	sbuf := alloc(t, 3*4096)
+	ctx := rdmatest.Context(t)
+	sbuf := rdmatest.Alloc(t, 3*4096)
 	var smsg, sread, swrite *uverbs.MR
-	p := connectPair(t, cm.PSTCP, defaultCaps, func(s *cm.ID) {
-		smsg = reg(t, s.RegMsgs, sbuf[:4096])
-		sread = reg(t, s.RegRead, sbuf[4096:8192])
-		swrite = reg(t, s.RegWrite, sbuf[8192:])
-		must(t, s.PostRecv(1, sbuf[0:64], smsg))
-		must(t, s.PostRecvv(2, []wr.SGE{smsg.SGE(100, 4), smsg.SGE(200, 60)}))
-		must(t, s.PostRecv(3, sbuf[300:364], smsg))
+	p := rdmatest.ConnectCM(t, cm.PSTCP, rdmatest.Caps, func(s *cm.ID) {
+		smsg = rdmatest.Reg(t, s.RegMsgs, sbuf[:4096])
+		sread = rdmatest.Reg(t, s.RegRead, sbuf[4096:8192])
+		swrite = rdmatest.Reg(t, s.RegWrite, sbuf[8192:])
+		rdmatest.Must(t, s.PostRecv(1, sbuf[0:64], smsg))
+		rdmatest.Must(t, s.PostRecvv(2, []wr.SGE{smsg.SGE(100, 4), smsg.SGE(200, 60)}))
+		rdmatest.Must(t, s.PostRecv(3, sbuf[300:364], smsg))
 	})
-	c, s := p.client, p.server
-	cbuf := alloc(t, 4096)
-	cmsg := reg(t, c.RegMsgs, cbuf)
+	c, s := p.Client, p.Server
+	cbuf := rdmatest.Alloc(t, 4096)
+	cmsg := rdmatest.Reg(t, c.RegMsgs, cbuf)
 
 	// PostSend from registered memory.
 	copy(cbuf, "hello, server")
-	must(t, c.PostSend(10, cbuf[:13], cmsg, wr.Signaled))
+	rdmatest.Must(t, c.PostSend(10, cbuf[:13], cmsg, wr.Signaled))
 	wc, err := c.GetSendComp(ctx)
 	wantComp(t, "send", wc, err, 10, wr.WCSend)
 	wc, err = s.GetRecvComp(ctx)
@@ -85,7 +64,7 @@ func TestDeviceVerbsRC(t *testing.T) {
 	// PostSendv gathers two buffers; PostRecvv scattered them.
 	copy(cbuf[1000:], "abcd")
 	copy(cbuf[2000:], "efghij")
-	must(t, c.PostSendv(11, []wr.SGE{cmsg.SGE(1000, 4), cmsg.SGE(2000, 6)}, wr.Signaled))
+	rdmatest.Must(t, c.PostSendv(11, []wr.SGE{cmsg.SGE(1000, 4), cmsg.SGE(2000, 6)}, wr.Signaled))
 	wc, err = c.GetSendComp(ctx)
 	wantComp(t, "sendv", wc, err, 11, wr.WCSend)
 	wc, err = s.GetRecvComp(ctx)
@@ -96,7 +75,7 @@ func TestDeviceVerbsRC(t *testing.T) {
 
 	// An inline send from Go memory, without an MR.
 	msg := []byte("inline, no MR")
-	must(t, c.PostSend(12, msg, nil, wr.Signaled|wr.Inline))
+	rdmatest.Must(t, c.PostSend(12, msg, nil, wr.Signaled|wr.Inline))
 	msg[0] = 'X' // the data was copied at post time
 	wc, err = c.GetSendComp(ctx)
 	wantComp(t, "inline send", wc, err, 12, wr.WCSend)
@@ -108,19 +87,19 @@ func TestDeviceVerbsRC(t *testing.T) {
 
 	// RDMA write, write gather, inline write.
 	copy(cbuf[100:], "written")
-	must(t, c.PostWrite(20, cbuf[100:107], cmsg, wr.Signaled, swrite.Addr()+10, swrite.RKey))
+	rdmatest.Must(t, c.PostWrite(20, cbuf[100:107], cmsg, wr.Signaled, swrite.Addr()+10, swrite.RKey))
 	wc, err = c.GetSendComp(ctx)
 	wantComp(t, "write", wc, err, 20, wr.WCRDMAWrite)
 	if got := string(sbuf[8192+10 : 8192+17]); got != "written" {
 		t.Fatalf("write: %q", got)
 	}
-	must(t, c.PostWritev(21, []wr.SGE{cmsg.SGE(1000, 4), cmsg.SGE(2000, 6)}, wr.Signaled, swrite.Addr()+100, swrite.RKey))
+	rdmatest.Must(t, c.PostWritev(21, []wr.SGE{cmsg.SGE(1000, 4), cmsg.SGE(2000, 6)}, wr.Signaled, swrite.Addr()+100, swrite.RKey))
 	wc, err = c.GetSendComp(ctx)
 	wantComp(t, "writev", wc, err, 21, wr.WCRDMAWrite)
 	if got := string(sbuf[8192+100 : 8192+110]); got != "abcdefghij" {
 		t.Fatalf("writev: %q", got)
 	}
-	must(t, c.PostWrite(22, []byte("inline write"), nil, wr.Signaled|wr.Inline, swrite.Addr()+200, swrite.RKey))
+	rdmatest.Must(t, c.PostWrite(22, []byte("inline write"), nil, wr.Signaled|wr.Inline, swrite.Addr()+200, swrite.RKey))
 	wc, err = c.GetSendComp(ctx)
 	wantComp(t, "inline write", wc, err, 22, wr.WCRDMAWrite)
 	if got := string(sbuf[8192+200 : 8192+212]); got != "inline write" {
@@ -129,13 +108,13 @@ func TestDeviceVerbsRC(t *testing.T) {
 
 	// RDMA read and read scatter.
 	copy(sbuf[4096+50:], "read me please")
-	must(t, c.PostRead(30, cbuf[3000:3014], cmsg, wr.Signaled, sread.Addr()+50, sread.RKey))
+	rdmatest.Must(t, c.PostRead(30, cbuf[3000:3014], cmsg, wr.Signaled, sread.Addr()+50, sread.RKey))
 	wc, err = c.GetSendComp(ctx)
 	wantComp(t, "read", wc, err, 30, wr.WCRDMARead)
 	if got := string(cbuf[3000:3014]); got != "read me please" {
 		t.Fatalf("read: %q", got)
 	}
-	must(t, c.PostReadv(31, []wr.SGE{cmsg.SGE(3100, 5), cmsg.SGE(3200, 9)}, wr.Signaled, sread.Addr()+50, sread.RKey))
+	rdmatest.Must(t, c.PostReadv(31, []wr.SGE{cmsg.SGE(3100, 5), cmsg.SGE(3200, 9)}, wr.Signaled, sread.Addr()+50, sread.RKey))
 	wc, err = c.GetSendComp(ctx)
 	wantComp(t, "readv", wc, err, 31, wr.WCRDMARead)
 	if string(cbuf[3100:3105]) != "read " || string(cbuf[3200:3209]) != "me please" {
@@ -144,9 +123,9 @@ func TestDeviceVerbsRC(t *testing.T) {
 
 	// A fenced, solicited send the other way.
 	rbuf := cbuf[3500:3600]
-	must(t, c.PostRecv(40, rbuf, cmsg))
+	rdmatest.Must(t, c.PostRecv(40, rbuf, cmsg))
 	copy(sbuf[500:], "back")
-	must(t, s.PostSend(41, sbuf[500:504], smsg, wr.Signaled|wr.Fence|wr.Solicited))
+	rdmatest.Must(t, s.PostSend(41, sbuf[500:504], smsg, wr.Signaled|wr.Fence|wr.Solicited))
 	wc, err = s.GetSendComp(ctx)
 	wantComp(t, "reply", wc, err, 41, wr.WCSend)
 	wc, err = c.GetRecvComp(ctx)
@@ -158,22 +137,22 @@ func TestDeviceVerbsRC(t *testing.T) {
 
 // TestDeviceVerbsErrors checks what a post refuses before the queue.
 func TestDeviceVerbsErrors(t *testing.T) {
-	ctx := testCtx(t)
+	ctx := rdmatest.Context(t)
 
 	// No QP.
 	id, err := cm.CreateID(nil, nil, cm.PSTCP)
-	must(t, err)
+	rdmatest.Must(t, err)
 	wantErrno(t, "send without QP", id.PostSend(1, []byte("x"), nil, wr.Inline), unix.EINVAL)
 	wantErrno(t, "recv without QP", id.PostRecvv(1, nil), unix.EINVAL)
 	_, err = id.GetSendComp(ctx)
 	wantErrno(t, "comp without QP", err, unix.EINVAL)
-	destroy(t, id)
+	rdmatest.Destroy(t, id)
 
 	caps := provider.QPCaps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}
-	p := connectPair(t, cm.PSTCP, caps, nil)
-	c, s := p.client, p.server
-	buf := alloc(t, 8192)
-	m := reg(t, c.RegMsgs, buf[:4096])
+	p := rdmatest.ConnectCM(t, cm.PSTCP, caps, nil)
+	c, s := p.Client, p.Server
+	buf := rdmatest.Alloc(t, 8192)
+	m := rdmatest.Reg(t, c.RegMsgs, buf[:4096])
 
 	// Outside the MR, and no MR without inline.
 	wantErrno(t, "send outside MR", c.PostSend(1, buf[4000:4200], m, wr.Signaled), unix.EINVAL)
@@ -186,7 +165,7 @@ func TestDeviceVerbsErrors(t *testing.T) {
 	// Beyond the receive queue's depth.
 	depth := int(c.QP().Caps().MaxRecvWR)
 	for i := range depth {
-		must(t, c.PostRecv(uint64(100+i), buf[i*64:i*64+64], m))
+		rdmatest.Must(t, c.PostRecv(uint64(100+i), buf[i*64:i*64+64], m))
 	}
 	wantErrno(t, "recv beyond depth", c.PostRecv(999, buf[:64], m), unix.ENOMEM)
 
@@ -194,14 +173,14 @@ func TestDeviceVerbsErrors(t *testing.T) {
 	// sends wait for it (RNR, retried forever) and the queue fills.
 	sdepth := int(c.QP().Caps().MaxSendWR)
 	for i := range sdepth {
-		must(t, c.PostSend(uint64(200+i), buf[:8], m, wr.Signaled))
+		rdmatest.Must(t, c.PostSend(uint64(200+i), buf[:8], m, wr.Signaled))
 	}
 	wantErrno(t, "send beyond depth", c.PostSend(299, buf[:8], m, wr.Signaled), unix.ENOMEM)
 
 	// Disconnect: everything outstanding comes back flushed, and nothing
 	// more can be posted.
 	go s.Disconnect(ctx)
-	must(t, c.Disconnect(ctx))
+	rdmatest.Must(t, c.Disconnect(ctx))
 	flushed := map[uint64]wr.Status{}
 	for range depth + sdepth {
 		var wc wr.Completion
@@ -230,34 +209,34 @@ func TestDeviceVerbsErrors(t *testing.T) {
 
 // TestDeviceNotConnected posts on an ID whose QP is not connected yet.
 func TestDeviceNotConnected(t *testing.T) {
-	ctx := testCtx(t)
-	_, port := listenSync(t, cm.PSTCP)
+	ctx := rdmatest.Context(t)
+	_, port := rdmatest.Listen(t, cm.PSTCP)
 	id, err := cm.CreateID(nil, nil, cm.PSTCP)
-	must(t, err)
-	defer destroy(t, id)
-	must(t, id.ResolveAddr(ctx, vmAddr4(0), vmAddr4(port), 0))
-	must(t, id.ResolveRoute(ctx, 0))
-	must(t, id.CreateQP(nil, uverbs.QPInitAttr{Cap: defaultCaps}))
-	buf := alloc(t, 4096)
-	m := reg(t, id.RegMsgs, buf)
+	rdmatest.Must(t, err)
+	defer rdmatest.Destroy(t, id)
+	rdmatest.Must(t, id.ResolveAddr(ctx, rdmatest.VMAddrPort(0), rdmatest.VMAddrPort(port), 0))
+	rdmatest.Must(t, id.ResolveRoute(ctx, 0))
+	rdmatest.Must(t, id.CreateQP(nil, uverbs.QPInitAttr{Cap: rdmatest.Caps}))
+	buf := rdmatest.Alloc(t, 4096)
+	m := rdmatest.Reg(t, id.RegMsgs, buf)
 	wantErrno(t, "send before connect", id.PostSend(1, buf[:8], m, wr.Signaled), unix.ENOTCONN)
 	wantErrno(t, "write before connect", id.PostWrite(1, buf[:8], m, wr.Signaled, 0, 0), unix.ENOTCONN)
 	// Receives may be posted before the connection is up.
-	must(t, id.PostRecv(1, buf[:64], m))
+	rdmatest.Must(t, id.PostRecv(1, buf[:64], m))
 }
 
 // TestDeviceAllocs proves the posting calls allocate nothing.
 func TestDeviceAllocs(t *testing.T) {
-	sbuf := alloc(t, 4096)
+	sbuf := rdmatest.Alloc(t, 4096)
 	var smsg, swrite, sread *uverbs.MR
-	p := connectPair(t, cm.PSTCP, defaultCaps, func(s *cm.ID) {
-		smsg = reg(t, s.RegMsgs, sbuf[:1024])
-		swrite = reg(t, s.RegWrite, sbuf[1024:2048])
-		sread = reg(t, s.RegRead, sbuf[2048:])
+	p := rdmatest.ConnectCM(t, cm.PSTCP, rdmatest.Caps, func(s *cm.ID) {
+		smsg = rdmatest.Reg(t, s.RegMsgs, sbuf[:1024])
+		swrite = rdmatest.Reg(t, s.RegWrite, sbuf[1024:2048])
+		sread = rdmatest.Reg(t, s.RegRead, sbuf[2048:])
 	})
-	c, s := p.client, p.server
-	cbuf := alloc(t, 4096)
-	cmsg := reg(t, c.RegMsgs, cbuf)
+	c, s := p.Client, p.Server
+	cbuf := rdmatest.Alloc(t, 4096)
+	cmsg := rdmatest.Reg(t, c.RegMsgs, cbuf)
 	sgl := []wr.SGE{cmsg.SGE(0, 8), cmsg.SGE(100, 8)}
 	rsgl := []wr.SGE{smsg.SGE(0, 64)}
 	wcs := make([]wr.Completion, 8)
@@ -276,14 +255,14 @@ func TestDeviceAllocs(t *testing.T) {
 		}
 	}
 	allocs := testing.AllocsPerRun(200, func() {
-		must(t, s.PostRecv(1, sbuf[:64], smsg))
-		must(t, s.PostRecvv(2, rsgl))
-		must(t, c.PostSend(3, cbuf[:8], cmsg, wr.Signaled))
-		must(t, c.PostSendv(4, sgl, wr.Signaled|wr.Inline))
-		must(t, c.PostWrite(5, cbuf[:16], cmsg, wr.Signaled, swrite.Addr(), swrite.RKey))
-		must(t, c.PostWritev(6, sgl, wr.Signaled, swrite.Addr(), swrite.RKey))
-		must(t, c.PostRead(7, cbuf[200:216], cmsg, wr.Signaled, sread.Addr(), sread.RKey))
-		must(t, c.PostReadv(8, sgl, wr.Signaled, sread.Addr(), sread.RKey))
+		rdmatest.Must(t, s.PostRecv(1, sbuf[:64], smsg))
+		rdmatest.Must(t, s.PostRecvv(2, rsgl))
+		rdmatest.Must(t, c.PostSend(3, cbuf[:8], cmsg, wr.Signaled))
+		rdmatest.Must(t, c.PostSendv(4, sgl, wr.Signaled|wr.Inline))
+		rdmatest.Must(t, c.PostWrite(5, cbuf[:16], cmsg, wr.Signaled, swrite.Addr(), swrite.RKey))
+		rdmatest.Must(t, c.PostWritev(6, sgl, wr.Signaled, swrite.Addr(), swrite.RKey))
+		rdmatest.Must(t, c.PostRead(7, cbuf[200:216], cmsg, wr.Signaled, sread.Addr(), sread.RKey))
+		rdmatest.Must(t, c.PostReadv(8, sgl, wr.Signaled, sread.Addr(), sread.RKey))
 		drain(c.SendCQ(), 6)
 		drain(s.RecvCQ(), 2)
 	})

@@ -3,6 +3,7 @@ package uverbs_test
 import (
 	"testing"
 
+	"github.com/rdmago/rdma/internal/rdmatest"
 	"github.com/rdmago/rdma/provider"
 	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/wr"
@@ -10,12 +11,12 @@ import (
 
 // roundTrip posts one signaled RDMA write and polls until it completes,
 // through the public API on the device.
-func roundTrip(tb testing.TB, r *rig, send []wr.SendWR, out []wr.Completion) {
-	if _, err := r.a.qp.PostSend(send); err != nil {
+func roundTrip(tb testing.TB, r *rdmatest.Pair, send []wr.SendWR, out []wr.Completion) {
+	if _, err := r.A.QP.PostSend(send); err != nil {
 		tb.Fatal(err)
 	}
 	for {
-		n, err := r.a.cq.Poll(out)
+		n, err := r.A.CQ.Poll(out)
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -28,22 +29,22 @@ func roundTrip(tb testing.TB, r *rig, send []wr.SendWR, out []wr.Completion) {
 	}
 }
 
-func writeWR(r *rig) []wr.SendWR {
+func writeWR(r *rdmatest.Pair) []wr.SendWR {
 	return []wr.SendWR{{ID: 1, Opcode: wr.OpRDMAWrite, Flags: wr.Signaled | wr.Inline,
-		SGList: []wr.SGE{r.a.buf.SGE(0, 64)}, RemoteAddr: r.b.buf.Addr(), RKey: r.b.buf.RKey}}
+		SGList: []wr.SGE{r.A.Buf.SGE(0, 64)}, RemoteAddr: r.B.Buf.Addr(), RKey: r.B.Buf.RKey}}
 }
 
 // TestDeviceHotPathAllocs checks that posting and polling on a real device,
 // doorbell system call included, allocate nothing.
 func TestDeviceHotPathAllocs(t *testing.T) {
-	r := newRig(t, qp.RC, provider.QPCaps{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64})
+	r := rdmatest.NewPair(t, qp.RC, provider.QPCaps{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64})
 	send, out := writeWR(r), make([]wr.Completion, 4)
-	recv := []wr.RecvWR{{ID: 2, SGList: []wr.SGE{r.b.buf.SGE(0, 64)}}}
+	recv := []wr.RecvWR{{ID: 2, SGList: []wr.SGE{r.B.Buf.SGE(0, 64)}}}
 	if a := testing.AllocsPerRun(200, func() { roundTrip(t, r, send, out) }); a != 0 {
 		t.Errorf("post send + poll allocates %.1f times per round trip", a)
 	}
 	if a := testing.AllocsPerRun(5, func() {
-		if _, err := r.b.qp.PostRecv(recv); err != nil {
+		if _, err := r.B.QP.PostRecv(recv); err != nil {
 			t.Fatal(err)
 		}
 	}); a != 0 {
@@ -52,7 +53,7 @@ func TestDeviceHotPathAllocs(t *testing.T) {
 }
 
 func BenchmarkDeviceWriteRoundTrip(b *testing.B) {
-	r := newRig(b, qp.RC, provider.QPCaps{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64})
+	r := rdmatest.NewPair(b, qp.RC, provider.QPCaps{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64})
 	send, out := writeWR(r), make([]wr.Completion, 4)
 	b.ReportAllocs()
 	for b.Loop() {

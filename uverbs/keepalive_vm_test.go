@@ -7,6 +7,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rdmago/rdma/internal/rdmatest"
 	"github.com/rdmago/rdma/provider"
 	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/uverbs"
@@ -20,19 +21,19 @@ import (
 // write comes back flushed, in order, with no probe among them. Before
 // that, writes on a live connection run beside the probes untouched.
 func TestDeviceKeepAliveStuckStream(t *testing.T) {
-	r := newRig(t, qp.RC, provider.QPCaps{MaxSendWR: 8, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1})
+	r := rdmatest.NewPair(t, qp.RC, provider.QPCaps{MaxSendWR: 8, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1})
 
 	// What cannot run a check: a QP not yet connected, one created
 	// SingleThreaded, and a bad timeout.
-	q, err := r.pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: r.a.cq, RecvCQ: r.a.cq, Cap: provider.QPCaps{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	q, err := r.PD.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: r.A.CQ, RecvCQ: r.A.CQ, Cap: provider.QPCaps{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := q.SetKeepAlive(uverbs.KeepAlive{Interval: time.Second, Timeout: time.Second}); !errors.Is(err, unix.ENOTCONN) {
 		t.Errorf("keepalive on a QP in RESET: %v, want ENOTCONN", err)
 	}
-	check(t, "close QP", q.Close())
-	single, err := r.pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: r.a.cq, RecvCQ: r.a.cq, SingleThreaded: true,
+	rdmatest.Check(t, "close QP", q.Close())
+	single, err := r.PD.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: r.A.CQ, RecvCQ: r.A.CQ, SingleThreaded: true,
 		Cap: provider.QPCaps{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	if err != nil {
 		t.Fatal(err)
@@ -40,23 +41,23 @@ func TestDeviceKeepAliveStuckStream(t *testing.T) {
 	if err := single.SetKeepAlive(uverbs.KeepAlive{Interval: time.Second, Timeout: time.Second}); !errors.Is(err, unix.EINVAL) {
 		t.Errorf("keepalive on a SingleThreaded QP: %v, want EINVAL", err)
 	}
-	check(t, "close QP", single.Close())
-	if err := r.a.qp.SetKeepAlive(uverbs.KeepAlive{Interval: time.Second}); !errors.Is(err, unix.EINVAL) {
+	rdmatest.Check(t, "close QP", single.Close())
+	if err := r.A.QP.SetKeepAlive(uverbs.KeepAlive{Interval: time.Second}); !errors.Is(err, unix.EINVAL) {
 		t.Errorf("keepalive without a timeout: %v, want EINVAL", err)
 	}
 
 	dead := make(chan error, 1)
 	const timeout = time.Second
-	check(t, "set keepalive", r.a.qp.SetKeepAlive(uverbs.KeepAlive{Interval: 10 * time.Millisecond, Timeout: timeout,
+	rdmatest.Check(t, "set keepalive", r.A.QP.SetKeepAlive(uverbs.KeepAlive{Interval: 10 * time.Millisecond, Timeout: timeout,
 		OnDead: func(err error) { dead <- err }}))
 	write := func(id uint64) error {
-		_, err := r.a.qp.PostSend([]wr.SendWR{{ID: id, Opcode: wr.OpRDMAWrite, Flags: wr.Signaled,
-			SGList: []wr.SGE{r.a.buf.SGE(0, 1024)}, RemoteAddr: r.b.buf.Addr(), RKey: r.b.buf.RKey}})
+		_, err := r.A.QP.PostSend([]wr.SendWR{{ID: id, Opcode: wr.OpRDMAWrite, Flags: wr.Signaled,
+			SGList: []wr.SGE{r.A.Buf.SGE(0, 1024)}, RemoteAddr: r.B.Buf.Addr(), RKey: r.B.Buf.RKey}})
 		return err
 	}
 	for i := range 200 {
-		check(t, "write", write(uint64(i)))
-		wantOK(t, waitWC(t, r.a.cq, 1)[0], uint64(i), wr.WCRDMAWrite)
+		rdmatest.Check(t, "write", write(uint64(i)))
+		rdmatest.WantOK(t, rdmatest.WaitWC(t, r.A.CQ, 1)[0], uint64(i), wr.WCRDMAWrite)
 	}
 	select {
 	case err := <-dead:
@@ -65,8 +66,8 @@ func TestDeviceKeepAliveStuckStream(t *testing.T) {
 	}
 
 	// The peer's QP goes away; the stream fills the queue.
-	check(t, "close peer QP", r.b.qp.Close())
-	r.b.qp = nil
+	rdmatest.Check(t, "close peer QP", r.B.QP.Close())
+	r.B.QP = nil
 	t0 := time.Now()
 	n := 0
 	for ; ; n++ {
@@ -90,10 +91,10 @@ func TestDeviceKeepAliveStuckStream(t *testing.T) {
 	case <-time.After(timeout + 20*time.Second):
 		t.Fatal("the stuck stream was never reported")
 	}
-	if s := r.a.qp.State(); s != qp.StateErr {
+	if s := r.A.QP.State(); s != qp.StateErr {
 		t.Errorf("QP in state %v after the keepalive fired, want ERR", s)
 	}
-	for i, c := range waitWC(t, r.a.cq, n) {
+	for i, c := range rdmatest.WaitWC(t, r.A.CQ, n) {
 		if c.ID != uint64(1000+i) || c.Status != wr.WRFlushErr {
 			t.Fatalf("completion %d: %+v, want write %d flushed", i, c, 1000+i)
 		}
@@ -101,7 +102,7 @@ func TestDeviceKeepAliveStuckStream(t *testing.T) {
 	// Nothing else: the probes' completions stay hidden.
 	time.Sleep(100 * time.Millisecond)
 	var wc [4]wr.Completion
-	if k, err := r.a.cq.Poll(wc[:]); k != 0 || err != nil {
+	if k, err := r.A.CQ.Poll(wc[:]); k != 0 || err != nil {
 		t.Errorf("after the flush: %d more completions (%+v), %v", k, wc[:k], err)
 	}
 }

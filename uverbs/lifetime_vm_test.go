@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rdmago/rdma/internal/rdmatest"
 	"github.com/rdmago/rdma/internal/testenv"
 	"github.com/rdmago/rdma/mr"
 	"github.com/rdmago/rdma/provider"
@@ -26,7 +27,7 @@ import (
 // program made, as rdma res lists them.
 func resCount(t *testing.T, kind string) int {
 	t.Helper()
-	lines, err := ourResLines(kind)
+	lines, err := rdmatest.ResLines(kind)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +53,7 @@ func collectUntil(t *testing.T, what string, cond func() bool) {
 // given to new allocations gets a remote access error, and the new
 // allocations are untouched.
 func TestDeviceDroppedMRStaleRKey(t *testing.T) {
-	r := newRig(t, qp.RC, provider.QPCaps{MaxSendWR: 64, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1})
+	r := rdmatest.NewPair(t, qp.RC, provider.QPCaps{MaxSendWR: 64, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1})
 	baseline := resCount(t, "mr")
 	const n, size = 64, 1 << 16
 	type stale struct {
@@ -66,7 +67,7 @@ func TestDeviceDroppedMRStaleRKey(t *testing.T) {
 	func() {
 		for i := 0; i < n; i++ {
 			buf := make([]byte, size)
-			m, err := r.pd.RegMR(buf, allAccess)
+			m, err := r.PD.RegMR(buf, rdmatest.AllAccess)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -93,16 +94,16 @@ func TestDeviceDroppedMRStaleRKey(t *testing.T) {
 	}
 	t.Logf("%d of %d stale addresses reused by new allocations", reused, n)
 	pattern := bytes.Repeat([]byte{0x41}, 64)
-	copy(r.a.buf.Bytes(), pattern)
+	copy(r.A.Buf.Bytes(), pattern)
 	var wrs []wr.SendWR
 	for i, s := range old {
 		wrs = append(wrs, wr.SendWR{ID: uint64(i), Opcode: wr.OpRDMAWrite, Flags: wr.Signaled,
-			SGList: []wr.SGE{r.a.buf.SGE(0, len(pattern))}, RemoteAddr: s.addr, RKey: s.rkey})
+			SGList: []wr.SGE{r.A.Buf.SGE(0, len(pattern))}, RemoteAddr: s.addr, RKey: s.rkey})
 	}
-	if _, err := r.a.qp.PostSend(wrs); err != nil {
+	if _, err := r.A.QP.PostSend(wrs); err != nil {
 		t.Fatal(err)
 	}
-	for i, c := range waitWC(t, r.a.cq, n) {
+	for i, c := range rdmatest.WaitWC(t, r.A.CQ, n) {
 		// The first write fails on the peer's check; the QP is then in
 		// the error state and the rest are flushed.
 		if c.Status == wr.Success || (i == 0 && c.Status != wr.RemAccessErr) {
@@ -140,33 +141,21 @@ func TestDeviceDroppedObjectsRelease(t *testing.T) {
 	// poller): warm up with one set closed explicitly.
 	makeSet := func(keep bool) {
 		ctx, err := uverbs.Open(name)
-		if err != nil {
-			t.Fatal(err)
-		}
+		rdmatest.Must(t, err)
 		pd, err := ctx.AllocPD()
-		if err != nil {
-			t.Fatal(err)
-		}
+		rdmatest.Must(t, err)
 		ch, err := ctx.NewCompChannel()
-		if err != nil {
-			t.Fatal(err)
-		}
+		rdmatest.Must(t, err)
 		cq, err := ctx.CreateCQ(uverbs.CQAttr{CQE: 16, Channel: ch})
-		if err != nil {
-			t.Fatal(err)
-		}
+		rdmatest.Must(t, err)
 		q, err := pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: cq, RecvCQ: cq,
 			Cap: provider.QPCaps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
-		if err != nil {
-			t.Fatal(err)
-		}
+		rdmatest.Must(t, err)
 		m, err := pd.RegMR(make([]byte, 4096), wr.LocalWrite)
-		if err != nil {
-			t.Fatal(err)
-		}
+		rdmatest.Must(t, err)
 		if keep {
 			for _, c := range []interface{ Close() error }{m, q, cq, ch, pd, ctx} {
-				check(t, "close", c.Close())
+				rdmatest.Check(t, "close", c.Close())
 			}
 		}
 	}
@@ -196,13 +185,13 @@ func TestDeviceDroppedObjectsRelease(t *testing.T) {
 // Use after Close never reaches the kernel: a closed PD's handle goes to
 // the next PD, which must not receive the closed one's objects.
 func TestDeviceUseAfterClose(t *testing.T) {
-	r := newRig(t, qp.RC, provider.QPCaps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1})
-	old, err := r.ctx.AllocPD()
+	r := rdmatest.NewPair(t, qp.RC, provider.QPCaps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1})
+	old, err := r.Ctx.AllocPD()
 	if err != nil {
 		t.Fatal(err)
 	}
-	check(t, "close PD", old.Close())
-	pd, err := r.ctx.AllocPD()
+	rdmatest.Check(t, "close PD", old.Close())
+	pd, err := r.Ctx.AllocPD()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,139 +204,42 @@ func TestDeviceUseAfterClose(t *testing.T) {
 	}
 	_, err = old.RegMR(make([]byte, 64), wr.LocalWrite)
 	closed("RegMR on a closed PD", err)
-	cq, err := r.ctx.CreateCQ(uverbs.CQAttr{CQE: 4})
+	cq, err := r.Ctx.CreateCQ(uverbs.CQAttr{CQE: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
 	caps := provider.QPCaps{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}
 	_, err = old.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: cq, RecvCQ: cq, Cap: caps})
 	closed("CreateQP on a closed PD", err)
-	check(t, "close CQ", cq.Close())
-	_, err = pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: r.a.cq, RecvCQ: cq, Cap: caps})
+	rdmatest.Check(t, "close CQ", cq.Close())
+	_, err = pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: r.A.CQ, RecvCQ: cq, Cap: caps})
 	closed("CreateQP with a closed CQ", err)
-	check(t, "the new PD, which nothing landed on: Close", pd.Close())
+	rdmatest.Check(t, "the new PD, which nothing landed on: Close", pd.Close())
 
 	// A closed QP and AH.
-	uq := newRig(t, qp.UD, provider.QPCaps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1})
-	ah, err := uq.pd.CreateAH(provider.AHAttr{IsGlobal: true, DGID: uq.gid, SGIDIndex: uq.gidIndex, HopLimit: 1, PortNum: 1})
+	uq := rdmatest.NewPair(t, qp.UD, provider.QPCaps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1})
+	ah, err := uq.PD.CreateAH(provider.AHAttr{IsGlobal: true, DGID: uq.GID, SGIDIndex: uq.GIDIndex, HopLimit: 1, PortNum: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	check(t, "close AH", ah.Close())
-	_, err = uq.a.qp.PostSend([]wr.SendWR{{Opcode: wr.OpSend, SGList: []wr.SGE{uq.a.buf.SGE(0, 8)}, AH: ah,
-		RemoteQPN: uq.b.qp.Num(), RemoteQKey: testQKey}})
+	rdmatest.Check(t, "close AH", ah.Close())
+	_, err = uq.A.QP.PostSend([]wr.SendWR{{Opcode: wr.OpSend, SGList: []wr.SGE{uq.A.Buf.SGE(0, 8)}, AH: ah,
+		RemoteQPN: uq.B.QP.Num(), RemoteQKey: rdmatest.QKey}})
 	closed("UD send with a closed AH", err)
 	var typedNil *uverbs.AH
-	_, err = uq.a.qp.PostSend([]wr.SendWR{{Opcode: wr.OpSend, SGList: []wr.SGE{uq.a.buf.SGE(0, 8)}, AH: typedNil,
-		RemoteQPN: uq.b.qp.Num(), RemoteQKey: testQKey}})
+	_, err = uq.A.QP.PostSend([]wr.SendWR{{Opcode: wr.OpSend, SGList: []wr.SGE{uq.A.Buf.SGE(0, 8)}, AH: typedNil,
+		RemoteQPN: uq.B.QP.Num(), RemoteQKey: rdmatest.QKey}})
 	if !errors.Is(err, unix.EINVAL) {
 		t.Errorf("UD send with a typed-nil AH: %v, want EINVAL", err)
 	}
 }
 
-// Bad addresses and lengths in a work request are errors, not crashes or
-// truncated messages.
-func TestDeviceBadSGEs(t *testing.T) {
-	r := newRig(t, qp.RC, provider.QPCaps{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 2, MaxRecvSGE: 2, MaxInlineData: 64})
-	m, err := unix.Mmap(-1, 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gone := uint64(uintptr(unsafe.Pointer(&m[0])))
-	if err := unix.Munmap(m); err != nil {
-		t.Fatal(err)
-	}
-	for _, tc := range []struct {
-		name string
-		w    wr.SendWR
-		want error
-	}{
-		{"inline from unmapped memory", wr.SendWR{Opcode: wr.OpSend, Flags: wr.Inline,
-			SGList: []wr.SGE{{Addr: gone, Length: 16}}}, unix.EFAULT},
-		{"inline from address 0", wr.SendWR{Opcode: wr.OpSend, Flags: wr.Inline,
-			SGList: []wr.SGE{{Addr: 0, Length: 16}}}, unix.EFAULT},
-		{"lengths past 2^32", wr.SendWR{Opcode: wr.OpSend,
-			SGList: []wr.SGE{r.a.buf.SGE(0, 0xfffffff0), r.a.buf.SGE(0, 0x20)}}, unix.EINVAL},
-	} {
-		n, err := r.a.qp.PostSend([]wr.SendWR{tc.w})
-		if n != 0 || !errors.Is(err, tc.want) {
-			t.Errorf("%s: posted %d, %v; want %v", tc.name, n, err, tc.want)
-		}
-	}
-	n, err := r.b.qp.PostRecv([]wr.RecvWR{{SGList: []wr.SGE{r.b.buf.SGE(0, 0xfffffff0), r.b.buf.SGE(0, 0x20)}}})
-	if n != 0 || !errors.Is(err, unix.EINVAL) {
-		t.Errorf("receive lengths past 2^32: posted %d, %v; want EINVAL", n, err)
-	}
-	// The queue is intact: a good send still goes through.
-	msg := []byte("still working")
-	copy(r.a.buf.Bytes(), msg)
-	if _, err := r.b.qp.PostRecv([]wr.RecvWR{{ID: 2, SGList: []wr.SGE{r.b.buf.SGE(0, 64)}}}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := r.a.qp.PostSend([]wr.SendWR{{ID: 1, Opcode: wr.OpSend, Flags: wr.Signaled | wr.Inline,
-		SGList: []wr.SGE{r.a.buf.SGE(0, len(msg))}}}); err != nil {
-		t.Fatal(err)
-	}
-	wantOK(t, waitWC(t, r.a.cq, 1)[0], 1, wr.WCSend)
-	wantOK(t, waitWC(t, r.b.cq, 1)[0], 2, wr.WCRecv)
-	if got := r.b.buf.Bytes()[:len(msg)]; !bytes.Equal(got, msg) {
-		t.Errorf("received %q", got)
-	}
-
-	// Region memory stays valid after Close: reading and writing a slice
-	// kept from Bytes does not fault.
-	kept := r.b.buf.Bytes()
-	check(t, "close region", r.b.buf.Close())
-	kept[0] = 1
-	if kept[1] != msg[1] {
-		t.Errorf("region memory changed after Close")
-	}
-}
-
-// A receive posted to a QP in the error state completes with a flush
-// error, whether the QP got there by Modify or by a failed request, even
-// on kernels that leave such a receive in the queue for ever (rxe on 6.1).
-func TestDeviceRecvInErrorStateFlushes(t *testing.T) {
-	caps := provider.QPCaps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}
-	t.Run("Modify", func(t *testing.T) {
-		r := newRig(t, qp.RC, caps)
-		if err := r.a.qp.Modify(&qp.Attr{State: qp.StateErr}, qp.AttrState); err != nil {
-			t.Fatal(err)
-		}
-		n, err := r.a.qp.PostRecv([]wr.RecvWR{{ID: 1, SGList: []wr.SGE{r.a.buf.SGE(0, 64)}}, {ID: 2}})
-		if n != 2 || err != nil {
-			t.Fatalf("PostRecv in ERR: %d, %v", n, err)
-		}
-		for i, c := range waitWC(t, r.a.cq, 2) {
-			if c.ID != uint64(i+1) || c.Status != wr.WRFlushErr || c.Opcode != wr.WCRecv || c.QPNum != r.a.qp.Num() {
-				t.Errorf("completion %d: %+v; want a flushed receive %d", i, c, i+1)
-			}
-		}
-	})
-	t.Run("ErrorCompletion", func(t *testing.T) {
-		r := newRig(t, qp.RC, caps)
-		if _, err := r.a.qp.PostSend([]wr.SendWR{{ID: 7, Opcode: wr.OpRDMAWrite, Flags: wr.Signaled,
-			SGList: []wr.SGE{r.a.buf.SGE(0, 8)}, RemoteAddr: r.b.buf.Addr(), RKey: r.b.buf.RKey + 0x1000}}); err != nil {
-			t.Fatal(err)
-		}
-		if c := waitWC(t, r.a.cq, 1)[0]; c.Status != wr.RemAccessErr {
-			t.Fatalf("write with a bad rkey: %v", c.Status)
-		}
-		if _, err := r.a.qp.PostRecv([]wr.RecvWR{{ID: 8, SGList: []wr.SGE{r.a.buf.SGE(0, 64)}}}); err != nil {
-			t.Fatal(err)
-		}
-		if c := waitWC(t, r.a.cq, 1)[0]; c.ID != 8 || c.Status != wr.WRFlushErr {
-			t.Errorf("receive after the QP failed: %+v; want a flushed receive 8", c)
-		}
-	})
-}
-
 // Inline sends racing Close of the region they read from never fault: the
 // region's memory is Go memory, alive as long as anything refers to it.
 func TestDeviceInlineRacesRegionClose(t *testing.T) {
-	r := newRig(t, qp.RC, provider.QPCaps{MaxSendWR: 16, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64})
+	r := rdmatest.NewPair(t, qp.RC, provider.QPCaps{MaxSendWR: 16, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64})
 	for i := 0; i < 50; i++ {
-		reg, err := mr.New(r.pd, 4096, wr.LocalWrite)
+		reg, err := mr.New(r.PD, 4096, wr.LocalWrite)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -358,20 +250,20 @@ func TestDeviceInlineRacesRegionClose(t *testing.T) {
 			wc := make([]wr.Completion, 16)
 			for j := 0; j < 20; j++ {
 				// Unsignaled RDMA writes into the peer's region.
-				r.a.qp.PostSend([]wr.SendWR{{Opcode: wr.OpRDMAWrite, Flags: wr.Inline, SGList: []wr.SGE{sge},
-					RemoteAddr: r.b.buf.Addr(), RKey: r.b.buf.RKey}})
-				r.a.cq.Poll(wc)
+				r.A.QP.PostSend([]wr.SendWR{{Opcode: wr.OpRDMAWrite, Flags: wr.Inline, SGList: []wr.SGE{sge},
+					RemoteAddr: r.B.Buf.Addr(), RKey: r.B.Buf.RKey}})
+				r.A.CQ.Poll(wc)
 			}
 		}()
-		check(t, "close region", reg.Close())
+		rdmatest.Check(t, "close region", reg.Close())
 		<-done
 	}
 	// The QP is still good: a signaled write completes, once the send
 	// queue has room again.
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		_, err := r.a.qp.PostSend([]wr.SendWR{{ID: 1, Opcode: wr.OpRDMAWrite, Flags: wr.Signaled,
-			SGList: []wr.SGE{r.a.buf.SGE(0, 8)}, RemoteAddr: r.b.buf.Addr(), RKey: r.b.buf.RKey}})
+		_, err := r.A.QP.PostSend([]wr.SendWR{{ID: 1, Opcode: wr.OpRDMAWrite, Flags: wr.Signaled,
+			SGList: []wr.SGE{r.A.Buf.SGE(0, 8)}, RemoteAddr: r.B.Buf.Addr(), RKey: r.B.Buf.RKey}})
 		if err == nil {
 			break
 		}
@@ -382,7 +274,7 @@ func TestDeviceInlineRacesRegionClose(t *testing.T) {
 	}
 	for {
 		wc := make([]wr.Completion, 16)
-		n, err := r.a.cq.Poll(wc)
+		n, err := r.A.CQ.Poll(wc)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmago/rdma/internal/rdmatest"
 	"github.com/rdmago/rdma/internal/testenv"
 	"github.com/rdmago/rdma/mr"
 	"github.com/rdmago/rdma/provider"
@@ -31,40 +32,23 @@ type side struct {
 
 func newSide(t *testing.T) *side {
 	t.Helper()
-	ctx, err := uverbs.Open(testenv.DeviceName())
-	if err != nil {
+	s := &side{}
+	s.ctx, s.pd = rdmatest.OpenPD(t)
+	var err error
+	if s.cq, err = s.ctx.CreateCQ(uverbs.CQAttr{CQE: 16}); err != nil {
 		t.Fatal(err)
 	}
-	s := &side{ctx: ctx}
-	t.Cleanup(func() {
-		if s.qp != nil {
-			s.qp.Close()
-		}
-		if s.cq != nil {
-			s.cq.Close()
-		}
-		if s.buf != nil {
-			s.buf.Close()
-		}
-		if s.pd != nil {
-			s.pd.Close()
-		}
-		ctx.Close()
-	})
-	if s.pd, err = ctx.AllocPD(); err != nil {
+	t.Cleanup(func() { s.cq.Close() })
+	if s.buf, err = mr.New(s.pd, 4096, rdmatest.AllAccess); err != nil {
 		t.Fatal(err)
 	}
-	if s.cq, err = ctx.CreateCQ(uverbs.CQAttr{CQE: 16}); err != nil {
-		t.Fatal(err)
-	}
-	if s.buf, err = mr.New(s.pd, 4096, allAccess); err != nil {
-		t.Fatal(err)
-	}
+	t.Cleanup(func() { s.buf.Close() })
 	if s.qp, err = s.pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: s.cq, RecvCQ: s.cq,
 		Cap: provider.QPCaps{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
 		t.Fatal(err)
 	}
-	s.gidIndex, s.gid = roceV2GID(t, ctx)
+	t.Cleanup(func() { s.qp.Close() })
+	s.gidIndex, s.gid = rdmatest.RoCEv2GID(t, s.ctx)
 	return s
 }
 
@@ -94,18 +78,7 @@ func readHello(t *testing.T, r *bufio.Reader) peerInfo {
 
 func (s *side) connect(t *testing.T, p peerInfo) {
 	t.Helper()
-	a, m := qp.InitAttrs(qp.RC, 1, 0, allAccess, 0)
-	if err := s.qp.Modify(&a, m); err != nil {
-		t.Fatal(err)
-	}
-	a, m = qp.RTRAttrs(qp.RC, qp.Remote{QPN: p.qpn, GID: s.gid, SGIDIndex: s.gidIndex, PortNum: 1}, uint8(uverbs.MTU1024))
-	if err := s.qp.Modify(&a, m); err != nil {
-		t.Fatal(err)
-	}
-	a, m = testRTSAttrs(qp.RC)
-	if err := s.qp.Modify(&a, m); err != nil {
-		t.Fatal(err)
-	}
+	rdmatest.ConnectQP(t, s.qp, qp.Remote{QPN: p.qpn, GID: s.gid, SGIDIndex: s.gidIndex, PortNum: 1})
 }
 
 // exchange writes msg into the peer's buffer at offset 0, then sends a
@@ -120,7 +93,7 @@ func (s *side) exchange(t *testing.T, p peerInfo, msg string, imm uint32) wr.Com
 		t.Fatal(err)
 	}
 	var got wr.Completion
-	for _, c := range waitWC(t, s.cq, 2) {
+	for _, c := range rdmatest.WaitWC(t, s.cq, 2) {
 		if c.Status != wr.Success {
 			t.Fatalf("completion %+v: %v", c, c.Status)
 		}
@@ -192,7 +165,7 @@ func TestHelperTwoProcessesChild(t *testing.T) {
 	}
 	fmt.Println("ready")
 	// Wait for the parent's notification before touching its memory.
-	c := waitWC(t, me.cq, 1)[0]
+	c := rdmatest.WaitWC(t, me.cq, 1)[0]
 	if c.Status != wr.Success || c.Imm != 1 {
 		t.Fatalf("parent's notification: %+v", c)
 	}
@@ -206,7 +179,7 @@ func TestHelperTwoProcessesChild(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if c := waitWC(t, me.cq, 1)[0]; c.Status != wr.Success {
+	if c := rdmatest.WaitWC(t, me.cq, 1)[0]; c.Status != wr.Success {
 		t.Fatalf("notification to the parent: %+v", c)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmago/rdma/internal/rdmatest"
 	"github.com/rdmago/rdma/provider"
 	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/uverbs"
@@ -52,9 +53,9 @@ type stream struct {
 
 const stressPosters = 4
 
-func newStream(t *testing.T, r *rig, ops int) *stream {
-	s := &stream{t: t, q: r.a.qp, cq: r.a.cq, sge: r.a.buf.SGE(0, 8), raddr: r.b.buf.Addr(), rkey: r.b.buf.RKey,
-		perG: ops / stressPosters, slots: make(chan struct{}, r.a.cq.CQE())}
+func newStream(t *testing.T, r *rdmatest.Pair, ops int) *stream {
+	s := &stream{t: t, q: r.A.QP, cq: r.A.CQ, sge: r.A.Buf.SGE(0, 8), raddr: r.B.Buf.Addr(), rkey: r.B.Buf.RKey,
+		perG: ops / stressPosters, slots: make(chan struct{}, r.A.CQ.CQE())}
 	n := s.perG * stressPosters
 	s.seen, s.bad, s.posted = make([]atomic.Uint32, n), make([]atomic.Uint32, n), make([]atomic.Bool, n)
 	return s
@@ -168,7 +169,7 @@ func (s *stream) run(during func()) {
 // Several goroutines post on one QP that is not SingleThreaded while one
 // polls its CQ: every request completes once, none is lost or repeated.
 func TestDeviceStressPostPoll(t *testing.T) {
-	r := newRig(t, qp.RC, provider.QPCaps{MaxSendWR: 32, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1})
+	r := rdmatest.NewPair(t, qp.RC, provider.QPCaps{MaxSendWR: 32, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1})
 	s := newStream(t, r, stressOps(t))
 	start := time.Now()
 	s.run(nil)
@@ -179,13 +180,13 @@ func TestDeviceStressPostPoll(t *testing.T) {
 // The same with Close of the QP racing the posters: a request is either
 // refused with ErrClosed or completes once, successfully or flushed.
 func TestDeviceStressCloseRace(t *testing.T) {
-	r := newRig(t, qp.RC, provider.QPCaps{MaxSendWR: 32, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1})
+	r := rdmatest.NewPair(t, qp.RC, provider.QPCaps{MaxSendWR: 32, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1})
 	s := newStream(t, r, stressOps(t))
 	s.run(func() {
 		for s.nPosted.Load() < int64(len(s.seen)/4) {
 			time.Sleep(100 * time.Microsecond)
 		}
-		if err := r.a.qp.Close(); err != nil {
+		if err := r.A.QP.Close(); err != nil {
 			t.Errorf("Close while posting: %v", err)
 		}
 	})

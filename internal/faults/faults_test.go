@@ -3,14 +3,13 @@ package faults
 import (
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"net"
 	"os"
 	"testing"
 
 	"github.com/cilium/ebpf"
-	"golang.org/x/sys/unix"
 
+	"github.com/rdmago/rdma/internal/rdmatest"
 	"github.com/rdmago/rdma/internal/testenv"
 )
 
@@ -260,21 +259,15 @@ func TestDeviceFaultsAttach(t *testing.T) {
 	}
 
 	// TCX came with Linux 6.6: earlier kernels must say so.
-	var u unix.Utsname
-	if err := unix.Uname(&u); err != nil {
-		t.Fatal(err)
-	}
-	var major, minor int
-	fmt.Sscanf(unix.ByteSliceToString(u.Release[:]), "%d.%d", &major, &minor)
-	hasTCX := major > 6 || major == 6 && minor >= 6
+	kernel, hasTCX := rdmatest.KernelRelease(t), rdmatest.KernelAtLeast(t, 6, 6)
 	eg, err := AttachEgress("dummy0")
 	switch {
 	case hasTCX && err != nil:
-		t.Fatalf("Linux %d.%d: attach to egress: %v", major, minor, err)
+		t.Fatalf("Linux %s: attach to egress: %v", kernel, err)
 	case !hasTCX && (err == nil || !errors.Is(err, ebpf.ErrNotSupported)):
-		t.Fatalf("Linux %d.%d, without TCX: attach to egress: %v; want ErrNotSupported", major, minor, err)
+		t.Fatalf("Linux %s, without TCX: attach to egress: %v; want ErrNotSupported", kernel, err)
 	case err != nil:
-		t.Logf("Linux %d.%d: %v", major, minor, err)
+		t.Logf("Linux %s: %v", kernel, err)
 		return
 	}
 	if eg.Mode != "tcx-egress" {

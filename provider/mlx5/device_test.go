@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rdmago/rdma/internal/testenv"
+	"github.com/rdmago/rdma/internal/rdmatest"
 	"github.com/rdmago/rdma/mr"
 	"github.com/rdmago/rdma/provider"
 	"github.com/rdmago/rdma/qp"
@@ -24,20 +24,12 @@ import (
 	"github.com/rdmago/rdma/wr"
 )
 
-const allAccess = wr.LocalWrite | wr.RemoteWrite | wr.RemoteRead | wr.RemoteAtomic
-
 func openMLX5(t *testing.T) *uverbs.Context {
 	t.Helper()
-	name := testenv.RequireDevice(t)
-	ctx, err := uverbs.Open(name)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx := rdmatest.Open(t)
 	if d := ctx.Device(); d.Driver != "mlx5" {
-		ctx.Close()
-		t.Skipf("device %s is driven by %q; these tests need an mlx5 (ConnectX) adapter", name, d.Driver)
+		t.Skipf("device %s is driven by %q; these tests need an mlx5 (ConnectX) adapter", d.Name, d.Driver)
 	}
-	t.Cleanup(func() { ctx.Close() })
 	return ctx
 }
 
@@ -64,35 +56,16 @@ func remote(t *testing.T, ctx *uverbs.Context, q *uverbs.QP) qp.Remote {
 	return r
 }
 
+// connect moves q to RTS, talking to peer.
 func connect(t *testing.T, ctx *uverbs.Context, q, peer *uverbs.QP) {
 	t.Helper()
-	for _, step := range []func() (qp.Attr, qp.AttrMask){
-		func() (qp.Attr, qp.AttrMask) { return qp.InitAttrs(q.Type(), 1, 0, allAccess, 0x11111111) },
-		func() (qp.Attr, qp.AttrMask) {
-			return qp.RTRAttrs(q.Type(), remote(t, ctx, peer), uint8(uverbs.MTU1024))
-		},
-		func() (qp.Attr, qp.AttrMask) { return qp.RTSAttrs(q.Type(), 0) },
-	} {
-		attr, mask := step()
-		if err := q.Modify(&attr, mask); err != nil {
-			t.Fatal(err)
-		}
-	}
+	rdmatest.ConnectQP(t, q, remote(t, ctx, peer))
 }
 
+// poll waits for n successful completions on cq.
 func poll(t *testing.T, cq *uverbs.CQ, n int) []wr.Completion {
 	t.Helper()
-	out, buf := make([]wr.Completion, 0, n), make([]wr.Completion, n)
-	for deadline := time.Now().Add(10 * time.Second); len(out) < n; {
-		k, err := cq.Poll(buf[:n-len(out)])
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, buf[:k]...)
-		if k == 0 && time.Now().After(deadline) {
-			t.Fatalf("%d of %d completions: %+v", len(out), n, out)
-		}
-	}
+	out := rdmatest.WaitWC(t, cq, n)
 	for _, c := range out {
 		if c.Status != wr.Success {
 			t.Fatalf("completion %+v: %v", c, c.Err())
@@ -126,7 +99,7 @@ func newPair(t *testing.T, caps provider.QPCaps, srq *uverbs.SRQ, ctx *uverbs.Co
 		t.Fatal(err)
 	}
 	for _, b := range []**mr.Region{&p.bufA, &p.bufB} {
-		if *b, err = mr.New(pd, 1<<16, allAccess); err != nil {
+		if *b, err = mr.New(pd, 1<<16, rdmatest.AllAccess); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -14,85 +14,18 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rdmago/rdma/cm"
+	"github.com/rdmago/rdma/internal/rdmatest"
 	"github.com/rdmago/rdma/internal/testenv"
-	"github.com/rdmago/rdma/uverbs"
 )
-
-// TestDeviceReject: the server rejects with private data; the client's
-// Connect fails with ECONNREFUSED, and its REJECTED event carries the data
-// and the reason.
-func TestDeviceReject(t *testing.T) {
-	ctx := testCtx(t)
-	l, port := listenSync(t, cm.PSTCP)
-	srv := make(chan error, 1)
-	go func() {
-		id, err := l.GetRequest(ctx)
-		if err != nil {
-			srv <- err
-			return
-		}
-		if pd := id.Event().PrivateData(); !strings.HasPrefix(string(pd), "let me in") {
-			t.Errorf("request private data %q", pd)
-		}
-		err = id.Reject([]byte("go away"))
-		destroy(t, id)
-		srv <- err
-	}()
-	p := cm.DefaultConnParam()
-	p.PrivateData = []byte("let me in")
-	id, err := cm.CreateID(nil, nil, cm.PSTCP)
-	must(t, err)
-	defer destroy(t, id)
-	must(t, id.ResolveAddr(ctx, netip.AddrPort{}, vmAddr4(port), 0))
-	must(t, id.ResolveRoute(ctx, 0))
-	must(t, id.CreateQP(nil, uverbs.QPInitAttr{Cap: defaultCaps}))
-	err = id.Connect(ctx, &p)
-	must(t, <-srv)
-	wantErrno(t, "connect", err, unix.ECONNREFUSED)
-	var ce *cm.Error
-	if !errors.As(err, &ce) || ce.Event != cm.EventRejected || ce.Status != 28 {
-		t.Fatalf("connect: %#v, want REJECTED with status 28 (consumer defined)", err)
-	}
-	ev := id.Event()
-	if ev == nil || ev.Type != cm.EventRejected || !strings.HasPrefix(string(ev.PrivateData()), "go away") {
-		t.Fatalf("reject event %v, private data %q", ev, ev.PrivateData())
-	}
-	wantErrno(t, "event error", ev.Err(), unix.ECONNREFUSED)
-	if s := id.QP().State(); s.String() != "ERR" {
-		t.Errorf("QP in %v after the reject, want ERR", s)
-	}
-}
-
-// TestDeviceConnectNoListener connects to a port nobody listens on: the
-// peer's kernel rejects it at once.
-func TestDeviceConnectNoListener(t *testing.T) {
-	ctx := testCtx(t)
-	l, port := listenSync(t, cm.PSTCP)
-	destroy(t, l)
-	start := time.Now()
-	id, err := dialSync(ctx, t, cm.PSTCP, port, defaultCaps, nil)
-	if err == nil {
-		destroy(t, id)
-		t.Fatal("connected to a port nobody listens on")
-	}
-	wantErrno(t, "connect", err, unix.ECONNREFUSED)
-	var ce *cm.Error
-	if errors.As(err, &ce) {
-		t.Logf("%v after %v", err, time.Since(start))
-	}
-	if d := time.Since(start); d > 5*time.Second {
-		t.Errorf("refusal took %v", d)
-	}
-}
 
 // TestDeviceResolveNoRoute resolves a TEST-NET address the VM has no route
 // to: the kernel refuses at once.
 func TestDeviceResolveNoRoute(t *testing.T) {
 	testenv.RequireDevice(t)
-	ctx := testCtx(t)
+	ctx := rdmatest.Context(t)
 	id, err := cm.CreateID(nil, nil, cm.PSTCP)
-	must(t, err)
-	defer destroy(t, id)
+	rdmatest.Must(t, err)
+	defer rdmatest.Destroy(t, id)
 	start := time.Now()
 	err = id.ResolveAddr(ctx, netip.AddrPort{}, netip.MustParseAddrPort("192.0.2.1:7471"), time.Second)
 	t.Logf("%v after %v", err, time.Since(start))
@@ -139,10 +72,10 @@ func needBlackhole(t *testing.T) {
 // answers: ADDR_ERROR with ETIMEDOUT once timeout_ms has passed.
 func TestDeviceResolveTimeout(t *testing.T) {
 	needBlackhole(t)
-	ctx := testCtx(t)
+	ctx := rdmatest.Context(t)
 	id, err := cm.CreateID(nil, nil, cm.PSTCP)
-	must(t, err)
-	defer destroy(t, id)
+	rdmatest.Must(t, err)
+	defer rdmatest.Destroy(t, id)
 	start := time.Now()
 	err = id.ResolveAddr(ctx, netip.AddrPort{}, netip.MustParseAddrPort("192.0.2.1:7471"), 500*time.Millisecond)
 	d := time.Since(start)
@@ -161,7 +94,7 @@ func TestDeviceResolveTimeout(t *testing.T) {
 func TestDeviceResolveCancel(t *testing.T) {
 	needBlackhole(t)
 	id, err := cm.CreateID(nil, nil, cm.PSTCP)
-	must(t, err)
+	rdmatest.Must(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(200*time.Millisecond, cancel)
 	start := time.Now()
@@ -173,15 +106,15 @@ func TestDeviceResolveCancel(t *testing.T) {
 		t.Errorf("cancel took %v", d)
 	}
 	start = time.Now()
-	destroy(t, id)
+	rdmatest.Destroy(t, id)
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("destroy after cancel took %v", d)
 	}
 
 	// A deadline ends the wait the same way.
 	id, err = cm.CreateID(nil, nil, cm.PSTCP)
-	must(t, err)
-	defer destroy(t, id)
+	rdmatest.Must(t, err)
+	defer rdmatest.Destroy(t, id)
 	dctx, dcancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer dcancel()
 	err = id.ResolveAddr(dctx, netip.AddrPort{}, netip.MustParseAddrPort("192.0.2.1:7471"), 30*time.Second)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmago/rdma/internal/rdmatest"
 	"github.com/rdmago/rdma/internal/testenv"
 	"github.com/rdmago/rdma/uverbs"
 )
@@ -14,15 +15,11 @@ import (
 // and expects the port error and port active events. It only runs under the
 // VM runner, where the netdev is ours to toggle.
 func TestDevicePortEvents(t *testing.T) {
-	name := testenv.RequireDevice(t)
+	testenv.RequireDevice(t)
 	if !testenv.InVM() {
 		t.Skip("toggles the VM's dummy0; runs only under the VM runner")
 	}
-	ctx, err := uverbs.Open(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ctx.Close()
+	ctx := rdmatest.Open(t)
 	link := func(state string) {
 		t.Helper()
 		if out, err := exec.Command("/usr/bin/ip", "link", "set", "dummy0", state).CombinedOutput(); err != nil {

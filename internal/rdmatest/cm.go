@@ -1,0 +1,183 @@
+package rdmatest
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/rdmago/rdma/cm"
+	"github.com/rdmago/rdma/internal/testenv"
+	"github.com/rdmago/rdma/mr"
+	"github.com/rdmago/rdma/provider"
+	"github.com/rdmago/rdma/uverbs"
+)
+
+// VMAddr is the address of dummy0 in the VM, which rxe0 serves; rdma_cm
+// cannot resolve routes on lo.
+var VMAddr = netip.MustParseAddr("10.0.2.15")
+
+// VMAddrPort is VMAddr with port, or no address at all for port 0.
+func VMAddrPort(port uint16) netip.AddrPort {
+	if port == 0 {
+		return netip.AddrPort{}
+	}
+	return netip.AddrPortFrom(VMAddr, port)
+}
+
+// Caps are the QP capabilities of an rdma_cm pair unless a test needs
+// others.
+var Caps = provider.QPCaps{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 2, MaxRecvSGE: 2, MaxInlineData: 64}
+
+// Context requires the test device and returns a context that bounds the
+// test's waits: it ends after 60 s or with the test.
+func Context(t testing.TB) context.Context {
+	t.Helper()
+	testenv.RequireDevice(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// Destroy destroys id and reports an error as a failure.
+func Destroy(t testing.TB, id *cm.ID) {
+	t.Helper()
+	if _, err := id.Destroy(); err != nil {
+		t.Errorf("destroy: %v", err)
+	}
+}
+
+// Alloc returns n bytes of zeroed, page-aligned memory outside the Go heap,
+// freed when the test ends.
+func Alloc(t testing.TB, n int) []byte {
+	t.Helper()
+	m, err := mr.Alloc(n)
+	Must(t, err)
+	t.Cleanup(func() { m.Free() })
+	return m.Bytes()
+}
+
+// Reg registers buf with one of an ID's Reg calls (id.RegMsgs, RegRead,
+// RegWrite) and deregisters it with cm.DeregMR when the test ends.
+func Reg(t testing.TB, reg func([]byte) (*uverbs.MR, error), buf []byte) *uverbs.MR {
+	t.Helper()
+	m, err := reg(buf)
+	Must(t, err)
+	t.Cleanup(func() { Check(t, "dereg", cm.DeregMR(m)) })
+	return m
+}
+
+// Listen makes a synchronous listening ID of port space ps on VMAddr, any
+// port, destroyed when the test ends, and returns it with its port.
+func Listen(t testing.TB, ps cm.PortSpace) (*cm.ID, uint16) {
+	t.Helper()
+	testenv.RequireDevice(t)
+	l, err := cm.CreateID(nil, nil, ps)
+	Must(t, err)
+	t.Cleanup(func() { Destroy(t, l) })
+	Must(t, l.BindAddr(netip.AddrPortFrom(VMAddr, 0)))
+	Must(t, l.Listen(0))
+	return l, l.SrcAddr().Port()
+}
+
+// Dial resolves VMAddr:port on a new synchronous ID of port space ps,
+// creates its QP with caps and connects with param. On an error it
+// destroys the ID; otherwise the ID is the caller's to destroy.
+func Dial(ctx context.Context, t testing.TB, ps cm.PortSpace, port uint16, caps provider.QPCaps, param *cm.ConnParam) (*cm.ID, error) {
+	t.Helper()
+	id, err := cm.CreateID(nil, nil, ps)
+	if err != nil {
+		return nil, err
+	}
+	err = id.ResolveAddr(ctx, netip.AddrPort{}, netip.AddrPortFrom(VMAddr, port), 2*time.Second)
+	if err == nil {
+		err = id.ResolveRoute(ctx, 2*time.Second)
+	}
+	if err == nil {
+		err = id.CreateQP(nil, uverbs.QPInitAttr{Cap: caps})
+	}
+	if err == nil {
+		err = id.Connect(ctx, param)
+	}
+	if err != nil {
+		id.Destroy()
+		return nil, err
+	}
+	return id, nil
+}
+
+// CMPair is a synchronous client ID connected to a synchronous server ID.
+type CMPair struct {
+	Client, Server *cm.ID
+}
+
+// ConnectCM connects a client to a server through a new listener (Listen,
+// Dial), each with a QP of caps; prep, if not nil, runs on the server's ID
+// before it accepts (to post receives). When the test ends both sides
+// disconnect at once and are destroyed.
+func ConnectCM(t testing.TB, ps cm.PortSpace, caps provider.QPCaps, prep func(*cm.ID)) *CMPair {
+	t.Helper()
+	ctx := Context(t)
+	l, port := Listen(t, ps)
+	type res struct {
+		id  *cm.ID
+		err error
+	}
+	srv := make(chan res, 1)
+	go func() {
+		id, err := l.GetRequest(ctx)
+		if err != nil {
+			srv <- res{err: err}
+			return
+		}
+		if err = id.CreateQP(nil, uverbs.QPInitAttr{Cap: caps}); err == nil {
+			if prep != nil {
+				prep(id)
+			}
+			err = id.Accept(ctx, nil)
+		}
+		if err != nil {
+			id.Destroy()
+			id = nil
+		}
+		srv <- res{id, err}
+	}()
+	c, err := Dial(ctx, t, ps, port, caps, nil)
+	s := <-srv
+	if err != nil || s.err != nil {
+		if c != nil {
+			c.Destroy()
+		}
+		if s.id != nil {
+			s.id.Destroy()
+		}
+		t.Fatalf("connect: client %v, server %v", err, s.err)
+	}
+	p := &CMPair{Client: c, Server: s.id}
+	t.Cleanup(func() { p.close(t) })
+	return p
+}
+
+// close disconnects both sides at once and destroys them.
+func (p *CMPair) close(t testing.TB) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	errs := make(chan error, 2)
+	for _, id := range []*cm.ID{p.Client, p.Server} {
+		go func() {
+			err := id.Disconnect(ctx)
+			if errors.Is(err, cm.ErrClosed) {
+				err = nil
+			}
+			errs <- err
+		}()
+	}
+	for range 2 {
+		if err := <-errs; err != nil && !errors.Is(err, context.Canceled) {
+			t.Logf("disconnect: %v", err)
+		}
+	}
+	Destroy(t, p.Client)
+	Destroy(t, p.Server)
+}
