@@ -15,18 +15,20 @@ import (
 	"slices"
 	"sort"
 	"strconv"
-	"strings"
 	"syscall"
 
 	"github.com/rdmago/rdma/uverbs"
 )
 
-func init() {
-	register(&command{
+// devinfoCommands are the subcommands of this file.
+func devinfoCommands() []*command {
+	var cs []*command
+	cs = append(cs, &command{
 		Name:    "devinfo",
 		Summary: "print the attributes of RDMA devices (as ibv_devinfo)",
 		Run:     runDevinfo,
 	})
+	return cs
 }
 
 // Exit statuses of ibv_devinfo. Its main returns -1 for most failures,
@@ -338,17 +340,4 @@ func errnoStatus(err error) int {
 		return int(e) & 0xff
 	}
 	return 1
-}
-
-// strerror renders err as perror does: the C library's message for an
-// errno (Go's, with C's initial capital), or the error's own text.
-func strerror(err error) string {
-	var e syscall.Errno
-	if errors.As(err, &e) {
-		s := e.Error()
-		if s != "" {
-			return strings.ToUpper(s[:1]) + s[1:]
-		}
-	}
-	return err.Error()
 }

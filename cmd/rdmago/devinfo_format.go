@@ -17,7 +17,6 @@ import (
 	"fmt"
 	"io"
 	"sort"
-	"strconv"
 	"strings"
 
 	"github.com/rdmago/rdma/uverbs"
@@ -522,62 +521,4 @@ func cString(s string, size int) string {
 		s = s[:size-1]
 	}
 	return s
-}
-
-// inet6String formats a 16-byte IPv6 address exactly as glibc's
-// inet_ntop(AF_INET6, ...) does. That differs from net/netip (RFC 5952) in
-// one respect: besides "::ffff:a.b.c.d" (IPv4-mapped, which both print),
-// glibc prints the deprecated IPv4-compatible form "::a.b.c.d" whenever the
-// first six groups are zero and the seventh is not; netip prints hex
-// groups there ("::102:304"). The rest is shared: hex groups without
-// leading zeros, the longest run of two or more zero groups (the first such
-// run on a tie) compressed to "::", a single zero group left as "0".
-func inet6String(a [16]byte) string {
-	var w [8]uint16
-	for i := range w {
-		w[i] = uint16(a[2*i])<<8 | uint16(a[2*i+1])
-	}
-	// Find the longest run of zero groups; the first one wins a tie.
-	bestBase, bestLen := -1, 0
-	for i := 0; i < 8; {
-		if w[i] != 0 {
-			i++
-			continue
-		}
-		j := i
-		for j < 8 && w[j] == 0 {
-			j++
-		}
-		if j-i > bestLen {
-			bestBase, bestLen = i, j-i
-		}
-		i = j
-	}
-	if bestLen < 2 {
-		bestBase = -1
-	}
-
-	var b strings.Builder
-	for i := 0; i < 8; i++ {
-		if bestBase >= 0 && i >= bestBase && i < bestBase+bestLen {
-			if i == bestBase {
-				b.WriteByte(':')
-			}
-			continue
-		}
-		if i != 0 {
-			b.WriteByte(':')
-		}
-		// An IPv4 address in the last 32 bits: IPv4-compatible (first six
-		// groups zero) or IPv4-mapped (first five zero, then ffff).
-		if i == 6 && bestBase == 0 && (bestLen == 6 || (bestLen == 5 && w[5] == 0xffff)) {
-			fmt.Fprintf(&b, "%d.%d.%d.%d", a[12], a[13], a[14], a[15])
-			return b.String()
-		}
-		b.WriteString(strconv.FormatUint(uint64(w[i]), 16))
-	}
-	if bestBase >= 0 && bestBase+bestLen == 8 {
-		b.WriteByte(':')
-	}
-	return b.String()
 }

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -239,5 +240,32 @@ func TestDiffLinesNamesField(t *testing.T) {
 	}
 	if diffLines(want, want) != "" {
 		t.Error("diffLines of equal outputs is not empty")
+	}
+}
+
+func TestSysfsValue(t *testing.T) {
+	// What printf("%s") shows of a buffer ibv_read_sysfs_file filled.
+	full := make([]byte, 256)
+	for i := range full {
+		full[i] = 'a'
+	}
+	fullNL := slices.Clone(full)
+	fullNL[255] = '\n'
+	for _, tc := range []struct {
+		in   []byte
+		want string
+	}{
+		{nil, ""},
+		{[]byte("\n"), ""},
+		{[]byte("MT_0000000012\n"), "MT_0000000012"},
+		{[]byte("  spaced \n\n"), "  spaced \n"},
+		{[]byte("no newline"), "no newline"},
+		{[]byte("nul\x00after\n"), "nul"},
+		{full, ""},
+		{fullNL, string(full[:255])},
+	} {
+		if got := sysfsValue(tc.in, 256); got != tc.want {
+			t.Errorf("sysfsValue(%q) = %q, want %q", tc.in, got, tc.want)
+		}
 	}
 }

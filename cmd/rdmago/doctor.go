@@ -16,12 +16,15 @@ import (
 	"github.com/rdmago/rdma/uverbs"
 )
 
-func init() {
-	register(&command{
+// doctorCommands are the subcommands of this file.
+func doctorCommands() []*command {
+	var cs []*command
+	cs = append(cs, &command{
 		Name:    "doctor",
 		Summary: "check why RDMA does or does not work here, and say what to fix",
 		Run:     runDoctor,
 	})
+	return cs
 }
 
 // status is the outcome of one finding.

@@ -6,8 +6,8 @@ package main
 // "-i1"), options after operands, and C's strtol for numbers.
 
 import (
-	"bytes"
 	"flag"
+	"fmt"
 	"strings"
 )
 
@@ -117,69 +117,6 @@ func parsePermuted(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-// cStrtol converts s as C's strtol(s, NULL, 0) does: leading white space,
-// an optional sign, then a number in hexadecimal ("0x"), octal (leading
-// "0") or decimal, up to the first character that is not a digit of the
-// base; no digits at all give 0; overflow saturates at the int64 limits.
-func cStrtol(s string) int64 {
-	i := 0
-	for i < len(s) && bytes.IndexByte([]byte(" \t\n\v\f\r"), s[i]) >= 0 {
-		i++
-	}
-	neg := false
-	if i < len(s) && (s[i] == '+' || s[i] == '-') {
-		neg = s[i] == '-'
-		i++
-	}
-	base := uint64(10)
-	if i < len(s) && s[i] == '0' {
-		base = 8
-		if i+2 < len(s) && (s[i+1] == 'x' || s[i+1] == 'X') && digitVal(s[i+2]) < 16 {
-			base = 16
-			i += 2
-		}
-	}
-	limit := uint64(1<<63 - 1)
-	if neg {
-		limit = 1 << 63
-	}
-	var v uint64
-	overflow := false
-	for ; i < len(s); i++ {
-		d := digitVal(s[i])
-		if d >= base {
-			break
-		}
-		if v > (limit-d)/base {
-			overflow = true
-			continue
-		}
-		v = v*base + d
-	}
-	switch {
-	case overflow && neg:
-		return -1 << 63
-	case overflow:
-		return 1<<63 - 1
-	case neg:
-		return int64(-v)
-	}
-	return int64(v)
-}
-
-// digitVal is the value of c as a digit in bases up to 36, or 36.
-func digitVal(c byte) uint64 {
-	switch {
-	case '0' <= c && c <= '9':
-		return uint64(c - '0')
-	case 'a' <= c && c <= 'z':
-		return uint64(c-'a') + 10
-	case 'A' <= c && c <= 'Z':
-		return uint64(c-'A') + 10
-	}
-	return 36
-}
-
 // funcValue is a flag.Value that calls a function on every occurrence of
 // the flag, so a command can act on options in command-line order, as a
 // getopt loop does.
@@ -191,3 +128,30 @@ type funcValue struct {
 func (f funcValue) String() string     { return "" }
 func (f funcValue) Set(s string) error { return f.set(s) }
 func (f funcValue) IsBoolFlag() bool   { return f.isBool }
+
+// getoptMessage turns the flag package's complaint into glibc getopt's.
+func getoptMessage(argv0 string, args []string, err error) string {
+	s := err.Error()
+	name := func(prefix string) string { return strings.TrimLeft(strings.TrimPrefix(s, prefix), "-") }
+	switch {
+	case strings.HasPrefix(s, "flag provided but not defined: "):
+		n := name("flag provided but not defined: ")
+		if len(n) == 1 {
+			return fmt.Sprintf("%s: invalid option -- '%s'\n", argv0, n)
+		}
+		// glibc quotes the whole argument, value and all.
+		for _, a := range args {
+			if a == "--"+n || strings.HasPrefix(a, "--"+n+"=") {
+				return fmt.Sprintf("%s: unrecognized option '%s'\n", argv0, a)
+			}
+		}
+		return fmt.Sprintf("%s: unrecognized option '--%s'\n", argv0, n)
+	case strings.HasPrefix(s, "flag needs an argument: "):
+		n := name("flag needs an argument: ")
+		if len(n) == 1 {
+			return fmt.Sprintf("%s: option requires an argument -- '%s'\n", argv0, n)
+		}
+		return fmt.Sprintf("%s: option '--%s' requires an argument\n", argv0, n)
+	}
+	return fmt.Sprintf("%s: %s\n", argv0, s)
+}

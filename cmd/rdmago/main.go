@@ -10,19 +10,8 @@ import (
 	"strings"
 )
 
-// command is one subcommand of rdmago.
-type command struct {
-	Name    string // what the user types: "devinfo"
-	Summary string // one line for "rdmago help"
-	// Run runs the command with its arguments (those after its name) and
-	// returns the exit status. It writes only to stdout and stderr, so that
-	// tests can run it in-process; "-h" should print its usage to stdout
-	// and return 0.
-	Run func(args []string, stdout, stderr io.Writer) int
-}
-
-// commands holds the subcommands by name. Each command's file adds itself
-// with register from an init function.
+// commands holds the subcommands by name, filled by init from each tool's
+// list.
 var commands = map[string]*command{}
 
 // register adds a subcommand; a duplicate name is a programming error.
@@ -36,6 +25,13 @@ func register(c *command) {
 func init() {
 	register(&command{Name: "help", Summary: "show the commands, or a command's usage", Run: runHelp})
 	register(&command{Name: "version", Summary: "print the version of rdmago", Run: runVersion})
+	for _, cs := range [][]*command{
+		devinfoCommands(), doctorCommands(), perfCommands(), pingpongCommands(), rdmaserverCommands(), rpingCommands(),
+	} {
+		for _, c := range cs {
+			register(c)
+		}
+	}
 }
 
 // version is set at link time with -ldflags "-X main.version=v1.2.3"; when

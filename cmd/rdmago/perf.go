@@ -102,8 +102,10 @@ var perfTests = func() map[string]perfTest {
 	return m
 }()
 
-func init() {
-	register(&command{
+// perfCommands are the subcommands of this file.
+func perfCommands() []*command {
+	var cs []*command
+	cs = append(cs, &command{
 		Name:    "perf",
 		Summary: "RDMA benchmarks, wire compatible with perftest's ib_{write,read,send,atomic}_{bw,lat}",
 		Run: func(args []string, stdout, stderr io.Writer) int {
@@ -111,7 +113,7 @@ func init() {
 		},
 	})
 	for name, t := range perfTests {
-		register(&command{
+		cs = append(cs, &command{
 			Name:    "ib_" + name,
 			Summary: fmt.Sprintf("as perftest's ib_%s (rdmago perf %s)", name, name),
 			Run: func(args []string, stdout, stderr io.Writer) int {
@@ -119,6 +121,7 @@ func init() {
 			},
 		})
 	}
+	return cs
 }
 
 // perfCommand is "rdmago perf <test> [options] [host]".

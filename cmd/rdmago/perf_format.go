@@ -17,23 +17,6 @@ import (
 	"github.com/rdmago/rdma/uverbs"
 )
 
-// perfCFloat formats x as glibc's printf("%.<prec>f") does, infinities
-// and NaNs included.
-func perfCFloat(x float64, prec int) string {
-	switch {
-	case math.IsNaN(x):
-		if math.Signbit(x) {
-			return "-nan"
-		}
-		return "nan"
-	case math.IsInf(x, 1):
-		return "inf"
-	case math.IsInf(x, -1):
-		return "-inf"
-	}
-	return strconv.FormatFloat(x, 'f', prec, 64)
-}
-
 // perfCG formats x as printf("%g") does.
 func perfCG(x float64) string {
 	if math.IsNaN(x) || math.IsInf(x, 0) {

@@ -42,8 +42,10 @@ func (k ppKind) String() string {
 	return fmt.Sprintf("ppKind(%d)", int(k))
 }
 
-func init() {
-	register(&command{
+// pingpongCommands are the subcommands of this file.
+func pingpongCommands() []*command {
+	var cs []*command
+	cs = append(cs, &command{
 		Name:    "pingpong",
 		Summary: "ping-pong over RC, UC, UD or SRQ (as ibv_rc_pingpong and friends)",
 		Run: func(args []string, stdout, stderr io.Writer) int {
@@ -52,7 +54,7 @@ func init() {
 	})
 	for _, k := range []ppKind{ppRC, ppUC, ppUD, ppSRQ} {
 		name := k.String() + "_pingpong"
-		register(&command{
+		cs = append(cs, &command{
 			Name:    name,
 			Summary: fmt.Sprintf("ping-pong over %s (as ibv_%s)", ppTransport(k), name),
 			Run: func(args []string, stdout, stderr io.Writer) int {
@@ -60,6 +62,7 @@ func init() {
 			},
 		})
 	}
+	return cs
 }
 
 func ppTransport(k ppKind) string {
@@ -311,88 +314,6 @@ func ppParseKind(argv0 string, k ppKind, withType bool, o ppOptions, args []stri
 		return o, ppStop{kind: ppUsageErr}
 	}
 	return o, stop
-}
-
-// getoptMessage turns the flag package's complaint into glibc getopt's.
-func getoptMessage(argv0 string, args []string, err error) string {
-	s := err.Error()
-	name := func(prefix string) string { return strings.TrimLeft(strings.TrimPrefix(s, prefix), "-") }
-	switch {
-	case strings.HasPrefix(s, "flag provided but not defined: "):
-		n := name("flag provided but not defined: ")
-		if len(n) == 1 {
-			return fmt.Sprintf("%s: invalid option -- '%s'\n", argv0, n)
-		}
-		// glibc quotes the whole argument, value and all.
-		for _, a := range args {
-			if a == "--"+n || strings.HasPrefix(a, "--"+n+"=") {
-				return fmt.Sprintf("%s: unrecognized option '%s'\n", argv0, a)
-			}
-		}
-		return fmt.Sprintf("%s: unrecognized option '--%s'\n", argv0, n)
-	case strings.HasPrefix(s, "flag needs an argument: "):
-		n := name("flag needs an argument: ")
-		if len(n) == 1 {
-			return fmt.Sprintf("%s: option requires an argument -- '%s'\n", argv0, n)
-		}
-		return fmt.Sprintf("%s: option '--%s' requires an argument\n", argv0, n)
-	}
-	return fmt.Sprintf("%s: %s\n", argv0, s)
-}
-
-// ppMTU is pp_mtu_to_enum: a path MTU in bytes to its code, 0 if invalid.
-func ppMTU(bytes int32) uverbs.MTU {
-	switch bytes {
-	case 256:
-		return uverbs.MTU256
-	case 512:
-		return uverbs.MTU512
-	case 1024:
-		return uverbs.MTU1024
-	case 2048:
-		return uverbs.MTU2048
-	case 4096:
-		return uverbs.MTU4096
-	}
-	return 0
-}
-
-// cStrtoul converts s as C's strtoul(s, NULL, 0) does: like strtol, but a
-// minus sign negates in unsigned arithmetic ("-1" is the largest value),
-// and values past the largest saturate to it.
-func cStrtoul(s string) uint64 {
-	i := 0
-	for i < len(s) && strings.IndexByte(" \t\n\v\f\r", s[i]) >= 0 {
-		i++
-	}
-	neg := false
-	if i < len(s) && (s[i] == '+' || s[i] == '-') {
-		neg = s[i] == '-'
-		i++
-	}
-	base := uint64(10)
-	if i < len(s) && s[i] == '0' {
-		base = 8
-		if i+2 < len(s) && (s[i+1] == 'x' || s[i+1] == 'X') && digitVal(s[i+2]) < 16 {
-			base = 16
-			i += 2
-		}
-	}
-	var v uint64
-	for ; i < len(s); i++ {
-		d := digitVal(s[i])
-		if d >= base {
-			break
-		}
-		if v > (^uint64(0)-d)/base {
-			return ^uint64(0)
-		}
-		v = v*base + d
-	}
-	if neg {
-		return -v
-	}
-	return v
 }
 
 // pingpongMain runs "rdmago pingpong" (k == ppAll) or one of its aliases

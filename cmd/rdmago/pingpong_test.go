@@ -17,9 +17,6 @@ import (
 	"github.com/rdmago/rdma/uverbs"
 )
 
-// roceGID is ::ffff:10.0.2.15, the VM's RoCE v2 GID.
-var roceGID = [16]byte{10: 0xff, 11: 0xff, 12: 10, 13: 0, 14: 2, 15: 15}
-
 func msgOf(s string) [ppMsgSize]byte {
 	var m [ppMsgSize]byte
 	copy(m[:], s)

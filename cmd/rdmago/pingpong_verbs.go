@@ -6,7 +6,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -505,20 +504,6 @@ func (r *ppRun) serverExchange(ctx context.Context, p ppProto, local []ppDest) (
 		return nil, r.failf("%v", err)
 	}
 	return remote, 0
-}
-
-// gaiStrerror is gai_strerror for a failed name lookup.
-func gaiStrerror(err error) string {
-	var de *net.DNSError
-	if errors.As(err, &de) {
-		switch {
-		case de.IsNotFound:
-			return "Name or service not known"
-		case de.IsTemporary, de.IsTimeout:
-			return "Temporary failure in name resolution"
-		}
-	}
-	return err.Error()
 }
 
 // connect is pp_connect_ctx: each QP to RTR and RTS towards the remote

@@ -24,8 +24,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
-	"strconv"
 	"strings"
 	"syscall"
 )
@@ -179,19 +177,6 @@ func (e *ppError) Error() string {
 }
 func (e *ppError) Unwrap() error { return e.Err }
 
-// perror renders a system error as C's perror(prefix) does. A read that hit
-// the end of the stream set no errno: perror then prints "Success".
-func perror(prefix string, err error) string {
-	var en syscall.Errno
-	switch {
-	case errors.As(err, &en):
-		return prefix + ": " + strerror(en) + "\n"
-	case err == nil, errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-		return prefix + ": Success\n"
-	}
-	return prefix + ": " + err.Error() + "\n"
-}
-
 // writeDests sends the local addresses, padded with zero addresses to the
 // protocol's slot count.
 func (p ppProto) writeDests(w io.Writer, local []ppDest) error {
@@ -329,21 +314,4 @@ func ppReport(size, iters uint32, usec int64) string {
 	return fmt.Sprintf("%d bytes in %s seconds = %s Mbit/sec\n%d iters in %s seconds = %s usec/iter\n",
 		bytes, cFixed2(secs), cFixed2(float64(bytes)*8./float64(fusec)),
 		int32(iters), cFixed2(secs), cFixed2(float64(fusec/float32(iters))))
-}
-
-// cFixed2 formats x as glibc's printf("%.2f") does, infinities and NaNs
-// included.
-func cFixed2(x float64) string {
-	switch {
-	case math.IsNaN(x):
-		if math.Signbit(x) {
-			return "-nan"
-		}
-		return "nan"
-	case math.IsInf(x, 1):
-		return "inf"
-	case math.IsInf(x, -1):
-		return "-inf"
-	}
-	return strconv.FormatFloat(x, 'f', 2, 64)
 }

@@ -16,14 +16,17 @@ import (
 	"sync"
 )
 
-func init() {
-	register(&command{
+// rpingCommands are the subcommands of this file.
+func rpingCommands() []*command {
+	var cs []*command
+	cs = append(cs, &command{
 		Name:    "rping",
 		Summary: "RDMA read and write ping-pong over rdma_cm (as rping)",
 		Run: func(args []string, stdout, stderr io.Writer) int {
 			return rpingMain(context.Background(), args, stdout, stderr)
 		},
 	})
+	return cs
 }
 
 // rpOptions are rping's options, with its types.

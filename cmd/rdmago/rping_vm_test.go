@@ -9,7 +9,6 @@ package main
 
 import (
 	"context"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,69 +18,11 @@ import (
 	"github.com/rdmago/rdma/internal/testenv"
 )
 
-const (
-	rpCTool   = "/usr/bin/rping"
-	rpVMAddr  = "10.0.2.15"
-	rpCount   = 10
-	rpTimeout = 90 * time.Second
-)
-
-// cmListening reports whether an rdma_cm ID listens on port, from the
-// kernel's table of them (rdma res show cm_id).
-func cmListening(port int) bool {
-	out, err := exec.Command("/usr/bin/rdma", "res", "show", "cm_id").Output()
-	if err != nil {
-		return false
-	}
-	suffix := ":" + strconv.Itoa(port) + " "
-	for _, line := range strings.Split(string(out), "\n") {
-		if strings.Contains(line, " state LISTEN ") && strings.Contains(line+" ", suffix) {
-			return true
-		}
-	}
-	return false
-}
-
-// cmIDs counts the rdma_cm IDs on local port port: a listener and the
-// connections it accepted.
-func cmIDs(port int) int {
-	out, err := exec.Command("/usr/bin/rdma", "res", "show", "cm_id").Output()
-	if err != nil {
-		return -1
-	}
-	return strings.Count(string(out), ":"+strconv.Itoa(port)+" ")
-}
-
-// waitCMListening waits until the server listens on port through
-// rdma_cm, or exits.
-func waitCMListening(t *testing.T, srv *ppProc, port int) {
-	t.Helper()
-	deadline := time.Now().Add(rpTimeout)
-	for !cmListening(port) {
-		select {
-		case <-srv.done:
-			t.Fatalf("%s exited (%v) before listening on port %d:\n%s%s", srv.label, srv.err, port, srv.stdout.String(), srv.stderr.String())
-		case <-time.After(50 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s does not listen on port %d after %v", srv.label, port, rpTimeout)
-		}
-	}
-}
-
 // rpSide builds one side's command line from the options both get.
 type rpSide func(args ...string) []string
 
 func rpGo(args ...string) []string { return append([]string{"rdmago", "rping"}, args...) }
 func rpC(args ...string) []string  { return append([]string{rpCTool}, args...) }
-
-func lines(s string) []string {
-	s = strings.TrimSuffix(s, "\n")
-	if s == "" {
-		return nil
-	}
-	return strings.Split(s, "\n")
-}
 
 // rpWant is what each side of a good run prints: the pings, and the
 // server's notice that the client went.

@@ -206,34 +206,3 @@ func (s *rpSem) wait(ctx context.Context) bool {
 		}
 	}
 }
-
-// cAtoi is C's atoi: strtol in base 10, truncated to an int.
-func cAtoi(s string) int32 {
-	i := 0
-	for i < len(s) && (s[i] == ' ' || (s[i] >= '\t' && s[i] <= '\r')) {
-		i++
-	}
-	neg := false
-	if i < len(s) && (s[i] == '+' || s[i] == '-') {
-		neg = s[i] == '-'
-		i++
-	}
-	limit := uint64(1<<63 - 1)
-	if neg {
-		limit = 1 << 63
-	}
-	var v uint64
-	for ; i < len(s) && s[i] >= '0' && s[i] <= '9'; i++ {
-		d := uint64(s[i] - '0')
-		if v > (limit-d)/10 {
-			v = limit // strtol saturates, and atoi truncates that
-			continue
-		}
-		v = v*10 + d
-	}
-	l := int64(v)
-	if neg {
-		l = int64(-v)
-	}
-	return int32(l)
-}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/hex"
+	"math"
 	"net/netip"
 	"testing"
 )
@@ -131,6 +132,26 @@ func TestInet6StringVsNetip(t *testing.T) {
 		}
 		if np != tc.want {
 			t.Errorf("%s: netip %q, glibc %q", tc.hex, np, tc.want)
+		}
+	}
+}
+
+func TestCStrtol(t *testing.T) {
+	// What glibc's strtol(s, NULL, 0) returns.
+	for _, tc := range []struct {
+		s    string
+		want int64
+	}{
+		{"1", 1}, {"  \t\n12", 12}, {"+3", 3}, {"-1", -1}, {"0", 0}, {"", 0},
+		{"x1", 0}, {"1x", 1}, {"12abc", 12}, {"0x10", 16}, {"0X1f", 31}, {"0x", 0},
+		{"0xg", 0}, {"010", 8}, {"08", 0}, {"09", 0}, {"-0x10", -16}, {"1e3", 1},
+		{"9223372036854775807", math.MaxInt64}, {"9223372036854775808", math.MaxInt64},
+		{"-9223372036854775808", math.MinInt64}, {"-9223372036854775809", math.MinInt64},
+		{"99999999999999999999999", math.MaxInt64}, {"0xffffffffffffffffff", math.MaxInt64},
+		{"4294967297", 4294967297}, {"- 1", 0}, {"+-1", 0},
+	} {
+		if got := cStrtol(tc.s); got != tc.want {
+			t.Errorf("cStrtol(%q) = %d, want %d", tc.s, got, tc.want)
 		}
 	}
 }
