@@ -48,7 +48,7 @@ func TestDispatch(t *testing.T) {
 
 func TestHelpListsEveryCommand(t *testing.T) {
 	var b bytes.Buffer
-	writeHelp(&b)
+	commands.writeHelp(&b)
 	for name, c := range commands {
 		if !strings.Contains(b.String(), "\t"+name+" ") || !strings.Contains(b.String(), c.Summary) {
 			t.Errorf("help does not list %s", name)
@@ -75,5 +75,5 @@ func TestRegisterTwicePanics(t *testing.T) {
 			t.Error("no panic")
 		}
 	}()
-	register(&command{Name: "devinfo"})
+	commands.register(&command{Name: "devinfo"})
 }

@@ -431,13 +431,13 @@ func TestPerfCommand(t *testing.T) {
 		{[]string{"ib_write_lat", "-V"}, 0, "Version: 6.06\n", ""},
 		{[]string{"help", "ib_atomic_lat"}, 0, "  -A, --atomic_type=<type>", ""},
 	} {
-		o, e, st := runRdmago(tc.args...)
+		o, e, st := runCommands(perfCommands(), tc.args...)
 		if st != tc.status || !strings.Contains(o, tc.stdout) || !strings.Contains(e, tc.stderr) {
 			t.Errorf("rdmago %q: status %d, stdout %q, stderr %q", tc.args, st, o, e)
 		}
 	}
 	// The usage shows each test's options only.
-	o, _, _ := runRdmago("ib_write_bw", "-h")
+	o, _, _ := runCommands(perfCommands(), "ib_write_bw", "-h")
 	for _, absent := range []string{"--atomic_type", "--events", "--outs", "--rx-depth", "--report-unsorted"} {
 		if strings.Contains(o, absent) {
 			t.Errorf("ib_write_bw -h lists %s", absent)

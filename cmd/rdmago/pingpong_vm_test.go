@@ -11,7 +11,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -22,10 +21,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv(ppChildEnv) == "1" {
-		os.Exit(rdmago(os.Args[1:], os.Stdout, os.Stderr))
-	}
-	os.Exit(m.Run())
+	testMain(m, append(append(append(pingpongCommands(), perfCommands()...), rpingCommands()...), rdmaserverCommands()...))
 }
 
 var (

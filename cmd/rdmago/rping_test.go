@@ -223,7 +223,7 @@ func TestRpingCommandStatuses(t *testing.T) {
 		{[]string{"rping", "-c", "-a", "nosuch"}, 254, "getaddrinfo failed"},
 		{[]string{"help", "rping"}, 0, "\t-q\t\tuse self-created, self-modified QP\n"},
 	} {
-		o, _, st := runRdmago(tc.args...)
+		o, _, st := runCommands(rpingCommands(), tc.args...)
 		if st != tc.status || !strings.Contains(o, tc.stdout) {
 			t.Errorf("rdmago %q: status %d, stdout %q", tc.args, st, o)
 		}

@@ -187,3 +187,20 @@ type fuzzPeer struct{ r io.Reader }
 func (p fuzzPeer) Read(b []byte) (int, error) { return p.r.Read(b) }
 
 func (p fuzzPeer) Write(b []byte) (int, error) { return len(b), nil }
+
+// runCommands runs the command line args among cmds (and help), in
+// process, as rdmago would.
+func runCommands(cmds []*command, args ...string) (stdout, stderr string, status int) {
+	var o, e bytes.Buffer
+	status = newCommandSet(cmds).run(args, &o, &e)
+	return o.String(), e.String(), status
+}
+
+// testMain is the TestMain of a tool's tests: with ppChildEnv set, the
+// test binary is rdmago with cmds, for startPP; else it runs the tests.
+func testMain(m *testing.M, cmds []*command) {
+	if os.Getenv(ppChildEnv) == "1" {
+		os.Exit(newCommandSet(cmds).run(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
