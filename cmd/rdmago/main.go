@@ -6,12 +6,20 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+
+	"github.com/rdmago/rdma/cmd/rdmago/internal/command"
+	"github.com/rdmago/rdma/cmd/rdmago/internal/devinfo"
+	"github.com/rdmago/rdma/cmd/rdmago/internal/doctor"
+	"github.com/rdmago/rdma/cmd/rdmago/internal/perf"
+	"github.com/rdmago/rdma/cmd/rdmago/internal/pingpong"
+	"github.com/rdmago/rdma/cmd/rdmago/internal/rdmaserver"
+	"github.com/rdmago/rdma/cmd/rdmago/internal/rping"
 )
 
 // commands are rdmago's subcommands: each tool's, with help and version.
-var commands = newCommandSet(
-	[]*command{{Name: "version", Summary: "print the version of rdmago", Run: runVersion}},
-	devinfoCommands(), doctorCommands(), perfCommands(), pingpongCommands(), rdmaserverCommands(), rpingCommands(),
+var commands = command.NewSet(
+	[]*command.Command{{Name: "version", Summary: "print the version of rdmago", Run: runVersion}},
+	devinfo.Commands(), doctor.Commands(), perf.Commands(), pingpong.Commands(), rdmaserver.Commands(), rping.Commands(),
 )
 
 // version is set at link time with -ldflags "-X main.version=v1.2.3"; when
@@ -25,7 +33,7 @@ func main() {
 // rdmago runs the command line (without the program name) and returns the
 // exit status.
 func rdmago(args []string, stdout, stderr io.Writer) int {
-	return commands.run(args, stdout, stderr)
+	return commands.Run(args, stdout, stderr)
 }
 
 // runVersion is "rdmago version".
