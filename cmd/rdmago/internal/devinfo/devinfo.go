@@ -25,15 +25,11 @@ import (
 	"github.com/rdmago/rdma/cmd/rdmago/internal/getopt"
 )
 
-// Commands are the subcommands of this file.
+// Commands are "rdmago devinfo".
 func Commands() []*command.Command {
-	var cs []*command.Command
-	cs = append(cs, &command.Command{
-		Name:    "devinfo",
-		Summary: "print the attributes of RDMA devices (as ibv_devinfo)",
-		Run:     runDevinfo,
-	})
-	return cs
+	return []*command.Command{
+		{Name: "devinfo", Summary: "print the attributes of RDMA devices (as ibv_devinfo)", Run: runDevinfo},
+	}
 }
 
 // Exit statuses of ibv_devinfo. Its main returns -1 for most failures,

@@ -19,15 +19,11 @@ import (
 	"github.com/rdmago/rdma/cmd/rdmago/internal/command"
 )
 
-// Commands are the subcommands of this file.
+// Commands are "rdmago doctor".
 func Commands() []*command.Command {
-	var cs []*command.Command
-	cs = append(cs, &command.Command{
-		Name:    "doctor",
-		Summary: "check why RDMA does or does not work here, and say what to fix",
-		Run:     runDoctor,
-	})
-	return cs
+	return []*command.Command{
+		{Name: "doctor", Summary: "check why RDMA does or does not work here, and say what to fix", Run: runDoctor},
+	}
 }
 
 // status is the outcome of one finding.

@@ -11,6 +11,7 @@ package getopt
 import (
 	"flag"
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -131,6 +132,23 @@ type FuncValue struct {
 func (f FuncValue) String() string     { return "" }
 func (f FuncValue) Set(s string) error { return f.SetFunc(s) }
 func (f FuncValue) IsBoolFlag() bool   { return f.IsBool }
+
+// Option is the value of an option with a long name that takes an
+// argument (hasArg) or not: set gets the argument, or "true" for an option
+// without one. An option without an argument given one ("--long=x") is
+// refused as glibc refuses it: fail gets glibc's message, and its error is
+// the parse's.
+func Option(argv0, long string, hasArg bool, set func(string) error, fail func(msg string) error) FuncValue {
+	return FuncValue{IsBool: !hasArg, SetFunc: func(s string) error {
+		if !hasArg {
+			b, err := strconv.ParseBool(s)
+			if err != nil || !b {
+				return fail(fmt.Sprintf("%s: option '--%s' doesn't allow an argument\n", argv0, long))
+			}
+		}
+		return set(s)
+	}}
+}
 
 // Message turns the flag package's complaint into glibc getopt's.
 func Message(argv0 string, args []string, err error) string {

@@ -18,7 +18,6 @@ import (
 	"fmt"
 	"io"
 	"sort"
-	"strconv"
 	"strings"
 
 	"github.com/rdmago/rdma/cmd/rdmago/internal/clib"
@@ -108,16 +107,16 @@ var perfTests = func() map[string]perfTest {
 	return m
 }()
 
-// Commands are the subcommands of this file.
+// Commands are "rdmago perf" and one command per test, as perftest's
+// programs: ib_write_bw ...
 func Commands() []*command.Command {
-	var cs []*command.Command
-	cs = append(cs, &command.Command{
+	cs := []*command.Command{{
 		Name:    "perf",
 		Summary: "RDMA benchmarks, wire compatible with perftest's ib_{write,read,send,atomic}_{bw,lat}",
 		Run: func(args []string, stdout, stderr io.Writer) int {
 			return perfCommand(context.Background(), args, stdout, stderr)
 		},
-	})
+	}}
 	for name, t := range perfTests {
 		cs = append(cs, &command.Command{
 			Name:    "ib_" + name,
@@ -817,15 +816,7 @@ func perfParse(argv0 string, t perfTest, args []string) (perfOptions, perfStop) 
 			key = p.long
 		}
 		f := set[key]
-		v := getopt.FuncValue{IsBool: !p.hasArg, SetFunc: func(s string) error {
-			if !p.hasArg {
-				b, err := strconv.ParseBool(s)
-				if err != nil || !b {
-					return fail(fmt.Sprintf("%s: option '--%s' doesn't allow an argument\n", argv0, p.long))
-				}
-			}
-			return f(s)
-		}}
+		v := getopt.Option(argv0, p.long, p.hasArg, f, fail)
 		if p.short != "" {
 			fs.Var(v, p.short, p.help)
 		}

@@ -15,7 +15,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
 
 	"github.com/rdmago/rdma/uverbs"
@@ -48,16 +47,16 @@ func (k ppKind) String() string {
 	return fmt.Sprintf("ppKind(%d)", int(k))
 }
 
-// Commands are the subcommands of this file.
+// Commands are "rdmago pingpong" and one command per transport, as
+// rdma-core's programs: rc_pingpong ...
 func Commands() []*command.Command {
-	var cs []*command.Command
-	cs = append(cs, &command.Command{
+	cs := []*command.Command{{
 		Name:    "pingpong",
 		Summary: "ping-pong over RC, UC, UD or SRQ (as ibv_rc_pingpong and friends)",
 		Run: func(args []string, stdout, stderr io.Writer) int {
 			return pingpongMain(context.Background(), "pingpong", ppAll, args, stdout, stderr)
 		},
-	})
+	}}
 	for _, k := range []ppKind{ppRC, ppUC, ppUD, ppSRQ} {
 		name := k.String() + "_pingpong"
 		cs = append(cs, &command.Command{
@@ -276,15 +275,7 @@ func ppParseKind(argv0 string, k ppKind, withType bool, o ppOptions, args []stri
 			continue
 		}
 		f := set[p.short]
-		v := getopt.FuncValue{IsBool: !p.hasArg, SetFunc: func(s string) error {
-			if !p.hasArg {
-				b, err := strconv.ParseBool(s)
-				if err != nil || !b {
-					return fail(fmt.Sprintf("%s: option '--%s' doesn't allow an argument\n", argv0, p.long))
-				}
-			}
-			return f(s)
-		}}
+		v := getopt.Option(argv0, p.long, p.hasArg, f, fail)
 		fs.Var(v, p.short, p.help)
 		fs.Var(v, p.long, p.help)
 	}

@@ -46,24 +46,24 @@ const rsMsgSize = 16
 // all zeros, like the message).
 const rsRecvFill = 0xa5
 
-// Commands are the subcommands of this file.
+// Commands are "rdmago server" and "rdmago client".
 func Commands() []*command.Command {
-	var cs []*command.Command
-	cs = append(cs, &command.Command{
-		Name:    "server",
-		Summary: "answer one rdma_cm connection with a 16-byte message (as rdma_server)",
-		Run: func(args []string, stdout, stderr io.Writer) int {
-			return rsMain(context.Background(), true, args, stdout, stderr)
+	return []*command.Command{
+		{
+			Name:    "server",
+			Summary: "answer one rdma_cm connection with a 16-byte message (as rdma_server)",
+			Run: func(args []string, stdout, stderr io.Writer) int {
+				return rsMain(context.Background(), true, args, stdout, stderr)
+			},
 		},
-	})
-	cs = append(cs, &command.Command{
-		Name:    "client",
-		Summary: "send a 16-byte message over rdma_cm and wait for the answer (as rdma_client)",
-		Run: func(args []string, stdout, stderr io.Writer) int {
-			return rsMain(context.Background(), false, args, stdout, stderr)
+		{
+			Name:    "client",
+			Summary: "send a 16-byte message over rdma_cm and wait for the answer (as rdma_client)",
+			Run: func(args []string, stdout, stderr io.Writer) int {
+				return rsMain(context.Background(), false, args, stdout, stderr)
+			},
 		},
-	})
-	return cs
+	}
 }
 
 // rsOptions are the options of rdma_server and rdma_client.

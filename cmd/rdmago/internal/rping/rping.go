@@ -21,17 +21,15 @@ import (
 	"github.com/rdmago/rdma/cmd/rdmago/internal/getopt"
 )
 
-// Commands are the subcommands of this file.
+// Commands are "rdmago rping".
 func Commands() []*command.Command {
-	var cs []*command.Command
-	cs = append(cs, &command.Command{
+	return []*command.Command{{
 		Name:    "rping",
 		Summary: "RDMA read and write ping-pong over rdma_cm (as rping)",
 		Run: func(args []string, stdout, stderr io.Writer) int {
 			return rpingMain(context.Background(), args, stdout, stderr)
 		},
-	})
-	return cs
+	}}
 }
 
 // rpOptions are rping's options, with its types.
