@@ -18,11 +18,10 @@ import (
 	"strconv"
 	"syscall"
 
-	"github.com/rdmago/rdma/uverbs"
-
 	"github.com/rdmago/rdma/cmd/rdmago/internal/clib"
 	"github.com/rdmago/rdma/cmd/rdmago/internal/command"
 	"github.com/rdmago/rdma/cmd/rdmago/internal/getopt"
+	"github.com/rdmago/rdma/uverbs"
 )
 
 // Commands are "rdmago devinfo".

@@ -19,9 +19,8 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/rdmago/rdma/uverbs"
-
 	"github.com/rdmago/rdma/cmd/rdmago/internal/clib"
+	"github.com/rdmago/rdma/uverbs"
 )
 
 // portInfo is what devinfo shows of one port.

@@ -14,9 +14,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/rdmago/rdma/uverbs"
-
 	"github.com/rdmago/rdma/cmd/rdmago/internal/command"
+	"github.com/rdmago/rdma/uverbs"
 )
 
 // Commands are "rdmago doctor".

@@ -14,9 +14,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/rdmago/rdma/uverbs"
-
 	"github.com/rdmago/rdma/cmd/rdmago/internal/clib"
+	"github.com/rdmago/rdma/uverbs"
 )
 
 // perfCG formats x as printf("%g") does.

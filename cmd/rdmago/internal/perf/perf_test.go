@@ -18,9 +18,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/rdmago/rdma/uverbs"
-
 	"github.com/rdmago/rdma/cmd/rdmago/internal/tooltest"
+	"github.com/rdmago/rdma/uverbs"
 )
 
 // perftest's address messages for the same values, with and without a

@@ -24,11 +24,10 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/rdmago/rdma/internal/perftable"
-	"github.com/rdmago/rdma/internal/testenv"
-
 	"github.com/rdmago/rdma/cmd/rdmago/internal/clib"
 	"github.com/rdmago/rdma/cmd/rdmago/internal/tooltest"
+	"github.com/rdmago/rdma/internal/perftable"
+	"github.com/rdmago/rdma/internal/testenv"
 )
 
 // perfRunTimeout bounds each pair of processes: a run of 200 iterations

@@ -17,11 +17,10 @@ import (
 	"io"
 	"strings"
 
-	"github.com/rdmago/rdma/uverbs"
-
 	"github.com/rdmago/rdma/cmd/rdmago/internal/clib"
 	"github.com/rdmago/rdma/cmd/rdmago/internal/command"
 	"github.com/rdmago/rdma/cmd/rdmago/internal/getopt"
+	"github.com/rdmago/rdma/uverbs"
 )
 
 // ppKind is which of the four C programs to be.

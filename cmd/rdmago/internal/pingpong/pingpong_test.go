@@ -14,11 +14,10 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/rdmago/rdma/uverbs"
-
 	"github.com/rdmago/rdma/cmd/rdmago/internal/clib"
 	"github.com/rdmago/rdma/cmd/rdmago/internal/command"
 	"github.com/rdmago/rdma/cmd/rdmago/internal/tooltest"
+	"github.com/rdmago/rdma/uverbs"
 )
 
 func msgOf(s string) [ppMsgSize]byte {

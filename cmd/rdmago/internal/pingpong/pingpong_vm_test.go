@@ -16,10 +16,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rdmago/rdma/cmd/rdmago/internal/tooltest"
 	"github.com/rdmago/rdma/internal/testenv"
 	"github.com/rdmago/rdma/uverbs"
-
-	"github.com/rdmago/rdma/cmd/rdmago/internal/tooltest"
 )
 
 func TestMain(m *testing.M) {

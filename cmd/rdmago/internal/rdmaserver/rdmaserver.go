@@ -28,14 +28,13 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rdmago/rdma/cm"
+	"github.com/rdmago/rdma/cmd/rdmago/internal/clib"
+	"github.com/rdmago/rdma/cmd/rdmago/internal/command"
+	"github.com/rdmago/rdma/cmd/rdmago/internal/getopt"
 	"github.com/rdmago/rdma/provider"
 	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/uverbs"
 	"github.com/rdmago/rdma/wr"
-
-	"github.com/rdmago/rdma/cmd/rdmago/internal/clib"
-	"github.com/rdmago/rdma/cmd/rdmago/internal/command"
-	"github.com/rdmago/rdma/cmd/rdmago/internal/getopt"
 )
 
 // rsMsgSize is the size of the messages each way.

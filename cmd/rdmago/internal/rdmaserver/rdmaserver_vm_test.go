@@ -14,9 +14,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/rdmago/rdma/internal/testenv"
-
 	"github.com/rdmago/rdma/cmd/rdmago/internal/tooltest"
+	"github.com/rdmago/rdma/internal/testenv"
 )
 
 const (

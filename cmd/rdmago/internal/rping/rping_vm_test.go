@@ -15,9 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rdmago/rdma/internal/testenv"
-
 	"github.com/rdmago/rdma/cmd/rdmago/internal/tooltest"
+	"github.com/rdmago/rdma/internal/testenv"
 )
 
 const (

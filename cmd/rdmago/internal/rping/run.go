@@ -26,13 +26,12 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rdmago/rdma/cm"
+	"github.com/rdmago/rdma/cmd/rdmago/internal/clib"
 	"github.com/rdmago/rdma/mr"
 	"github.com/rdmago/rdma/provider"
 	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/uverbs"
 	"github.com/rdmago/rdma/wr"
-
-	"github.com/rdmago/rdma/cmd/rdmago/internal/clib"
 )
 
 // rpRun is one run of the program.

@@ -17,10 +17,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmago/rdma/cmd/rdmago/internal/command"
 	"github.com/rdmago/rdma/internal/perftable"
 	"github.com/rdmago/rdma/internal/testenv"
-
-	"github.com/rdmago/rdma/cmd/rdmago/internal/command"
 )
 
 // ChildEnv, when set, makes the test binary run rdmago with its
@@ -40,7 +39,6 @@ type Proc struct {
 	err            error
 }
 
-// Start starts argv (rdmago when argv[0] is "rdmago") with a timeout.
 // LogOnFailure logs what a process printed once the test has ended, and
 // only if it failed: a passing run's output would bury a failing one's in
 // the log (the tools print pages each), and CI shows only an excerpt.
@@ -53,6 +51,8 @@ func LogOnFailure(t *testing.T, p *Proc, status int) {
 	})
 }
 
+// Start starts argv (rdmago when argv[0] is "rdmago": the test binary,
+// which Main makes rdmago) with ctx's timeout.
 func Start(t *testing.T, ctx context.Context, label string, argv []string) *Proc {
 	t.Helper()
 	p := &Proc{Label: label, done: make(chan struct{})}
@@ -75,7 +75,7 @@ func Start(t *testing.T, ctx context.Context, label string, argv []string) *Proc
 	return p
 }
 
-// wait waits for the process and returns its exit status (-1 if killed).
+// Wait waits for the process and returns its exit status (-1 if killed).
 func (p *Proc) Wait() int {
 	<-p.done
 	var ee *exec.ExitError
@@ -115,6 +115,8 @@ func WaitListening(t *testing.T, srv *Proc, port int) {
 	}
 }
 
+// RequireCTool fails the test when the C tool at path is missing in the VM,
+// and skips it outside.
 func RequireCTool(t *testing.T, path string) {
 	t.Helper()
 	if _, err := os.Stat(path); err != nil {
@@ -175,6 +177,7 @@ func WaitCMListening(t *testing.T, srv *Proc, port int) {
 	}
 }
 
+// Lines splits s into its lines, without the last newline.
 func Lines(s string) []string {
 	s = strings.TrimSuffix(s, "\n")
 	if s == "" {
