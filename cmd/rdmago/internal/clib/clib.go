@@ -157,6 +157,15 @@ func Atoi(s string) int32 {
 	return int32(l)
 }
 
+// Errno is the errno err carries (what a C call would have set), or -1.
+func Errno(err error) int {
+	var e syscall.Errno
+	if errors.As(err, &e) && e != 0 {
+		return int(e)
+	}
+	return -1
+}
+
 // Strerror renders err as perror does: the C library's message for an
 // errno (Go's, with C's initial capital), or the error's own text.
 func Strerror(err error) string {

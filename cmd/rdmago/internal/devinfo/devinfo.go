@@ -16,7 +16,6 @@ import (
 	"slices"
 	"sort"
 	"strconv"
-	"syscall"
 
 	"github.com/rdmago/rdma/cmd/rdmago/internal/clib"
 	"github.com/rdmago/rdma/cmd/rdmago/internal/command"
@@ -335,9 +334,8 @@ func devinfoDevice(b devinfoBackend, dev uverbs.Device, o devinfoOpts, stdout, s
 // errnoStatus is the status ibv_devinfo returns when ibv_query_port fails:
 // the errno the provider returned, or 1 where there is none.
 func errnoStatus(err error) int {
-	var e syscall.Errno
-	if errors.As(err, &e) && e != 0 {
-		return int(e) & 0xff
+	if e := clib.Errno(err); e > 0 {
+		return e & 0xff
 	}
 	return 1
 }

@@ -20,7 +20,6 @@ import (
 	"fmt"
 	"net/netip"
 	"sync"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -79,15 +78,6 @@ func (r *rpRun) exit(code int) {
 	r.cancel()
 }
 
-// rpErrno is the errno a verbs call would have returned, or -1.
-func rpErrno(err error) int {
-	var e syscall.Errno
-	if errors.As(err, &e) && e != 0 {
-		return int(e)
-	}
-	return -1
-}
-
 // main runs the program and returns its exit status.
 func (r *rpRun) main(parent context.Context) int {
 	r.ctx, r.cancel = context.WithCancel(parent)
@@ -116,7 +106,7 @@ func (r *rpRun) run() int {
 		} else {
 			r.perror("failed to create RDMA CM event channel", err)
 		}
-		return rpErrno(err)
+		return clib.Errno(err)
 	}
 	defer ch.Close()
 	r.ch = ch
@@ -351,10 +341,10 @@ func (r *rpRun) prepare(c *rpConn, id *cm.ID) int {
 		return ret
 	}
 	if err := c.postRecv(); err != nil {
-		r.eprintf("ibv_post_recv failed: %d\n", rpErrno(err))
+		r.eprintf("ibv_post_recv failed: %d\n", clib.Errno(err))
 		c.freeBuffers()
 		c.freeQP()
-		return rpErrno(err)
+		return clib.Errno(err)
 	}
 	return 0
 }
@@ -371,14 +361,14 @@ func (c *rpConn) setupQP(id *cm.ID) int {
 	pd, err := dev.AllocPD()
 	if err != nil {
 		r.eprintf("ibv_alloc_pd failed\n")
-		return rpErrno(err)
+		return clib.Errno(err)
 	}
 	r.debugf("created pd %p\n", pd)
 	ch, err := dev.NewCompChannel()
 	if err != nil {
 		r.eprintf("ibv_create_comp_channel failed\n")
 		pd.Close()
-		return rpErrno(err)
+		return clib.Errno(err)
 	}
 	r.debugf("created channel %p\n", ch)
 	cq, err := dev.CreateCQ(uverbs.CQAttr{CQE: rpSQDepth * 2, Channel: ch})
@@ -386,7 +376,7 @@ func (c *rpConn) setupQP(id *cm.ID) int {
 		r.eprintf("ibv_create_cq failed\n")
 		ch.Close()
 		pd.Close()
-		return rpErrno(err)
+		return clib.Errno(err)
 	}
 	r.debugf("created cq %p\n", cq)
 	if err := cq.ReqNotify(false); err != nil {
@@ -394,7 +384,7 @@ func (c *rpConn) setupQP(id *cm.ID) int {
 		cq.Close()
 		ch.Close()
 		pd.Close()
-		return rpErrno(err)
+		return clib.Errno(err)
 	}
 	c.id, c.pd, c.channel, c.cq = id, pd, ch, cq
 	if ret := c.createQP(); ret != 0 {
@@ -469,13 +459,13 @@ func (c *rpConn) alloc(b *rpBuf, name string, n int, access wr.Access, malloced 
 			return -int(unix.ENOMEM)
 		}
 		c.r.eprintf("%s reg_mr failed\n", name)
-		return rpErrno(err)
+		return clib.Errno(err)
 	}
 	m, err := c.pd.RegMR(mem.Bytes(), access)
 	if err != nil {
 		mem.Free()
 		c.r.eprintf("%s reg_mr failed\n", name)
-		return rpErrno(err)
+		return clib.Errno(err)
 	}
 	*b = rpBuf{mem: mem, mr: m}
 	return 0
@@ -602,8 +592,8 @@ func (c *rpConn) cqEvent() int {
 	for {
 		n, err := c.cq.Poll(wcs[:])
 		if err != nil {
-			r.eprintf("poll error %d\n", -rpErrno(err))
-			return c.fail(-rpErrno(err))
+			r.eprintf("poll error %d\n", -clib.Errno(err))
+			return c.fail(-clib.Errno(err))
 		}
 		if n == 0 {
 			break
@@ -641,8 +631,8 @@ func (c *rpConn) cqEvent() int {
 				return c.fail(ret)
 			}
 			if err := c.postRecv(); err != nil {
-				r.eprintf("post recv error: %d\n", rpErrno(err))
-				return c.fail(rpErrno(err))
+				r.eprintf("post recv error: %d\n", clib.Errno(err))
+				return c.fail(clib.Errno(err))
 			}
 			c.sem.post()
 		default:
@@ -733,7 +723,7 @@ func (c *rpConn) accept() int {
 	var err error
 	if r.o.selfQP {
 		if err := c.selfModifyQP(c.id); err != nil {
-			return rpErrno(err)
+			return clib.Errno(err)
 		}
 		p := c.connParam()
 		err = c.id.Accept(r.ctx, &p)
@@ -792,8 +782,8 @@ func (c *rpConn) testServer() int {
 		c.rdmaWR[0].RKey, c.rdmaWR[0].RemoteAddr = rem.RKey, rem.Addr
 		c.rdmaSGL[0].Length = rem.Size
 		if err := c.postSend(c.rdmaWR[:]); err != nil {
-			r.eprintf("post send error %d\n", rpErrno(err))
-			ret = rpErrno(err)
+			r.eprintf("post send error %d\n", clib.Errno(err))
+			ret = clib.Errno(err)
 			break
 		}
 		r.debugf("server posted rdma read req \n")
@@ -808,8 +798,8 @@ func (c *rpConn) testServer() int {
 		}
 		// Go ahead.
 		if err := c.postSend(c.sqWR[:]); err != nil {
-			r.eprintf("post send error %d\n", rpErrno(err))
-			ret = rpErrno(err)
+			r.eprintf("post send error %d\n", clib.Errno(err))
+			ret = clib.Errno(err)
 			break
 		}
 		r.debugf("server posted go ahead\n")
@@ -830,8 +820,8 @@ func (c *rpConn) testServer() int {
 		c.rdmaSGL[0].Length = uint32(min(cStrlen(buf)+1, len(buf)))
 		r.debugf("rdma write from lkey %x laddr %x len %d\n", c.rdmaSGL[0].LKey, c.rdmaSGL[0].Addr, c.rdmaSGL[0].Length)
 		if err := c.postSend(c.rdmaWR[:]); err != nil {
-			r.eprintf("post send error %d\n", rpErrno(err))
-			ret = rpErrno(err)
+			r.eprintf("post send error %d\n", clib.Errno(err))
+			ret = clib.Errno(err)
 			break
 		}
 		if s := c.wait(); s != rpWriteComplete {
@@ -842,8 +832,8 @@ func (c *rpConn) testServer() int {
 		r.debugf("server rdma write complete \n")
 		// Go ahead: begin again.
 		if err := c.postSend(c.sqWR[:]); err != nil {
-			r.eprintf("post send error %d\n", rpErrno(err))
-			ret = rpErrno(err)
+			r.eprintf("post send error %d\n", clib.Errno(err))
+			ret = clib.Errno(err)
 			break
 		}
 		r.debugf("server posted go ahead\n")
@@ -866,8 +856,8 @@ func (c *rpConn) testClient() int {
 
 		c.formatSend(&c.startBuf)
 		if err := c.postSend(c.sqWR[:]); err != nil {
-			r.eprintf("post send error %d\n", rpErrno(err))
-			ret = rpErrno(err)
+			r.eprintf("post send error %d\n", clib.Errno(err))
+			ret = clib.Errno(err)
 			break
 		}
 		// The server has read the source buffer.
@@ -878,8 +868,8 @@ func (c *rpConn) testClient() int {
 		}
 		c.formatSend(&c.rdmaBuf)
 		if err := c.postSend(c.sqWR[:]); err != nil {
-			r.eprintf("post send error %d\n", rpErrno(err))
-			ret = rpErrno(err)
+			r.eprintf("post send error %d\n", clib.Errno(err))
+			ret = clib.Errno(err)
 			break
 		}
 		// The server has written the sink buffer.
