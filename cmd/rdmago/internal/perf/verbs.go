@@ -32,6 +32,7 @@ import (
 
 	"github.com/rdmago/rdma/cm"
 	"github.com/rdmago/rdma/cmd/rdmago/internal/clib"
+	"github.com/rdmago/rdma/cmd/rdmago/internal/tcpexch"
 	"github.com/rdmago/rdma/mr"
 	"github.com/rdmago/rdma/provider"
 	"github.com/rdmago/rdma/qp"
@@ -414,27 +415,21 @@ func (r *perfRun) establish(ctx context.Context) int {
 			fmt.Fprintf(r.stderr, "Problem in resolving basic address and port\n")
 			return r.failf("Unable to open file descriptor for socket connection Unable to init the socket connection")
 		}
-		var d net.Dialer
-		for _, a := range addrs {
-			if r.netConn, err = d.DialContext(ctx, "tcp4", net.JoinHostPort(a.String(), strconv.Itoa(o.port))); err == nil {
-				break
-			}
+		hosts := make([]string, len(addrs))
+		for i, a := range addrs {
+			hosts[i] = a.String()
 		}
-		if r.netConn == nil {
+		if r.netConn = tcpexch.Dial(ctx, "tcp4", hosts, o.port); r.netConn == nil {
 			fmt.Fprintf(r.stderr, "Couldn't connect to %s:%d\n", o.server, o.port)
 			return r.failf("Unable to open file descriptor for socket connection Unable to init the socket connection")
 		}
 	} else {
-		var lc net.ListenConfig // Go sets SO_REUSEADDR, as perftest does
-		ln, err := lc.Listen(ctx, "tcp4", net.JoinHostPort("", strconv.Itoa(o.port)))
+		ln, err := tcpexch.Listen(ctx, "tcp4", o.port)
 		if err != nil {
 			fmt.Fprintf(r.stderr, "Couldn't listen to port %d\n", o.port)
 			return r.failf("Unable to open file descriptor for socket connection Unable to init the socket connection")
 		}
-		stop := context.AfterFunc(ctx, func() { ln.Close() })
-		r.netConn, err = ln.Accept()
-		stop()
-		ln.Close()
+		r.netConn, err = tcpexch.AcceptOne(ctx, ln)
 		if err != nil {
 			fmt.Fprintf(r.stderr, "server accept: %v\naccept() failed\n", err)
 			return r.failf("Unable to open file descriptor for socket connection Unable to init the socket connection")

@@ -13,12 +13,12 @@ import (
 	"os"
 	"slices"
 	"sort"
-	"strconv"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/rdmago/rdma/cmd/rdmago/internal/clib"
+	"github.com/rdmago/rdma/cmd/rdmago/internal/tcpexch"
 	"github.com/rdmago/rdma/mr"
 	"github.com/rdmago/rdma/provider"
 	"github.com/rdmago/rdma/qp"
@@ -461,13 +461,7 @@ func (r *ppRun) clientExchange(ctx context.Context, p ppProto, local []ppDest) (
 	if err != nil {
 		return nil, r.failf("%s for %s:%d", clib.GaiStrerror(err), host, port)
 	}
-	var conn net.Conn
-	var d net.Dialer
-	for _, a := range addrs {
-		if conn, err = d.DialContext(ctx, "tcp", net.JoinHostPort(a, strconv.Itoa(port))); err == nil {
-			break
-		}
-	}
+	conn := tcpexch.Dial(ctx, "tcp", addrs, port)
 	if conn == nil {
 		return nil, r.failf("Couldn't connect to %s:%d", host, port)
 	}
@@ -485,15 +479,11 @@ func (r *ppRun) clientExchange(ctx context.Context, p ppProto, local []ppDest) (
 // and answers with the local addresses.
 func (r *ppRun) serverExchange(ctx context.Context, p ppProto, local []ppDest) ([]ppDest, int) {
 	port := int(r.o.port)
-	var lc net.ListenConfig // Go sets SO_REUSEADDR, as the C servers do
-	ln, err := lc.Listen(ctx, "tcp", net.JoinHostPort("", strconv.Itoa(port)))
+	ln, err := tcpexch.Listen(ctx, "tcp", port)
 	if err != nil {
 		return nil, r.failf("Couldn't listen to port %d", port)
 	}
-	stopLn := context.AfterFunc(ctx, func() { ln.Close() })
-	conn, err := ln.Accept()
-	stopLn()
-	ln.Close()
+	conn, err := tcpexch.AcceptOne(ctx, ln)
 	if err != nil {
 		return nil, r.failf("accept() failed")
 	}
