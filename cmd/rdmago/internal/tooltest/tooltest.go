@@ -102,15 +102,22 @@ func FreePort(t *testing.T) int {
 // WaitListening waits until the server listens on port, or exits.
 func WaitListening(t *testing.T, srv *Proc, port int) {
 	t.Helper()
-	deadline := time.Now().Add(RunTimeout)
-	for !perftable.Listening(port) {
+	waitUntil(t, srv, port, perftable.Listening, 20*time.Millisecond, RunTimeout)
+}
+
+// waitUntil polls listening every poll until it reports port, and fails
+// the test when srv exits first or timeout passes.
+func waitUntil(t *testing.T, srv *Proc, port int, listening func(port int) bool, poll, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !listening(port) {
 		select {
 		case <-srv.done:
 			t.Fatalf("%s exited (%v) before listening on port %d:\n%s%s", srv.Label, srv.err, port, srv.Stdout.String(), srv.Stderr.String())
-		case <-time.After(20 * time.Millisecond):
+		case <-time.After(poll):
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s does not listen on port %d after %v", srv.Label, port, RunTimeout)
+			t.Fatalf("%s does not listen on port %d after %v", srv.Label, port, timeout)
 		}
 	}
 }
@@ -164,17 +171,7 @@ func CMIDs(port int) int {
 // rdma_cm, or exits.
 func WaitCMListening(t *testing.T, srv *Proc, port int) {
 	t.Helper()
-	deadline := time.Now().Add(CMTimeout)
-	for !CMListening(port) {
-		select {
-		case <-srv.done:
-			t.Fatalf("%s exited (%v) before listening on port %d:\n%s%s", srv.Label, srv.err, port, srv.Stdout.String(), srv.Stderr.String())
-		case <-time.After(50 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s does not listen on port %d after %v", srv.Label, port, CMTimeout)
-		}
-	}
+	waitUntil(t, srv, port, CMListening, 50*time.Millisecond, CMTimeout)
 }
 
 // Lines splits s into its lines, without the last newline.
