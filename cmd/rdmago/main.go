@@ -6,37 +6,21 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
-	"sort"
-	"strings"
+
+	"github.com/rdmago/rdma/cmd/rdmago/internal/command"
+	"github.com/rdmago/rdma/cmd/rdmago/internal/devinfo"
+	"github.com/rdmago/rdma/cmd/rdmago/internal/doctor"
+	"github.com/rdmago/rdma/cmd/rdmago/internal/perf"
+	"github.com/rdmago/rdma/cmd/rdmago/internal/pingpong"
+	"github.com/rdmago/rdma/cmd/rdmago/internal/rdmaserver"
+	"github.com/rdmago/rdma/cmd/rdmago/internal/rping"
 )
 
-// command is one subcommand of rdmago.
-type command struct {
-	Name    string // what the user types: "devinfo"
-	Summary string // one line for "rdmago help"
-	// Run runs the command with its arguments (those after its name) and
-	// returns the exit status. It writes only to stdout and stderr, so that
-	// tests can run it in-process; "-h" should print its usage to stdout
-	// and return 0.
-	Run func(args []string, stdout, stderr io.Writer) int
-}
-
-// commands holds the subcommands by name. Each command's file adds itself
-// with register from an init function.
-var commands = map[string]*command{}
-
-// register adds a subcommand; a duplicate name is a programming error.
-func register(c *command) {
-	if _, dup := commands[c.Name]; dup {
-		panic("rdmago: command registered twice: " + c.Name)
-	}
-	commands[c.Name] = c
-}
-
-func init() {
-	register(&command{Name: "help", Summary: "show the commands, or a command's usage", Run: runHelp})
-	register(&command{Name: "version", Summary: "print the version of rdmago", Run: runVersion})
-}
+// commands are rdmago's subcommands: each tool's, with help and version.
+var commands = command.NewSet(
+	[]*command.Command{{Name: "version", Summary: "print the version of rdmago", Run: runVersion}},
+	devinfo.Commands(), doctor.Commands(), perf.Commands(), pingpong.Commands(), rdmaserver.Commands(), rping.Commands(),
+)
 
 // version is set at link time with -ldflags "-X main.version=v1.2.3"; when
 // empty, the module version recorded in the binary is used.
@@ -49,69 +33,7 @@ func main() {
 // rdmago runs the command line (without the program name) and returns the
 // exit status.
 func rdmago(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
-		writeHelp(stderr)
-		return 2
-	}
-	name := args[0]
-	switch name {
-	case "-h", "-help", "--help":
-		writeHelp(stdout)
-		return 0
-	case "-version", "--version":
-		name = "version"
-	}
-	c, ok := commands[name]
-	if !ok {
-		fmt.Fprintf(stderr, "rdmago: unknown command %q\nRun 'rdmago help' for usage.\n", name)
-		return 2
-	}
-	return c.Run(args[1:], stdout, stderr)
-}
-
-// runHelp is "rdmago help [command]".
-func runHelp(args []string, stdout, stderr io.Writer) int {
-	switch len(args) {
-	case 0:
-		writeHelp(stdout)
-		return 0
-	case 1:
-		if args[0] == "-h" || args[0] == "-help" || args[0] == "--help" {
-			writeHelp(stdout)
-			return 0
-		}
-		c, ok := commands[args[0]]
-		if !ok {
-			fmt.Fprintf(stderr, "rdmago help: unknown command %q\nRun 'rdmago help' for usage.\n", args[0])
-			return 2
-		}
-		if c.Name == "help" {
-			writeHelp(stdout)
-			return 0
-		}
-		return c.Run([]string{"-h"}, stdout, stderr)
-	}
-	fmt.Fprintf(stderr, "usage: rdmago help [command]\n")
-	return 2
-}
-
-// writeHelp lists the commands.
-func writeHelp(w io.Writer) {
-	var b strings.Builder
-	b.WriteString("rdmago is a tool for RDMA devices, written in pure Go.\n\n")
-	b.WriteString("Usage:\n\n\trdmago <command> [arguments]\n\nThe commands are:\n\n")
-	names := make([]string, 0, len(commands))
-	width := 0
-	for n := range commands {
-		names = append(names, n)
-		width = max(width, len(n))
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		fmt.Fprintf(&b, "\t%-*s  %s\n", width, n, commands[n].Summary)
-	}
-	b.WriteString("\nUse \"rdmago help <command>\" or \"rdmago <command> -h\" for more about a command.\n")
-	io.WriteString(w, b.String())
+	return commands.Run(args, stdout, stderr)
 }
 
 // runVersion is "rdmago version".

@@ -5,6 +5,8 @@ import (
 	"io"
 	"strings"
 	"testing"
+
+	"github.com/rdmago/rdma/cmd/rdmago/internal/command"
 )
 
 func runRdmago(args ...string) (stdout, stderr string, status int) {
@@ -48,7 +50,7 @@ func TestDispatch(t *testing.T) {
 
 func TestHelpListsEveryCommand(t *testing.T) {
 	var b bytes.Buffer
-	writeHelp(&b)
+	commands.WriteHelp(&b)
 	for name, c := range commands {
 		if !strings.Contains(b.String(), "\t"+name+" ") || !strings.Contains(b.String(), c.Summary) {
 			t.Errorf("help does not list %s", name)
@@ -75,5 +77,5 @@ func TestRegisterTwicePanics(t *testing.T) {
 			t.Error("no panic")
 		}
 	}()
-	register(&command{Name: "devinfo"})
+	commands.Register(&command.Command{Name: "devinfo"})
 }

@@ -1,0 +1,178 @@
+// Package getopt parses command lines as glibc's getopt_long does, on top
+// of package flag: bundled short options, options after operands, and
+// getopt's messages.
+package getopt
+
+// Helpers that let the standard flag package take command lines written for
+// the rdma-core and perftest tools, which parse theirs with getopt_long:
+// bundled short options ("-lv"), values glued to their option ("-drxe0",
+// "-i1"), options after operands, and C's strtol for numbers.
+
+import (
+	"flag"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// ExpandShortOptions rewrites getopt-style bundles into separate arguments
+// the flag package parses: "-lv" becomes "-l -v", "-drxe0" becomes
+// "-d rxe0". An argument that names a flag of fs as it is ("-list",
+// "-ib-dev=x", "--verbose") is left alone, as are operands, option values
+// and everything after "--". Unknown letters are split out too, so that the
+// flag package reports them.
+func ExpandShortOptions(fs *flag.FlagSet, args []string) []string {
+	out := make([]string, 0, len(args))
+	takesValue := func(f *flag.Flag) bool {
+		b, ok := f.Value.(interface{ IsBoolFlag() bool })
+		return !ok || !b.IsBoolFlag()
+	}
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			out = append(out, args[i:]...)
+			break
+		}
+		if len(a) < 2 || a[0] != '-' {
+			out = append(out, a) // an operand
+			continue
+		}
+		name := strings.TrimLeft(a, "-")
+		hasValue := strings.Contains(name, "=")
+		if k := strings.IndexByte(name, '='); k >= 0 {
+			name = name[:k]
+		}
+		if strings.HasPrefix(a, "--") && fs.Lookup(name) == nil {
+			// getopt_long takes any unambiguous prefix of a long option.
+			if full := longOptionFor(fs, name); full != "" {
+				a = "--" + full + a[2+len(name):]
+				name = full
+			}
+		}
+		if f := fs.Lookup(name); f != nil || strings.HasPrefix(a, "--") || len(a) == 2 {
+			// A whole flag name (or something the flag package will report).
+			out = append(out, a)
+			if f != nil && !hasValue && takesValue(f) && i+1 < len(args) {
+				i++
+				out = append(out, args[i]) // its value, whatever it looks like
+			}
+			continue
+		}
+		// A bundle of single-letter options.
+		for k := 1; k < len(a); k++ {
+			opt := "-" + a[k:k+1]
+			out = append(out, opt)
+			f := fs.Lookup(a[k : k+1])
+			if f == nil || !takesValue(f) {
+				continue
+			}
+			if k+1 < len(a) {
+				out = append(out, a[k+1:]) // "-drxe0": the rest is the value
+			} else if i+1 < len(args) {
+				i++
+				out = append(out, args[i])
+			}
+			break
+		}
+	}
+	return out
+}
+
+// longOptionFor returns the long option (a flag name longer than one
+// letter) that prefix abbreviates, or "" if none or several do.
+func longOptionFor(fs *flag.FlagSet, prefix string) string {
+	if prefix == "" {
+		return ""
+	}
+	found := ""
+	fs.VisitAll(func(f *flag.Flag) {
+		if len(f.Name) > 1 && strings.HasPrefix(f.Name, prefix) {
+			if found != "" {
+				found = "\x00" // ambiguous
+				return
+			}
+			found = f.Name
+		}
+	})
+	if found == "\x00" {
+		return ""
+	}
+	return found
+}
+
+// ParsePermuted parses args as getopt_long does by default: options may
+// follow operands. It returns the operands. Parsing stops at the first
+// error or at "--", after which everything is an operand.
+func ParsePermuted(fs *flag.FlagSet, args []string) ([]string, error) {
+	var operands []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return operands, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return operands, nil
+		}
+		if used := len(args) - len(rest); used > 0 && args[used-1] == "--" {
+			return append(operands, rest...), nil
+		}
+		operands = append(operands, rest[0])
+		args = rest[1:]
+	}
+}
+
+// FuncValue is a flag.Value that calls a function on every occurrence of
+// the flag, so a command can act on options in command-line order, as a
+// getopt loop does.
+type FuncValue struct {
+	SetFunc func(string) error
+	IsBool  bool
+}
+
+func (f FuncValue) String() string     { return "" }
+func (f FuncValue) Set(s string) error { return f.SetFunc(s) }
+func (f FuncValue) IsBoolFlag() bool   { return f.IsBool }
+
+// Option is the value of an option with a long name that takes an
+// argument (hasArg) or not: set gets the argument, or "true" for an option
+// without one. An option without an argument given one ("--long=x") is
+// refused as glibc refuses it: fail gets glibc's message, and its error is
+// the parse's.
+func Option(argv0, long string, hasArg bool, set func(string) error, fail func(msg string) error) FuncValue {
+	return FuncValue{IsBool: !hasArg, SetFunc: func(s string) error {
+		if !hasArg {
+			b, err := strconv.ParseBool(s)
+			if err != nil || !b {
+				return fail(fmt.Sprintf("%s: option '--%s' doesn't allow an argument\n", argv0, long))
+			}
+		}
+		return set(s)
+	}}
+}
+
+// Message turns the flag package's complaint into glibc getopt's.
+func Message(argv0 string, args []string, err error) string {
+	s := err.Error()
+	name := func(prefix string) string { return strings.TrimLeft(strings.TrimPrefix(s, prefix), "-") }
+	switch {
+	case strings.HasPrefix(s, "flag provided but not defined: "):
+		n := name("flag provided but not defined: ")
+		if len(n) == 1 {
+			return fmt.Sprintf("%s: invalid option -- '%s'\n", argv0, n)
+		}
+		// glibc quotes the whole argument, value and all.
+		for _, a := range args {
+			if a == "--"+n || strings.HasPrefix(a, "--"+n+"=") {
+				return fmt.Sprintf("%s: unrecognized option '%s'\n", argv0, a)
+			}
+		}
+		return fmt.Sprintf("%s: unrecognized option '--%s'\n", argv0, n)
+	case strings.HasPrefix(s, "flag needs an argument: "):
+		n := name("flag needs an argument: ")
+		if len(n) == 1 {
+			return fmt.Sprintf("%s: option requires an argument -- '%s'\n", argv0, n)
+		}
+		return fmt.Sprintf("%s: option '--%s' requires an argument\n", argv0, n)
+	}
+	return fmt.Sprintf("%s: %s\n", argv0, s)
+}

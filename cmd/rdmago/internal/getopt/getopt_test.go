@@ -1,0 +1,53 @@
+package getopt
+
+import (
+	"flag"
+	"io"
+	"slices"
+	"testing"
+)
+
+func TestExpandShortOptions(t *testing.T) {
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.String("d", "", "")
+	fs.String("ib-dev", "", "")
+	fs.Bool("l", false, "")
+	fs.Bool("v", false, "")
+	fs.Bool("verbose", false, "")
+	fs.Int("i", 0, "")
+	for _, tc := range []struct{ in, want []string }{
+		{nil, []string{}},
+		{[]string{"-lv"}, []string{"-l", "-v"}},
+		{[]string{"-drxe0"}, []string{"-d", "rxe0"}},
+		{[]string{"-vi1"}, []string{"-v", "-i", "1"}},
+		{[]string{"-vd", "rxe0"}, []string{"-v", "-d", "rxe0"}},
+		{[]string{"-d", "-lv"}, []string{"-d", "-lv"}},
+		{[]string{"--ib-dev", "-lv"}, []string{"--ib-dev", "-lv"}},
+		{[]string{"-ib-dev=x", "--verbose", "-verbose"}, []string{"-ib-dev=x", "--verbose", "-verbose"}},
+		{[]string{"-lx"}, []string{"-l", "-x"}},
+		{[]string{"--bogus", "-x"}, []string{"--bogus", "-x"}},
+		{[]string{"op", "-lv", "--", "-lv"}, []string{"op", "-l", "-v", "--", "-lv"}},
+		{[]string{"-", "-v"}, []string{"-", "-v"}},
+		{[]string{"-d"}, []string{"-d"}},
+		{[]string{"-vd"}, []string{"-v", "-d"}},
+	} {
+		if got := ExpandShortOptions(fs, tc.in); !slices.Equal(got, tc.want) {
+			t.Errorf("expandShortOptions(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestParsePermuted(t *testing.T) {
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	v := fs.Bool("v", false, "")
+	d := fs.String("d", "", "")
+	ops, err := ParsePermuted(fs, []string{"a", "-v", "b", "-d", "x", "--", "-c", "d"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !*v || *d != "x" || !slices.Equal(ops, []string{"a", "b", "-c", "d"}) {
+		t.Errorf("v=%v d=%q operands=%q", *v, *d, ops)
+	}
+}

@@ -1,0 +1,212 @@
+// Package tooltest holds what the tests of rdmago's tools share: running a
+// tool's commands in process, the test binary as rdmago in a child process
+// (Main, Start), and the fixtures of the device tests that run a Go tool
+// and a C tool side by side.
+package tooltest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rdmago/rdma/cmd/rdmago/internal/command"
+	"github.com/rdmago/rdma/internal/perftable"
+	"github.com/rdmago/rdma/internal/testenv"
+)
+
+// ChildEnv, when set, makes the test binary run rdmago with its
+// arguments instead of the tests.
+const ChildEnv = "RDMAGO_TEST_RUN_RDMAGO"
+
+// RunTimeout bounds each process of a run: under TCG a 50-iteration
+// exchange takes well under a second, the start of a process a few.
+const RunTimeout = 90 * time.Second
+
+// Proc is one side of a run.
+type Proc struct {
+	Label          string
+	cmd            *exec.Cmd
+	Stdout, Stderr bytes.Buffer
+	done           chan struct{}
+	err            error
+}
+
+// LogOnFailure logs what a process printed once the test has ended, and
+// only if it failed: a passing run's output would bury a failing one's in
+// the log (the tools print pages each), and CI shows only an excerpt.
+func LogOnFailure(t *testing.T, p *Proc, status int) {
+	t.Helper()
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("%s (status %d):\n%s%s", p.Label, status, p.Stdout.String(), p.Stderr.String())
+		}
+	})
+}
+
+// Start starts argv (rdmago when argv[0] is "rdmago": the test binary,
+// which Main makes rdmago) with ctx's timeout.
+func Start(t *testing.T, ctx context.Context, label string, argv []string) *Proc {
+	t.Helper()
+	p := &Proc{Label: label, done: make(chan struct{})}
+	if argv[0] == "rdmago" {
+		p.cmd = exec.CommandContext(ctx, os.Args[0], argv[1:]...)
+		p.cmd.Env = append(os.Environ(), ChildEnv+"=1")
+	} else {
+		p.cmd = exec.CommandContext(ctx, argv[0], argv[1:]...)
+	}
+	p.cmd.Stdout, p.cmd.Stderr = &p.Stdout, &p.Stderr
+	p.cmd.WaitDelay = 5 * time.Second
+	t.Logf("%s: %s", label, strings.Join(argv, " "))
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("%s: %v", label, err)
+	}
+	go func() {
+		p.err = p.cmd.Wait()
+		close(p.done)
+	}()
+	return p
+}
+
+// Wait waits for the process and returns its exit status (-1 if killed).
+func (p *Proc) Wait() int {
+	<-p.done
+	var ee *exec.ExitError
+	switch {
+	case p.err == nil:
+		return 0
+	case errors.As(p.err, &ee):
+		return ee.ExitCode()
+	}
+	return -1
+}
+
+// FreePort returns a TCP port nothing listens on.
+func FreePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", ":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// WaitListening waits until the server listens on port, or exits.
+func WaitListening(t *testing.T, srv *Proc, port int) {
+	t.Helper()
+	waitUntil(t, srv, port, perftable.Listening, 20*time.Millisecond, RunTimeout)
+}
+
+// waitUntil polls listening every poll until it reports port, and fails
+// the test when srv exits first or timeout passes.
+func waitUntil(t *testing.T, srv *Proc, port int, listening func(port int) bool, poll, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !listening(port) {
+		select {
+		case <-srv.done:
+			t.Fatalf("%s exited (%v) before listening on port %d:\n%s%s", srv.Label, srv.err, port, srv.Stdout.String(), srv.Stderr.String())
+		case <-time.After(poll):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s does not listen on port %d after %v", srv.Label, port, timeout)
+		}
+	}
+}
+
+// RequireCTool fails the test when the C tool at path is missing in the VM,
+// and skips it outside.
+func RequireCTool(t *testing.T, path string) {
+	t.Helper()
+	if _, err := os.Stat(path); err != nil {
+		if testenv.InVM() {
+			t.Fatalf("rdma-core's %s is missing (install ibverbs-utils): %v", path, err)
+		}
+		t.Skipf("no %s: %v", path, err)
+	}
+}
+
+const (
+	// VMAddr is the VM's address, where the rdma_cm tools listen.
+	VMAddr = "10.0.2.15"
+	// CMTimeout bounds each process of an rdma_cm run.
+	CMTimeout = 90 * time.Second
+)
+
+// CMListening reports whether an rdma_cm ID listens on port, from the
+// kernel's table of them (rdma res show cm_id).
+func CMListening(port int) bool {
+	out, err := exec.Command("/usr/bin/rdma", "res", "show", "cm_id").Output()
+	if err != nil {
+		return false
+	}
+	suffix := ":" + strconv.Itoa(port) + " "
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.Contains(line, " state LISTEN ") && strings.Contains(line+" ", suffix) {
+			return true
+		}
+	}
+	return false
+}
+
+// CMIDs counts the rdma_cm IDs on local port port: a listener and the
+// connections it accepted.
+func CMIDs(port int) int {
+	out, err := exec.Command("/usr/bin/rdma", "res", "show", "cm_id").Output()
+	if err != nil {
+		return -1
+	}
+	return strings.Count(string(out), ":"+strconv.Itoa(port)+" ")
+}
+
+// WaitCMListening waits until the server listens on port through
+// rdma_cm, or exits.
+func WaitCMListening(t *testing.T, srv *Proc, port int) {
+	t.Helper()
+	waitUntil(t, srv, port, CMListening, 50*time.Millisecond, CMTimeout)
+}
+
+// Lines splits s into its lines, without the last newline.
+func Lines(s string) []string {
+	s = strings.TrimSuffix(s, "\n")
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, "\n")
+}
+
+// RoCEGID is ::ffff:10.0.2.15, the VM's RoCE v2 GID.
+var RoCEGID = [16]byte{10: 0xff, 11: 0xff, 12: 10, 13: 0, 14: 2, 15: 15}
+
+// FuzzPeer is a connection whose peer's bytes are the fuzzer's; what
+// rdmago writes is thrown away.
+type FuzzPeer struct{ R io.Reader }
+
+func (p FuzzPeer) Read(b []byte) (int, error) { return p.R.Read(b) }
+
+func (p FuzzPeer) Write(b []byte) (int, error) { return len(b), nil }
+
+// Run runs the command line args among cmds (and help), in
+// process, as rdmago would.
+func Run(cmds []*command.Command, args ...string) (stdout, stderr string, status int) {
+	var o, e bytes.Buffer
+	status = command.NewSet(cmds).Run(args, &o, &e)
+	return o.String(), e.String(), status
+}
+
+// Main is the TestMain of a tool's tests: with ChildEnv set, the
+// test binary is rdmago with cmds, for Start; else it runs the tests.
+func Main(m *testing.M, cmds []*command.Command) {
+	if os.Getenv(ChildEnv) == "1" {
+		os.Exit(command.NewSet(cmds).Run(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
