@@ -1,7 +1,7 @@
 package qp
 
 import (
-	"github.com/rdmago/rdma/uverbs/abi"
+	"github.com/rdmago/rdma/internal/abi"
 	"github.com/rdmago/rdma/wr"
 )
 

@@ -8,13 +8,13 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rdmago/rdma/internal/abi"
 	"github.com/rdmago/rdma/provider"
-	"github.com/rdmago/rdma/uverbs/abi"
 	"github.com/rdmago/rdma/wr"
 )
 
 // Step 4 of docs/mlx5.md: the builders' driver data, byte for byte as the
-// kernel reads it (struct layouts from uverbs/abi, native endian), the UAR
+// kernel reads it (struct layouts from internal/abi, native endian), the UAR
 // mappings they ask for, and what they make of the kernel's answers. The
 // fake kernel is the model's (model_test.go), which records every mmap.
 
