@@ -7,6 +7,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rdmago/rdma/internal/abi"
+	"github.com/rdmago/rdma/internal/qpabi"
 	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/uverbs"
 )
@@ -389,6 +390,6 @@ func (id *ID) initQPAttr(state qp.State) (qp.Attr, qp.AttrMask, error) {
 	if err := exec(f, c, unsafe.Pointer(resp)); err != nil {
 		return qp.Attr{}, 0, wrapErr(fmt.Sprintf("init QP attr %v", state), err)
 	}
-	a, mask := qp.DecodeUverbsAttr(resp)
-	return a, mask &^ qp.MaskReserved, nil
+	a, mask := qpabi.DecodeUverbsAttr(resp)
+	return a, mask &^ qpabi.MaskReserved, nil
 }

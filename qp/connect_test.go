@@ -7,6 +7,9 @@ import (
 	"github.com/rdmago/rdma/wr"
 )
 
+// roceGID is ::ffff:192.168.1.2, a RoCE v2 GID.
+var roceGID = [16]byte{10: 0xff, 11: 0xff, 12: 192, 13: 168, 14: 1, 15: 2}
+
 func TestConnectSequence(t *testing.T) {
 	r := Remote{QPN: 0x11, PSN: 0x222, LID: 0, GID: roceGID, SGIDIndex: 1, PortNum: 1}
 	for _, typ := range []Type{RC, UC, UD} {

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rdmago/rdma/internal/abi"
+	"github.com/rdmago/rdma/internal/qpabi"
 	"github.com/rdmago/rdma/provider"
 	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/wr"
@@ -223,7 +224,7 @@ func (q *QP) modify(a *qp.Attr, mask qp.AttrMask) error {
 	// The extended command only adds the rate limit, which the state table
 	// allows for raw packet QPs alone: the base command carries the rest.
 	req := new(abi.IbUverbsExModifyQp)
-	*req = qp.EncodeModify(q.handle, a, mask)
+	*req = qpabi.EncodeModify(q.handle, a, mask)
 	if err := q.ctx.invokeWrite(abi.IB_USER_VERBS_CMD_MODIFY_QP,
 		unsafe.Pointer(&req.Base), int(unsafe.Sizeof(req.Base)), nil, 0, "modify QP"); err != nil {
 		return err
@@ -249,13 +250,13 @@ func (q *QP) Query(mask qp.AttrMask) (qp.Attr, qp.InitAttr, error) {
 		return qp.Attr{}, qp.InitAttr{}, ErrClosed
 	}
 	req := new(abi.IbUverbsQueryQp)
-	*req = qp.EncodeQuery(q.handle, mask)
+	*req = qpabi.EncodeQuery(q.handle, mask)
 	resp := new(abi.IbUverbsQueryQpResp)
 	if err := q.ctx.invokeWrite(abi.IB_USER_VERBS_CMD_QUERY_QP, unsafe.Pointer(req), int(unsafe.Sizeof(*req)),
 		unsafe.Pointer(resp), int(unsafe.Sizeof(*resp)), "query QP"); err != nil {
 		return qp.Attr{}, qp.InitAttr{}, err
 	}
-	a, ia := qp.DecodeQuery(resp)
+	a, ia := qpabi.DecodeQuery(resp)
 	return a, ia, nil
 }
 
