@@ -14,7 +14,7 @@ import (
 	"github.com/rdmago/rdma/cm"
 	"github.com/rdmago/rdma/internal/rdmatest"
 	"github.com/rdmago/rdma/internal/testenv"
-	"github.com/rdmago/rdma/provider"
+	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/uverbs"
 	"github.com/rdmago/rdma/wr"
 )
@@ -24,7 +24,7 @@ func TestDeviceSyncConnect(t *testing.T) {
 	defer cancel()
 	listen, port := rdmatest.Listen(t, cm.PSTCP)
 	t.Logf("listening on %v, device %v port %d", listen.SrcAddr(), listen.Verbs().Device().Name, listen.PortNum())
-	caps := provider.QPCaps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}
+	caps := qp.Caps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}
 	done := make(chan error, 1)
 	go func() {
 		id, err := listen.GetRequest(ctx)

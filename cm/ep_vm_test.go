@@ -14,7 +14,7 @@ import (
 	"github.com/rdmago/rdma/cm"
 	"github.com/rdmago/rdma/internal/rdmatest"
 	"github.com/rdmago/rdma/internal/testenv"
-	"github.com/rdmago/rdma/provider"
+	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/uverbs"
 	"github.com/rdmago/rdma/wr"
 )
@@ -22,7 +22,7 @@ import (
 // epAttr is the QP of librdmacm's rdma_server and rdma_client examples.
 func epAttr() uverbs.QPInitAttr {
 	return uverbs.QPInitAttr{
-		Cap:       provider.QPCaps{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 16},
+		Cap:       qp.Caps{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 16},
 		SignalAll: true,
 	}
 }

@@ -9,7 +9,7 @@ import (
 
 	"github.com/rdmago/rdma/cm"
 	"github.com/rdmago/rdma/internal/rdmatest"
-	"github.com/rdmago/rdma/provider"
+	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/uverbs"
 	"github.com/rdmago/rdma/wr"
 )
@@ -148,7 +148,7 @@ func TestDeviceVerbsErrors(t *testing.T) {
 	wantErrno(t, "comp without QP", err, unix.EINVAL)
 	rdmatest.Destroy(t, id)
 
-	caps := provider.QPCaps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}
+	caps := qp.Caps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}
 	p := rdmatest.ConnectCM(t, cm.PSTCP, caps, nil)
 	c, s := p.Client, p.Server
 	buf := rdmatest.Alloc(t, 8192)

@@ -22,7 +22,7 @@ func TestConnectSequence(t *testing.T) {
 			Validate(typ, StateRTR, rts.State, rtsMask),
 		} {
 			if err != nil {
-				t.Errorf("%s: %v", typeName(typ), err)
+				t.Errorf("%s: %v", typ, err)
 			}
 		}
 	}
@@ -62,7 +62,7 @@ func TestConnectAttrs(t *testing.T) {
 	}
 	for _, typ := range []Type{UC, UD} {
 		if a, m = RTSAttrs(typ, 0x333); a != (Attr{State: StateRTS, SQPSN: 0x333}) || m != AttrState|AttrSQPSN {
-			t.Errorf("%s RTS: %v %+v", typeName(typ), m, a)
+			t.Errorf("%s RTS: %v %+v", typ, m, a)
 		}
 	}
 }

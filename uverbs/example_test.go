@@ -6,7 +6,6 @@ import (
 	"log"
 
 	"github.com/rdmago/rdma/mr"
-	"github.com/rdmago/rdma/provider"
 	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/uverbs"
 	"github.com/rdmago/rdma/wr"
@@ -56,7 +55,7 @@ func ExamplePD_CreateQP() {
 	}
 	defer buf.Close()
 
-	caps := provider.QPCaps{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1}
+	caps := qp.Caps{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1}
 	a, err := pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: cq, RecvCQ: cq, Cap: caps})
 	if err != nil {
 		log.Fatal(err)

@@ -23,7 +23,7 @@ type QPInitAttr struct {
 	RecvCQ *CQ
 	// SRQ, if set, supplies the receives; the QP then has no receive queue.
 	SRQ *SRQ
-	Cap provider.QPCaps
+	Cap qp.Caps
 	// SignalAll makes every send work request complete with a completion,
 	// whatever its Signaled flag (sq_sig_all).
 	SignalAll bool
@@ -41,7 +41,7 @@ type QP struct {
 	pd     *PD
 	typ    qp.Type
 	num    uint32
-	caps   provider.QPCaps
+	caps   qp.Caps
 	sendCQ *CQ
 	recvCQ *CQ
 	srq    *SRQ
@@ -151,7 +151,7 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 		q.deps = append(q.deps, attr.SRQ)
 	}
 	q.num = *qpNum
-	q.caps = provider.QPCaps{
+	q.caps = qp.Caps{
 		MaxSendWR:     capOut.Max_send_wr,
 		MaxRecvWR:     capOut.Max_recv_wr,
 		MaxSendSGE:    capOut.Max_send_sge,
@@ -182,7 +182,7 @@ func (q *QP) Num() uint32 { return q.num }
 func (q *QP) Type() qp.Type { return q.typ }
 
 // Caps returns the queue sizes the device granted.
-func (q *QP) Caps() provider.QPCaps { return q.caps }
+func (q *QP) Caps() qp.Caps { return q.caps }
 
 // State returns the state the QP was last moved to by Modify. A QP can also
 // enter the error state on its own; Query asks the kernel.

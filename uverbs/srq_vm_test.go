@@ -8,7 +8,6 @@ import (
 
 	"github.com/rdmago/rdma/internal/rdmatest"
 	"github.com/rdmago/rdma/mr"
-	"github.com/rdmago/rdma/provider"
 	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/uverbs"
 	"github.com/rdmago/rdma/wr"
@@ -34,7 +33,7 @@ func TestDeviceSRQShared(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cq.Close()
-	caps := provider.QPCaps{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1}
+	caps := qp.Caps{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1}
 	var senders, receivers [2]*uverbs.QP
 	for i := range senders {
 		if senders[i], err = pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: cq, RecvCQ: cq, Cap: caps}); err != nil {

@@ -8,7 +8,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/rdmago/rdma/internal/abi"
-	"github.com/rdmago/rdma/provider"
 	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/wr"
 )
@@ -23,7 +22,7 @@ func fullAttr() qp.Attr {
 		State: qp.StateRTR, CurState: qp.StateInit, PathMTU: 5, PathMigState: qp.MigArmed,
 		QKey: 0x11111111, RQPSN: 0x123456, SQPSN: 0x654321, DestQPNum: 0x000abc,
 		QPAccessFlags: wr.LocalWrite | wr.RemoteWrite | wr.RemoteRead,
-		Cap:           provider.QPCaps{MaxSendWR: 1, MaxRecvWR: 2, MaxSendSGE: 3, MaxRecvSGE: 4, MaxInlineData: 5},
+		Cap:           qp.Caps{MaxSendWR: 1, MaxRecvWR: 2, MaxSendSGE: 3, MaxRecvSGE: 4, MaxInlineData: 5},
 		AHAttr: qp.AHAttr{DLID: 0x1234, SL: 3, SrcPathBits: 1, StaticRate: 7, IsGlobal: true, PortNum: 1,
 			DGID: roceGID, FlowLabel: 0xabcde, SGIDIndex: 3, HopLimit: 64, TrafficClass: 0x68},
 		AltAHAttr: qp.AHAttr{DLID: 0x4321, SL: 2, SrcPathBits: 2, StaticRate: 3, PortNum: 2,

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/rdmago/rdma/mr"
-	"github.com/rdmago/rdma/provider"
 	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/uverbs"
 	"github.com/rdmago/rdma/wr"
@@ -102,7 +101,7 @@ type Pair struct {
 // NewPair opens the test device and connects two QPs of typ with caps on
 // it; each has a CQ of 64 entries and a region (End). Everything is closed
 // when the test ends, the QPs first; a test may close any of it earlier.
-func NewPair(t testing.TB, typ qp.Type, caps provider.QPCaps) *Pair {
+func NewPair(t testing.TB, typ qp.Type, caps qp.Caps) *Pair {
 	t.Helper()
 	p := &Pair{}
 	p.Ctx, p.PD = OpenPD(t)

@@ -20,7 +20,6 @@ import (
 	"github.com/rdmago/rdma/cmd/rdmago/internal/clib"
 	"github.com/rdmago/rdma/cmd/rdmago/internal/tcpexch"
 	"github.com/rdmago/rdma/mr"
-	"github.com/rdmago/rdma/provider"
 	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/uverbs"
 	"github.com/rdmago/rdma/wr"
@@ -283,7 +282,7 @@ func (r *ppRun) init(dev uverbs.Device) int {
 	}
 
 	nqp := 1
-	caps := provider.QPCaps{MaxSendWR: 1, MaxRecvWR: o.rxDepth, MaxSendSGE: 1, MaxRecvSGE: 1}
+	caps := qp.Caps{MaxSendWR: 1, MaxRecvWR: o.rxDepth, MaxSendSGE: 1, MaxRecvSGE: 1}
 	typ := qp.RC
 	switch o.kind {
 	case ppUC:
@@ -295,7 +294,7 @@ func (r *ppRun) init(dev uverbs.Device) int {
 			return r.failf("Couldn't create SRQ")
 		}
 		nqp = int(o.numQP)
-		caps = provider.QPCaps{MaxSendWR: 1, MaxSendSGE: 1}
+		caps = qp.Caps{MaxSendWR: 1, MaxSendSGE: 1}
 	}
 	r.sendFlags = wr.Signaled
 	for i := 0; i < nqp; i++ {

@@ -31,7 +31,6 @@ import (
 	"github.com/rdmago/rdma/cmd/rdmago/internal/clib"
 	"github.com/rdmago/rdma/cmd/rdmago/internal/command"
 	"github.com/rdmago/rdma/cmd/rdmago/internal/getopt"
-	"github.com/rdmago/rdma/provider"
 	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/uverbs"
 	"github.com/rdmago/rdma/wr"
@@ -151,7 +150,7 @@ func (r *rsRun) perror(prefix string, err error) { io.WriteString(r.stderr, clib
 // rsQPAttr is the QP both programs ask for.
 func rsQPAttr() uverbs.QPInitAttr {
 	return uverbs.QPInitAttr{
-		Cap:       provider.QPCaps{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: rsMsgSize},
+		Cap:       qp.Caps{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: rsMsgSize},
 		SignalAll: true,
 	}
 }
