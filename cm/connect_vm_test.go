@@ -34,7 +34,7 @@ func TestDeviceSyncConnect(t *testing.T) {
 		}
 		defer id.Destroy()
 		t.Logf("request: %v private %q", id.Event(), id.Event().PrivateData())
-		if err := id.CreateQP(nil, uverbs.QPInitAttr{Cap: caps}); err != nil {
+		if err := id.CreateQP(nil, uverbs.QPInitAttr{Caps: caps}); err != nil {
 			done <- err
 			return
 		}
@@ -57,7 +57,7 @@ func TestDeviceSyncConnect(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("route %+v", id.Route())
-	if err := id.CreateQP(nil, uverbs.QPInitAttr{Cap: caps}); err != nil {
+	if err := id.CreateQP(nil, uverbs.QPInitAttr{Caps: caps}); err != nil {
 		t.Fatal(err)
 	}
 	p := cm.DefaultConnParam()
@@ -101,7 +101,7 @@ func TestDeviceReject(t *testing.T) {
 	defer rdmatest.Destroy(t, id)
 	rdmatest.Must(t, id.ResolveAddr(ctx, netip.AddrPort{}, rdmatest.VMAddrPort(port), 0))
 	rdmatest.Must(t, id.ResolveRoute(ctx, 0))
-	rdmatest.Must(t, id.CreateQP(nil, uverbs.QPInitAttr{Cap: rdmatest.Caps}))
+	rdmatest.Must(t, id.CreateQP(nil, uverbs.QPInitAttr{Caps: rdmatest.Caps}))
 	err = id.Connect(ctx, &p)
 	rdmatest.Must(t, <-srv)
 	wantErrno(t, "connect", err, unix.ECONNREFUSED)

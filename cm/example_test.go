@@ -23,7 +23,7 @@ func ExampleCreateEP_server() {
 		log.Fatal(err)
 	}
 	attr := uverbs.QPInitAttr{
-		Cap:       qp.Caps{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 16},
+		Caps:      qp.Caps{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 16},
 		SignalAll: true,
 	}
 	listen, err := cm.CreateEP(ctx, res, nil, &attr)
@@ -74,7 +74,7 @@ func ExampleCreateEP_client() {
 		log.Fatal(err)
 	}
 	attr := uverbs.QPInitAttr{
-		Cap:       qp.Caps{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 16},
+		Caps:      qp.Caps{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 16},
 		SignalAll: true,
 	}
 	id, err := cm.CreateEP(ctx, res, nil, &attr)
@@ -242,7 +242,7 @@ func ExampleID_PostUDSend() {
 	if err := id.ResolveRoute(ctx, 2*time.Second); err != nil {
 		log.Fatal(err)
 	}
-	if err := id.CreateQP(nil, uverbs.QPInitAttr{Cap: qp.Caps{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}}); err != nil {
+	if err := id.CreateQP(nil, uverbs.QPInitAttr{Caps: qp.Caps{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}}); err != nil {
 		log.Fatal(err)
 	}
 	if err := id.Connect(ctx, nil); err != nil { // service ID resolution
@@ -292,7 +292,7 @@ func ExampleEventChannel_GetEvent() {
 		case cm.EventAddrResolved:
 			err = ev.ID.ResolveRoute(ctx, 2*time.Second)
 		case cm.EventRouteResolved:
-			if err = ev.ID.CreateQP(nil, uverbs.QPInitAttr{Cap: caps}); err == nil {
+			if err = ev.ID.CreateQP(nil, uverbs.QPInitAttr{Caps: caps}); err == nil {
 				err = ev.ID.Connect(ctx, nil)
 			}
 		case cm.EventEstablished:
@@ -321,7 +321,7 @@ func ExampleID_SetKeepAlive() {
 	}
 	attr := uverbs.QPInitAttr{
 		// A send slot more than the program uses, for the probe.
-		Cap: qp.Caps{MaxSendWR: 2, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 16},
+		Caps: qp.Caps{MaxSendWR: 2, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 16},
 	}
 	id, err := cm.CreateEP(ctx, res, nil, &attr)
 	if err != nil {

@@ -128,7 +128,7 @@ func pairAccept(ctx context.Context, t *testing.T, l *cm.ID, caps qp.Caps, ackTi
 	if ackTimeout != 0 {
 		rdmatest.Must(t, id.SetAckTimeout(ackTimeout))
 	}
-	rdmatest.Must(t, id.CreateQP(nil, uverbs.QPInitAttr{Cap: caps}))
+	rdmatest.Must(t, id.CreateQP(nil, uverbs.QPInitAttr{Caps: caps}))
 	if prep != nil {
 		prep(id)
 	}
@@ -156,7 +156,7 @@ func pairDial(ctx context.Context, t *testing.T, s pairSide, ps cm.PortSpace, po
 			err = id.ResolveRoute(ctx, 2*time.Second)
 		}
 		if err == nil {
-			err = id.CreateQP(nil, uverbs.QPInitAttr{Cap: caps})
+			err = id.CreateQP(nil, uverbs.QPInitAttr{Caps: caps})
 		}
 		if err == nil && prep != nil {
 			prep(id)

@@ -68,19 +68,19 @@ func (id *ID) CreateQP(pd *uverbs.PD, attr uverbs.QPInitAttr) error {
 			return fail(err)
 		}
 		v.ownSend = true
-		if v.sendCQ, err = ctx.CreateCQ(uverbs.CQAttr{CQE: int(max(attr.Cap.MaxSendWR, 1)), Channel: v.sendCh}); err != nil {
+		if v.sendCQ, err = ctx.CreateCQ(uverbs.CQAttr{CQE: int(max(attr.Caps.MaxSendWR, 1)), Channel: v.sendCh}); err != nil {
 			return fail(err)
 		}
 		attr.SendCQ = v.sendCQ
 	} else {
 		v.sendCQ = attr.SendCQ
 	}
-	if attr.RecvCQ == nil && (attr.SRQ == nil || attr.Cap.MaxRecvWR > 0) {
+	if attr.RecvCQ == nil && (attr.SRQ == nil || attr.Caps.MaxRecvWR > 0) {
 		if v.recvCh, err = ctx.NewCompChannel(); err != nil {
 			return fail(err)
 		}
 		v.ownRecv = true
-		if v.recvCQ, err = ctx.CreateCQ(uverbs.CQAttr{CQE: int(max(attr.Cap.MaxRecvWR, 1)), Channel: v.recvCh}); err != nil {
+		if v.recvCQ, err = ctx.CreateCQ(uverbs.CQAttr{CQE: int(max(attr.Caps.MaxRecvWR, 1)), Channel: v.recvCh}); err != nil {
 			return fail(err)
 		}
 		attr.RecvCQ = v.recvCQ

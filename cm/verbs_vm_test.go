@@ -216,7 +216,7 @@ func TestDeviceNotConnected(t *testing.T) {
 	defer rdmatest.Destroy(t, id)
 	rdmatest.Must(t, id.ResolveAddr(ctx, rdmatest.VMAddrPort(0), rdmatest.VMAddrPort(port), 0))
 	rdmatest.Must(t, id.ResolveRoute(ctx, 0))
-	rdmatest.Must(t, id.CreateQP(nil, uverbs.QPInitAttr{Cap: rdmatest.Caps}))
+	rdmatest.Must(t, id.CreateQP(nil, uverbs.QPInitAttr{Caps: rdmatest.Caps}))
 	buf := rdmatest.Alloc(t, 4096)
 	m := rdmatest.Reg(t, id.RegMsgs, buf)
 	wantErrno(t, "send before connect", id.PostSend(1, buf[:8], m, wr.Signaled), unix.ENOTCONN)

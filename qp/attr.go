@@ -4,7 +4,7 @@
 // transition the way the kernel's ib_modify_qp_is_ok does (Validate), turns
 // attributes into the uverbs command structs and back (EncodeModify,
 // EncodeQuery, DecodeQuery), and builds the attributes of the usual
-// RESET→INIT→RTR→RTS sequence (InitAttrs, RTRAttrs, RTSAttrs).
+// RESET→INIT→RTR→RTS sequence (ToInit, ToRTR, ToRTS).
 //
 // Package uverbs sends the commands; this package never touches a device.
 package qp
@@ -179,7 +179,7 @@ type Attr struct {
 	// AttrAccessFlags: the remote operations the QP accepts (RemoteWrite,
 	// RemoteRead, RemoteAtomic).
 	QPAccessFlags wr.Access
-	Cap           Caps   // AttrCap: queue sizes (query only)
+	Caps          Caps   // AttrCap: queue sizes (query only)
 	AHAttr        AHAttr // AttrAV: the primary path
 	AltAHAttr     AHAttr // AttrAltPath, with AltPKeyIndex, AltPortNum, AltTimeout
 	PKeyIndex     uint16 // AttrPKeyIndex
@@ -202,7 +202,7 @@ type Attr struct {
 // InitAttr is what a query returns of the attributes the QP was created with
 // (the part of struct ibv_qp_init_attr the kernel reports).
 type InitAttr struct {
-	Cap Caps
+	Caps Caps
 	// SQSigAll: every send work request completes with a completion.
 	SQSigAll bool
 }

@@ -39,7 +39,7 @@ func TestDeviceEventsManyCQs(t *testing.T) {
 		defer cqs[i].Close()
 		// qps[i] receives into cqs[i]; its peer sends to it below.
 		if qps[i], err = r.PD.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: r.A.CQ, RecvCQ: cqs[i],
-			Cap: qp.Caps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+			Caps: qp.Caps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
 			t.Fatal(err)
 		}
 		defer qps[i].Close()
@@ -47,7 +47,7 @@ func TestDeviceEventsManyCQs(t *testing.T) {
 	var peers [n]*uverbs.QP
 	for i := range peers {
 		if peers[i], err = r.PD.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: r.B.CQ, RecvCQ: r.B.CQ,
-			Cap: qp.Caps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+			Caps: qp.Caps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
 			t.Fatal(err)
 		}
 		defer peers[i].Close()
@@ -104,12 +104,12 @@ func newEventPair(t *testing.T, r *rdmatest.Pair) (*uverbs.CompChannel, *uverbs.
 	}
 	t.Cleanup(func() { cq.Close() })
 	caps := qp.Caps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}
-	rq, err := r.PD.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: r.A.CQ, RecvCQ: cq, Cap: caps})
+	rq, err := r.PD.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: r.A.CQ, RecvCQ: cq, Caps: caps})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { rq.Close() })
-	sq, err := r.PD.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: r.B.CQ, RecvCQ: r.B.CQ, Cap: caps})
+	sq, err := r.PD.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: r.B.CQ, RecvCQ: r.B.CQ, Caps: caps})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -329,10 +329,10 @@ func newOverrunRig(t *testing.T, smallRecv bool) *overrunRig {
 	if smallRecv {
 		sendCQ, recvCQ = r.big, r.small
 	}
-	r.a, err = pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: sendCQ, RecvCQ: recvCQ, Cap: caps})
+	r.a, err = pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: sendCQ, RecvCQ: recvCQ, Caps: caps})
 	rdmatest.Must(t, err)
 	closeLater(r.a)
-	r.b, err = pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: r.big, RecvCQ: r.big, Cap: caps})
+	r.b, err = pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: r.big, RecvCQ: r.big, Caps: caps})
 	rdmatest.Must(t, err)
 	closeLater(r.b)
 	gidIndex, gid := rdmatest.RoCEv2GID(t, ctx)

@@ -24,7 +24,7 @@ func TestDeviceKeepAliveStuckStream(t *testing.T) {
 
 	// What cannot run a check: a QP not yet connected, one created
 	// SingleThreaded, and a bad timeout.
-	q, err := r.PD.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: r.A.CQ, RecvCQ: r.A.CQ, Cap: qp.Caps{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	q, err := r.PD.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: r.A.CQ, RecvCQ: r.A.CQ, Caps: qp.Caps{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +33,7 @@ func TestDeviceKeepAliveStuckStream(t *testing.T) {
 	}
 	rdmatest.Check(t, "close QP", q.Close())
 	single, err := r.PD.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: r.A.CQ, RecvCQ: r.A.CQ, SingleThreaded: true,
-		Cap: qp.Caps{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		Caps: qp.Caps{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}

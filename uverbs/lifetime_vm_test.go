@@ -148,7 +148,7 @@ func TestDeviceDroppedObjectsRelease(t *testing.T) {
 		cq, err := ctx.CreateCQ(uverbs.CQAttr{CQE: 16, Channel: ch})
 		rdmatest.Must(t, err)
 		q, err := pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: cq, RecvCQ: cq,
-			Cap: qp.Caps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+			Caps: qp.Caps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
 		rdmatest.Must(t, err)
 		m, err := pd.RegMR(make([]byte, 4096), wr.LocalWrite)
 		rdmatest.Must(t, err)
@@ -208,10 +208,10 @@ func TestDeviceUseAfterClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	caps := qp.Caps{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}
-	_, err = old.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: cq, RecvCQ: cq, Cap: caps})
+	_, err = old.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: cq, RecvCQ: cq, Caps: caps})
 	closed("CreateQP on a closed PD", err)
 	rdmatest.Check(t, "close CQ", cq.Close())
-	_, err = pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: r.A.CQ, RecvCQ: cq, Cap: caps})
+	_, err = pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: r.A.CQ, RecvCQ: cq, Caps: caps})
 	closed("CreateQP with a closed CQ", err)
 	rdmatest.Check(t, "the new PD, which nothing landed on: Close", pd.Close())
 

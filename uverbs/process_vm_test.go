@@ -43,7 +43,7 @@ func newSide(t *testing.T) *side {
 	}
 	t.Cleanup(func() { s.buf.Close() })
 	if s.qp, err = s.pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: s.cq, RecvCQ: s.cq,
-		Cap: qp.Caps{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+		Caps: qp.Caps{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.qp.Close() })

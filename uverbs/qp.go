@@ -22,8 +22,8 @@ type QPInitAttr struct {
 	SendCQ *CQ
 	RecvCQ *CQ
 	// SRQ, if set, supplies the receives; the QP then has no receive queue.
-	SRQ *SRQ
-	Cap qp.Caps
+	SRQ  *SRQ
+	Caps qp.Caps
 	// SignalAll makes every send work request complete with a completion,
 	// whatever its Signaled flag (sq_sig_all).
 	SignalAll bool
@@ -96,7 +96,7 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 	if err != nil {
 		return nil, err
 	}
-	pattr := provider.QPInitAttr{Type: attr.Type, Caps: attr.Cap, HasSRQ: attr.SRQ != nil, SignalAll: attr.SignalAll}
+	pattr := provider.QPInitAttr{Type: attr.Type, Caps: attr.Caps, HasSRQ: attr.SRQ != nil, SignalAll: attr.SignalAll}
 	if attr.SRQ != nil {
 		pattr.SRQ = attr.SRQ.prov
 	}
@@ -109,11 +109,11 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 	id := c.nextID.Add(1)
 
 	capIn := &abi.IbUverbsQpCap{
-		Max_send_wr:     attr.Cap.MaxSendWR,
-		Max_recv_wr:     attr.Cap.MaxRecvWR,
-		Max_send_sge:    attr.Cap.MaxSendSGE,
-		Max_recv_sge:    attr.Cap.MaxRecvSGE,
-		Max_inline_data: attr.Cap.MaxInlineData,
+		Max_send_wr:     attr.Caps.MaxSendWR,
+		Max_recv_wr:     attr.Caps.MaxRecvWR,
+		Max_send_sge:    attr.Caps.MaxSendSGE,
+		Max_recv_sge:    attr.Caps.MaxRecvSGE,
+		Max_inline_data: attr.Caps.MaxInlineData,
 	}
 	capOut := new(abi.IbUverbsQpCap)
 	qpNum := new(uint32)

@@ -165,7 +165,7 @@ func TestDeviceQueryQP(t *testing.T) {
 	if a.State != qp.StateRTS || a.DestQPNum != r.B.QP.Num() || a.PathMTU != uint8(uverbs.MTU1024) || a.Timeout != rdmatest.QPTimeout {
 		t.Errorf("query: state %v dest %d mtu %d timeout %d; want RTS, %d, 3, %d", a.State, a.DestQPNum, a.PathMTU, a.Timeout, r.B.QP.Num(), rdmatest.QPTimeout)
 	}
-	if !a.AHAttr.IsGlobal || a.AHAttr.DGID != r.GID || init.Cap.MaxSendWR < 8 {
+	if !a.AHAttr.IsGlobal || a.AHAttr.DGID != r.GID || init.Caps.MaxSendWR < 8 {
 		t.Errorf("query: AH %+v, init %+v", a.AHAttr, init)
 	}
 }
@@ -179,7 +179,7 @@ func TestDevicePostStateAndDepth(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cq.Close()
-	q, err := pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: cq, RecvCQ: cq, Cap: qp.Caps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	q, err := pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: cq, RecvCQ: cq, Caps: qp.Caps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +193,7 @@ func TestDevicePostStateAndDepth(t *testing.T) {
 		t.Errorf("post recv in RESET: %d, %v; want 0, EINVAL", n, err)
 	}
 
-	a, m := qp.InitAttrs(qp.RC, 1, 0, rdmatest.AllAccess, 0)
+	a, m := qp.ToInit(qp.RC, 1, 0, rdmatest.AllAccess, 0)
 	if err := q.Modify(&a, m); err != nil {
 		t.Fatal(err)
 	}

@@ -36,11 +36,11 @@ func TestDeviceSRQShared(t *testing.T) {
 	caps := qp.Caps{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1}
 	var senders, receivers [2]*uverbs.QP
 	for i := range senders {
-		if senders[i], err = pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: cq, RecvCQ: cq, Cap: caps}); err != nil {
+		if senders[i], err = pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: cq, RecvCQ: cq, Caps: caps}); err != nil {
 			t.Fatal(err)
 		}
 		defer senders[i].Close()
-		if receivers[i], err = pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: cq, SRQ: srq, Cap: caps}); err != nil {
+		if receivers[i], err = pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: cq, SRQ: srq, Caps: caps}); err != nil {
 			t.Fatal(err)
 		}
 		defer receivers[i].Close()

@@ -141,11 +141,11 @@ func EncodeQuery(handle uint32, mask qp.AttrMask) abi.IbUverbsQueryQp {
 // back both in Attr.Cap and InitAttr.Cap.
 func DecodeQuery(resp *abi.IbUverbsQueryQpResp) (qp.Attr, qp.InitAttr) {
 	caps := qp.InitAttr{SQSigAll: resp.Sq_sig_all != 0}
-	caps.Cap.MaxSendWR = resp.Max_send_wr
-	caps.Cap.MaxRecvWR = resp.Max_recv_wr
-	caps.Cap.MaxSendSGE = resp.Max_send_sge
-	caps.Cap.MaxRecvSGE = resp.Max_recv_sge
-	caps.Cap.MaxInlineData = resp.Max_inline_data
+	caps.Caps.MaxSendWR = resp.Max_send_wr
+	caps.Caps.MaxRecvWR = resp.Max_recv_wr
+	caps.Caps.MaxSendSGE = resp.Max_send_sge
+	caps.Caps.MaxRecvSGE = resp.Max_recv_sge
+	caps.Caps.MaxInlineData = resp.Max_inline_data
 	a := qp.Attr{
 		State:           qp.State(resp.Qp_state),
 		CurState:        qp.State(resp.Cur_qp_state),
@@ -156,7 +156,7 @@ func DecodeQuery(resp *abi.IbUverbsQueryQpResp) (qp.Attr, qp.InitAttr) {
 		SQPSN:           resp.Sq_psn,
 		DestQPNum:       resp.Dest_qp_num,
 		QPAccessFlags:   wr.Access(resp.Qp_access_flags),
-		Cap:             caps.Cap,
+		Caps:            caps.Caps,
 		AHAttr:          decodeDest(&resp.Dest),
 		AltAHAttr:       decodeDest(&resp.Alt_dest),
 		PKeyIndex:       resp.Pkey_index,

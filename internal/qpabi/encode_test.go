@@ -22,7 +22,7 @@ func fullAttr() qp.Attr {
 		State: qp.StateRTR, CurState: qp.StateInit, PathMTU: 5, PathMigState: qp.MigArmed,
 		QKey: 0x11111111, RQPSN: 0x123456, SQPSN: 0x654321, DestQPNum: 0x000abc,
 		QPAccessFlags: wr.LocalWrite | wr.RemoteWrite | wr.RemoteRead,
-		Cap:           qp.Caps{MaxSendWR: 1, MaxRecvWR: 2, MaxSendSGE: 3, MaxRecvSGE: 4, MaxInlineData: 5},
+		Caps:          qp.Caps{MaxSendWR: 1, MaxRecvWR: 2, MaxSendSGE: 3, MaxRecvSGE: 4, MaxInlineData: 5},
 		AHAttr: qp.AHAttr{DLID: 0x1234, SL: 3, SrcPathBits: 1, StaticRate: 7, IsGlobal: true, PortNum: 1,
 			DGID: roceGID, FlowLabel: 0xabcde, SGIDIndex: 3, HopLimit: 64, TrafficClass: 0x68},
 		AltAHAttr: qp.AHAttr{DLID: 0x4321, SL: 2, SrcPathBits: 2, StaticRate: 3, PortNum: 2,
@@ -133,7 +133,7 @@ func TestQuery(t *testing.T) {
 	if d := cmp.Diff(wantAttr, gotAttr); d != "" {
 		t.Errorf("Attr (-want +got):\n%s", d)
 	}
-	if d := cmp.Diff(qp.InitAttr{Cap: a.Cap, SQSigAll: true}, gotInit); d != "" {
+	if d := cmp.Diff(qp.InitAttr{Caps: a.Caps, SQSigAll: true}, gotInit); d != "" {
 		t.Errorf("InitAttr (-want +got):\n%s", d)
 	}
 }

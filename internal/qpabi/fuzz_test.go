@@ -63,8 +63,8 @@ func FuzzDecodeQuery(f *testing.F) {
 		var r abi.IbUverbsQueryQpResp
 		copy(rawBytes(&r), b)
 		a, init := DecodeQuery(&r)
-		if a.Cap != init.Cap {
-			t.Fatalf("capabilities %+v and %+v differ", a.Cap, init.Cap)
+		if a.Caps != init.Caps {
+			t.Fatalf("capabilities %+v and %+v differ", a.Caps, init.Caps)
 		}
 		_, _ = a.State.String(), a.CurState.String()
 		for _, d := range []*abi.IbUverbsQpDest{&r.Dest, &r.Alt_dest} {

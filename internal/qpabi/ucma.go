@@ -23,7 +23,7 @@ func DecodeUverbsAttr(r *abi.IbUverbsQpAttr) (qp.Attr, qp.AttrMask) {
 		DestQPNum:    r.Dest_qp_num,
 		// The kernel's access flags are the ibv_access_flags bits.
 		QPAccessFlags: wr.Access(r.Qp_access_flags),
-		Cap: qp.Caps{MaxSendWR: r.Max_send_wr, MaxRecvWR: r.Max_recv_wr,
+		Caps: qp.Caps{MaxSendWR: r.Max_send_wr, MaxRecvWR: r.Max_recv_wr,
 			MaxSendSGE: r.Max_send_sge, MaxRecvSGE: r.Max_recv_sge, MaxInlineData: r.Max_inline_data},
 		AHAttr:           DecodeAHAttr(&r.Ah_attr),
 		AltAHAttr:        DecodeAHAttr(&r.Alt_ah_attr),

@@ -30,7 +30,7 @@ func TestDecodeUverbsAttr(t *testing.T) {
 	want := qp.Attr{
 		State: qp.StateRTS, CurState: qp.StateRTR, PathMTU: 3, QKey: 0x01234567, RQPSN: 1, SQPSN: 2, DestQPNum: 3,
 		QPAccessFlags: wr.RemoteWrite | wr.RemoteRead,
-		Cap:           a.Cap,
+		Caps:          a.Caps,
 		AHAttr: qp.AHAttr{DLID: 5, SL: 1, IsGlobal: true, PortNum: 1, DGID: [16]byte{15: 7}, FlowLabel: 9,
 			SGIDIndex: 1, HopLimit: 64, TrafficClass: 2},
 		PKeyIndex: 1, AltPKeyIndex: 2, MaxRdAtomic: 4, MaxDestRdAtomic: 5, MinRNRTimer: 12,
@@ -39,8 +39,8 @@ func TestDecodeUverbsAttr(t *testing.T) {
 	if diff := cmp.Diff(want, a); diff != "" {
 		t.Errorf("decoded (-want +got):\n%s", diff)
 	}
-	if a.Cap.MaxSendWR != 10 || a.Cap.MaxInlineData != 14 {
-		t.Errorf("caps %+v", a.Cap)
+	if a.Caps.MaxSendWR != 10 || a.Caps.MaxInlineData != 14 {
+		t.Errorf("caps %+v", a.Caps)
 	}
 	if mask != qp.AttrMask(r.Qp_attr_mask) {
 		t.Errorf("mask %v", mask)

@@ -95,7 +95,7 @@ func Dial(ctx context.Context, t testing.TB, ps cm.PortSpace, port uint16, caps 
 		err = id.ResolveRoute(ctx, 2*time.Second)
 	}
 	if err == nil {
-		err = id.CreateQP(nil, uverbs.QPInitAttr{Cap: caps})
+		err = id.CreateQP(nil, uverbs.QPInitAttr{Caps: caps})
 	}
 	if err == nil {
 		err = id.Connect(ctx, param)
@@ -131,7 +131,7 @@ func ConnectCM(t testing.TB, ps cm.PortSpace, caps qp.Caps, prep func(*cm.ID)) *
 			srv <- res{err: err}
 			return
 		}
-		if err = id.CreateQP(nil, uverbs.QPInitAttr{Cap: caps}); err == nil {
+		if err = id.CreateQP(nil, uverbs.QPInitAttr{Caps: caps}); err == nil {
 			if prep != nil {
 				prep(id)
 			}

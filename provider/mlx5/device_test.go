@@ -91,10 +91,10 @@ func newPair(t *testing.T, caps qp.Caps, srq *uverbs.SRQ, ctx *uverbs.Context, p
 			t.Fatal(err)
 		}
 	}
-	if p.a, err = pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: p.cqa, RecvCQ: p.cqa, Cap: caps}); err != nil {
+	if p.a, err = pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: p.cqa, RecvCQ: p.cqa, Caps: caps}); err != nil {
 		t.Fatal(err)
 	}
-	if p.b, err = pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: p.cqb, RecvCQ: p.cqb, Cap: caps, SRQ: srq}); err != nil {
+	if p.b, err = pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: p.cqb, RecvCQ: p.cqb, Caps: caps, SRQ: srq}); err != nil {
 		t.Fatal(err)
 	}
 	for _, b := range []**mr.Region{&p.bufA, &p.bufB} {
@@ -226,12 +226,12 @@ func TestDeviceMLX5Arm(t *testing.T) {
 	}
 	defer cq.Close()
 	p := newPair(t, qp.Caps{MaxSendWR: 8, MaxSendSGE: 1, MaxRecvWR: 8, MaxRecvSGE: 1}, nil, ctx, pd)
-	q, err := pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: cq, RecvCQ: cq, Cap: qp.Caps{MaxSendWR: 8, MaxSendSGE: 1}})
+	q, err := pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: cq, RecvCQ: cq, Caps: qp.Caps{MaxSendWR: 8, MaxSendSGE: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer q.Close()
-	peer, err := pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: p.cqb, RecvCQ: p.cqb, Cap: qp.Caps{MaxRecvWR: 8, MaxRecvSGE: 1}})
+	peer, err := pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: p.cqb, RecvCQ: p.cqb, Caps: qp.Caps{MaxRecvWR: 8, MaxRecvSGE: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}

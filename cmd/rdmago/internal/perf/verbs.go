@@ -555,7 +555,7 @@ func (r *perfRun) init() int {
 	caps := r.qpCaps()
 	// With -R, connectCM makes the QPs on their rdma_cm IDs.
 	for i := 0; i < o.numQPs && !o.rdmaCM; i++ {
-		q, err := r.pd.CreateQP(uverbs.QPInitAttr{Type: typ, SendCQ: r.sendCQ, RecvCQ: r.recvCQ, Cap: caps, SingleThreaded: o.keepAlive == 0})
+		q, err := r.pd.CreateQP(uverbs.QPInitAttr{Type: typ, SendCQ: r.sendCQ, RecvCQ: r.recvCQ, Caps: caps, SingleThreaded: o.keepAlive == 0})
 		if err != nil {
 			return r.failf("Unable to create QP.\nFailed to create QP.\n Couldn't create IB resources")
 		}

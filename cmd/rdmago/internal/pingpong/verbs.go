@@ -298,7 +298,7 @@ func (r *ppRun) init(dev uverbs.Device) int {
 	}
 	r.sendFlags = wr.Signaled
 	for i := 0; i < nqp; i++ {
-		q, err := r.pd.CreateQP(uverbs.QPInitAttr{Type: typ, SendCQ: r.cq, RecvCQ: r.cq, SRQ: r.srq, Cap: caps})
+		q, err := r.pd.CreateQP(uverbs.QPInitAttr{Type: typ, SendCQ: r.cq, RecvCQ: r.cq, SRQ: r.srq, Caps: caps})
 		if err != nil {
 			if o.kind == ppSRQ {
 				return r.failf("Couldn't create QP[%d]", i)
@@ -310,14 +310,14 @@ func (r *ppRun) init(dev uverbs.Device) int {
 		// failed query and keep the capabilities they asked for).
 		inline := caps.MaxInlineData
 		if _, ia, err := q.Query(qp.AttrCap); err == nil {
-			inline = ia.Cap.MaxInlineData
+			inline = ia.Caps.MaxInlineData
 		}
 		if inline >= o.size && !o.dm {
 			r.sendFlags |= wr.Inline
 		}
 	}
 	for i, q := range r.qps {
-		a, m := qp.InitAttrs(typ, uint8(o.ibPort), 0, 0, ppQKey)
+		a, m := qp.ToInit(typ, uint8(o.ibPort), 0, 0, ppQKey)
 		if err := q.Modify(&a, m); err != nil {
 			if o.kind == ppSRQ {
 				return r.failf("Failed to modify QP[%d] to INIT", i)
@@ -522,11 +522,11 @@ func (r *ppRun) connect(local, remote []ppDest) error {
 		if o.kind == ppSRQ {
 			suffix = fmt.Sprintf("[%d]", i)
 		}
-		a, m := qp.RTRAttrs(q.Type(), rem, uint8(o.mtu))
+		a, m := qp.ToRTR(q.Type(), rem, uint8(o.mtu))
 		if err := q.Modify(&a, m); err != nil {
 			return ppMsg("Failed to modify QP" + suffix + " to RTR")
 		}
-		a, m = qp.RTSAttrs(q.Type(), local[i].PSN)
+		a, m = qp.ToRTS(q.Type(), local[i].PSN)
 		if err := q.Modify(&a, m); err != nil {
 			return ppMsg("Failed to modify QP" + suffix + " to RTS")
 		}

@@ -402,7 +402,7 @@ func (c *rpConn) setupQP(id *cm.ID) int {
 func (c *rpConn) createQP() int {
 	attr := uverbs.QPInitAttr{
 		Type: qp.RC, SendCQ: c.cq, RecvCQ: c.cq,
-		Cap: qp.Caps{MaxSendWR: rpSQDepth, MaxRecvWR: 2, MaxRecvSGE: 1, MaxSendSGE: 1},
+		Caps: qp.Caps{MaxSendWR: rpSQDepth, MaxRecvWR: 2, MaxRecvSGE: 1, MaxSendSGE: 1},
 	}
 	if c.r.o.selfQP {
 		q, err := c.pd.CreateQP(attr)
