@@ -57,7 +57,7 @@ func TestDeviceAsync(t *testing.T) {
 	}
 	rdmatest.Must(t, client.ResolveRoute(ctx, 0))
 	nextEvent(ctx, t, ch, cm.EventRouteResolved, client)
-	rdmatest.Must(t, client.CreateQP(nil, uverbs.QPInitAttr{Cap: rdmatest.Caps}))
+	rdmatest.Must(t, client.CreateQP(nil, uverbs.QPInitAttr{Caps: rdmatest.Caps}))
 	p := cm.DefaultConnParam()
 	p.PrivateData = []byte("async hello")
 	rdmatest.Must(t, client.Connect(ctx, &p))
@@ -71,7 +71,7 @@ func TestDeviceAsync(t *testing.T) {
 	if server.Channel() != ch {
 		t.Fatal("the request's ID is not on the listener's channel")
 	}
-	rdmatest.Must(t, server.CreateQP(nil, uverbs.QPInitAttr{Cap: rdmatest.Caps}))
+	rdmatest.Must(t, server.CreateQP(nil, uverbs.QPInitAttr{Caps: rdmatest.Caps}))
 	ap := cm.DefaultConnParam()
 	ap.PrivateData = []byte("welcome")
 	rdmatest.Must(t, server.Accept(ctx, &ap))
@@ -103,7 +103,7 @@ func TestDeviceAsync(t *testing.T) {
 	cq, err := c2.Verbs().CreateCQ(uverbs.CQAttr{CQE: 4})
 	rdmatest.Must(t, err)
 	defer cq.Close()
-	own, err := c2.PD().CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: cq, RecvCQ: cq, Cap: rdmatest.Caps})
+	own, err := c2.PD().CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: cq, RecvCQ: cq, Caps: rdmatest.Caps})
 	rdmatest.Must(t, err)
 	defer own.Close()
 	for _, s := range []qp.State{qp.StateInit} {
@@ -117,7 +117,7 @@ func TestDeviceAsync(t *testing.T) {
 	req2 := nextEvent(ctx, t, ch, cm.EventConnectRequest, nil)
 	s2 := req2.ID
 	defer rdmatest.Destroy(t, s2)
-	rdmatest.Must(t, s2.CreateQP(nil, uverbs.QPInitAttr{Cap: rdmatest.Caps}))
+	rdmatest.Must(t, s2.CreateQP(nil, uverbs.QPInitAttr{Caps: rdmatest.Caps}))
 	rdmatest.Must(t, s2.Accept(ctx, nil))
 	nextEvent(ctx, t, ch, cm.EventConnectResponse, c2)
 	for _, s := range []qp.State{qp.StateRTR, qp.StateRTS} {

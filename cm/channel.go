@@ -16,8 +16,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rdmago/rdma/internal/abi"
+	"github.com/rdmago/rdma/internal/qpabi"
 	"github.com/rdmago/rdma/qp"
-	"github.com/rdmago/rdma/uverbs/abi"
 )
 
 // EventChannel is an open rdma_cm event channel (struct
@@ -268,7 +269,7 @@ func copyUD(dst *UDParam, src *abi.RdmaUcmUdParam) {
 	if n := min(int(src.Private_data_len), len(src.Private_data)); n > 0 {
 		dst.PrivateData = append([]byte(nil), src.Private_data[:n]...)
 	}
-	dst.AHAttr = qp.DecodeAHAttr(&src.Ah_attr)
+	dst.AHAttr = qpabi.DecodeAHAttr(&src.Ah_attr)
 	dst.QPNum = src.Qp_num
 	dst.QKey = src.Qkey
 }

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmago/rdma/internal/abi"
 	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/uverbs"
-	"github.com/rdmago/rdma/uverbs/abi"
 	"github.com/rdmago/rdma/wr"
 )
 

@@ -8,9 +8,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rdmago/rdma/internal/abi"
 	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/uverbs"
-	"github.com/rdmago/rdma/uverbs/abi"
 )
 
 // Listen listens for connection requests (rdma_listen) on the bound

@@ -14,7 +14,7 @@ import (
 	"github.com/rdmago/rdma/cm"
 	"github.com/rdmago/rdma/internal/rdmatest"
 	"github.com/rdmago/rdma/internal/testenv"
-	"github.com/rdmago/rdma/provider"
+	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/uverbs"
 	"github.com/rdmago/rdma/wr"
 )
@@ -24,7 +24,7 @@ func TestDeviceSyncConnect(t *testing.T) {
 	defer cancel()
 	listen, port := rdmatest.Listen(t, cm.PSTCP)
 	t.Logf("listening on %v, device %v port %d", listen.SrcAddr(), listen.Verbs().Device().Name, listen.PortNum())
-	caps := provider.QPCaps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}
+	caps := qp.Caps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}
 	done := make(chan error, 1)
 	go func() {
 		id, err := listen.GetRequest(ctx)
@@ -34,7 +34,7 @@ func TestDeviceSyncConnect(t *testing.T) {
 		}
 		defer id.Destroy()
 		t.Logf("request: %v private %q", id.Event(), id.Event().PrivateData())
-		if err := id.CreateQP(nil, uverbs.QPInitAttr{Cap: caps}); err != nil {
+		if err := id.CreateQP(nil, uverbs.QPInitAttr{Caps: caps}); err != nil {
 			done <- err
 			return
 		}
@@ -57,7 +57,7 @@ func TestDeviceSyncConnect(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("route %+v", id.Route())
-	if err := id.CreateQP(nil, uverbs.QPInitAttr{Cap: caps}); err != nil {
+	if err := id.CreateQP(nil, uverbs.QPInitAttr{Caps: caps}); err != nil {
 		t.Fatal(err)
 	}
 	p := cm.DefaultConnParam()
@@ -101,7 +101,7 @@ func TestDeviceReject(t *testing.T) {
 	defer rdmatest.Destroy(t, id)
 	rdmatest.Must(t, id.ResolveAddr(ctx, netip.AddrPort{}, rdmatest.VMAddrPort(port), 0))
 	rdmatest.Must(t, id.ResolveRoute(ctx, 0))
-	rdmatest.Must(t, id.CreateQP(nil, uverbs.QPInitAttr{Cap: rdmatest.Caps}))
+	rdmatest.Must(t, id.CreateQP(nil, uverbs.QPInitAttr{Caps: rdmatest.Caps}))
 	err = id.Connect(ctx, &p)
 	rdmatest.Must(t, <-srv)
 	wantErrno(t, "connect", err, unix.ECONNREFUSED)

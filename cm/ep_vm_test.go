@@ -14,7 +14,7 @@ import (
 	"github.com/rdmago/rdma/cm"
 	"github.com/rdmago/rdma/internal/rdmatest"
 	"github.com/rdmago/rdma/internal/testenv"
-	"github.com/rdmago/rdma/provider"
+	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/uverbs"
 	"github.com/rdmago/rdma/wr"
 )
@@ -22,7 +22,7 @@ import (
 // epAttr is the QP of librdmacm's rdma_server and rdma_client examples.
 func epAttr() uverbs.QPInitAttr {
 	return uverbs.QPInitAttr{
-		Cap:       provider.QPCaps{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 16},
+		Caps:      qp.Caps{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 16},
 		SignalAll: true,
 	}
 }
@@ -55,7 +55,7 @@ func rdmaServer(ctx context.Context, t testing.TB, listen *cm.ID) error {
 		return err
 	}
 	sendFlags := wr.SendFlags(0)
-	if a.Cap.MaxInlineData >= 16 {
+	if a.Caps.MaxInlineData >= 16 {
 		sendFlags = wr.Inline
 	}
 	recvMsg := make([]byte, 16)

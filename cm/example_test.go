@@ -9,7 +9,7 @@ import (
 
 	"github.com/rdmago/rdma/cm"
 	"github.com/rdmago/rdma/mr"
-	"github.com/rdmago/rdma/provider"
+	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/uverbs"
 	"github.com/rdmago/rdma/wr"
 )
@@ -23,7 +23,7 @@ func ExampleCreateEP_server() {
 		log.Fatal(err)
 	}
 	attr := uverbs.QPInitAttr{
-		Cap:       provider.QPCaps{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 16},
+		Caps:      qp.Caps{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 16},
 		SignalAll: true,
 	}
 	listen, err := cm.CreateEP(ctx, res, nil, &attr)
@@ -74,7 +74,7 @@ func ExampleCreateEP_client() {
 		log.Fatal(err)
 	}
 	attr := uverbs.QPInitAttr{
-		Cap:       provider.QPCaps{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 16},
+		Caps:      qp.Caps{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 16},
 		SignalAll: true,
 	}
 	id, err := cm.CreateEP(ctx, res, nil, &attr)
@@ -242,7 +242,7 @@ func ExampleID_PostUDSend() {
 	if err := id.ResolveRoute(ctx, 2*time.Second); err != nil {
 		log.Fatal(err)
 	}
-	if err := id.CreateQP(nil, uverbs.QPInitAttr{Cap: provider.QPCaps{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}}); err != nil {
+	if err := id.CreateQP(nil, uverbs.QPInitAttr{Caps: qp.Caps{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}}); err != nil {
 		log.Fatal(err)
 	}
 	if err := id.Connect(ctx, nil); err != nil { // service ID resolution
@@ -279,7 +279,7 @@ func ExampleEventChannel_GetEvent() {
 	if err := id.ResolveAddr(ctx, netip.AddrPort{}, netip.MustParseAddrPort("10.0.2.15:7471"), 2*time.Second); err != nil {
 		log.Fatal(err)
 	}
-	caps := provider.QPCaps{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}
+	caps := qp.Caps{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}
 	for {
 		ev, err := ch.GetEvent(ctx)
 		if err != nil {
@@ -292,7 +292,7 @@ func ExampleEventChannel_GetEvent() {
 		case cm.EventAddrResolved:
 			err = ev.ID.ResolveRoute(ctx, 2*time.Second)
 		case cm.EventRouteResolved:
-			if err = ev.ID.CreateQP(nil, uverbs.QPInitAttr{Cap: caps}); err == nil {
+			if err = ev.ID.CreateQP(nil, uverbs.QPInitAttr{Caps: caps}); err == nil {
 				err = ev.ID.Connect(ctx, nil)
 			}
 		case cm.EventEstablished:
@@ -321,7 +321,7 @@ func ExampleID_SetKeepAlive() {
 	}
 	attr := uverbs.QPInitAttr{
 		// A send slot more than the program uses, for the probe.
-		Cap: provider.QPCaps{MaxSendWR: 2, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 16},
+		Caps: qp.Caps{MaxSendWR: 2, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 16},
 	}
 	id, err := cm.CreateEP(ctx, res, nil, &attr)
 	if err != nil {

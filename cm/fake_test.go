@@ -10,8 +10,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rdmago/rdma/internal/abi"
 	"github.com/rdmago/rdma/uverbs"
-	"github.com/rdmago/rdma/uverbs/abi"
 )
 
 // fakeKernel stands in for the rdma_cm character device in unit tests. Each

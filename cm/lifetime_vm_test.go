@@ -60,7 +60,7 @@ func TestDeviceVerbsOutliveIDs(t *testing.T) {
 	if id2.Verbs() != vctx || id2.PD() != shared {
 		t.Errorf("the next ID on the device got another context or PD")
 	}
-	err = id2.CreateQP(pd, uverbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: rdmatest.Caps})
+	err = id2.CreateQP(pd, uverbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, Caps: rdmatest.Caps})
 	if err != nil {
 		t.Fatalf("CreateQP with the kept PD and CQ: %v", err)
 	}
@@ -90,7 +90,7 @@ func TestDeviceAsyncPeerGoneFlush(t *testing.T) {
 	nextEvent(ctx, t, ch, cm.EventAddrResolved, client)
 	rdmatest.Must(t, client.ResolveRoute(ctx, 0))
 	nextEvent(ctx, t, ch, cm.EventRouteResolved, client)
-	rdmatest.Must(t, client.CreateQP(nil, uverbs.QPInitAttr{Cap: rdmatest.Caps}))
+	rdmatest.Must(t, client.CreateQP(nil, uverbs.QPInitAttr{Caps: rdmatest.Caps}))
 
 	sbuf := rdmatest.Alloc(t, 1<<16)
 	type accepted struct {
@@ -101,7 +101,7 @@ func TestDeviceAsyncPeerGoneFlush(t *testing.T) {
 	go func() {
 		id, err := l.GetRequest(ctx)
 		if err == nil {
-			if err = id.CreateQP(nil, uverbs.QPInitAttr{Cap: rdmatest.Caps}); err == nil {
+			if err = id.CreateQP(nil, uverbs.QPInitAttr{Caps: rdmatest.Caps}); err == nil {
 				err = id.Accept(ctx, nil)
 			}
 			if err != nil {
@@ -174,7 +174,7 @@ func dropIDs(ctx context.Context, t *testing.T) int {
 	made := 0
 	for range 40 {
 		id := bindID(t)
-		rdmatest.Must(t, id.CreateQP(nil, uverbs.QPInitAttr{Cap: rdmatest.Caps}))
+		rdmatest.Must(t, id.CreateQP(nil, uverbs.QPInitAttr{Caps: rdmatest.Caps}))
 		made++
 	}
 	for range 27 {
@@ -189,7 +189,7 @@ func dropIDs(ctx context.Context, t *testing.T) int {
 		rdmatest.Must(t, err)
 		rdmatest.Must(t, id.BindAddr(netip.AddrPortFrom(rdmatest.VMAddr, 0)))
 		if i%2 == 0 {
-			rdmatest.Must(t, id.CreateQP(nil, uverbs.QPInitAttr{Cap: rdmatest.Caps}))
+			rdmatest.Must(t, id.CreateQP(nil, uverbs.QPInitAttr{Caps: rdmatest.Caps}))
 		}
 		made++
 	}
@@ -200,7 +200,7 @@ func dropIDs(ctx context.Context, t *testing.T) int {
 	go func() {
 		id, err := l.GetRequest(ctx)
 		if err == nil {
-			if err = id.CreateQP(nil, uverbs.QPInitAttr{Cap: rdmatest.Caps}); err == nil {
+			if err = id.CreateQP(nil, uverbs.QPInitAttr{Caps: rdmatest.Caps}); err == nil {
 				err = id.Accept(ctx, nil)
 			}
 		}

@@ -8,8 +8,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rdmago/rdma/internal/abi"
 	"github.com/rdmago/rdma/uverbs"
-	"github.com/rdmago/rdma/uverbs/abi"
 )
 
 // JoinFlags say how a UD ID joins a multicast group (RDMA_MC_JOIN_FLAG_*).

@@ -24,7 +24,7 @@ func TestDeviceMulticast(t *testing.T) {
 		rdmatest.Must(t, err)
 		t.Cleanup(func() { rdmatest.Destroy(t, id) })
 		rdmatest.Must(t, id.ResolveAddr(ctx, netip.AddrPortFrom(rdmatest.VMAddr, 0), netip.AddrPortFrom(group, 0), 2*time.Second))
-		rdmatest.Must(t, id.CreateQP(nil, uverbs.QPInitAttr{Cap: rdmatest.Caps}))
+		rdmatest.Must(t, id.CreateQP(nil, uverbs.QPInitAttr{Caps: rdmatest.Caps}))
 		rdmatest.Must(t, id.JoinMulticast(ctx, group, name+" joined"))
 		ev := id.Event()
 		if ev.Type != cm.EventMulticastJoin || ev.Context != name+" joined" || ev.UD.QPNum != 0xffffff {

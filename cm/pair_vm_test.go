@@ -31,7 +31,6 @@ import (
 	"github.com/rdmago/rdma/internal/faults"
 	"github.com/rdmago/rdma/internal/rdmatest"
 	"github.com/rdmago/rdma/internal/testenv"
-	"github.com/rdmago/rdma/provider"
 	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/uverbs"
 	"github.com/rdmago/rdma/wr"
@@ -121,7 +120,7 @@ func pairListen(t *testing.T, s pairSide, ps cm.PortSpace, port uint16) *cm.ID {
 // pairAccept takes the next connection request on l, gives it a QP with
 // caps and, unless it is 0, the ACK timeout ackTimeout, runs prep on it (to
 // register memory and post receives) and accepts with param.
-func pairAccept(ctx context.Context, t *testing.T, l *cm.ID, caps provider.QPCaps, ackTimeout uint8, param *cm.ConnParam, prep func(*cm.ID)) *cm.ID {
+func pairAccept(ctx context.Context, t *testing.T, l *cm.ID, caps qp.Caps, ackTimeout uint8, param *cm.ConnParam, prep func(*cm.ID)) *cm.ID {
 	t.Helper()
 	id, err := l.GetRequest(ctx)
 	rdmatest.Must(t, err)
@@ -129,7 +128,7 @@ func pairAccept(ctx context.Context, t *testing.T, l *cm.ID, caps provider.QPCap
 	if ackTimeout != 0 {
 		rdmatest.Must(t, id.SetAckTimeout(ackTimeout))
 	}
-	rdmatest.Must(t, id.CreateQP(nil, uverbs.QPInitAttr{Cap: caps}))
+	rdmatest.Must(t, id.CreateQP(nil, uverbs.QPInitAttr{Caps: caps}))
 	if prep != nil {
 		prep(id)
 	}
@@ -142,7 +141,7 @@ func pairAccept(ctx context.Context, t *testing.T, l *cm.ID, caps provider.QPCap
 // prep runs once, on the first ID with a QP, before
 // its Connect (to register memory: the PD is the device's, shared by every
 // ID, so the regions outlive a failed attempt's ID).
-func pairDial(ctx context.Context, t *testing.T, s pairSide, ps cm.PortSpace, port uint16, caps provider.QPCaps, ackTimeout uint8, param *cm.ConnParam, prep func(*cm.ID)) *cm.ID {
+func pairDial(ctx context.Context, t *testing.T, s pairSide, ps cm.PortSpace, port uint16, caps qp.Caps, ackTimeout uint8, param *cm.ConnParam, prep func(*cm.ID)) *cm.ID {
 	t.Helper()
 	dst := netip.AddrPortFrom(s.peer, port)
 	start := time.Now()
@@ -157,7 +156,7 @@ func pairDial(ctx context.Context, t *testing.T, s pairSide, ps cm.PortSpace, po
 			err = id.ResolveRoute(ctx, 2*time.Second)
 		}
 		if err == nil {
-			err = id.CreateQP(nil, uverbs.QPInitAttr{Cap: caps})
+			err = id.CreateQP(nil, uverbs.QPInitAttr{Caps: caps})
 		}
 		if err == nil && prep != nil {
 			prep(id)
@@ -304,7 +303,7 @@ func logQPTimeouts(t *testing.T, id *cm.ID) {
 	}
 }
 
-var rcCaps = provider.QPCaps{MaxSendWR: rcSendDepth, MaxRecvWR: rcRecvSlots, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}
+var rcCaps = qp.Caps{MaxSendWR: rcSendDepth, MaxRecvWR: rcRecvSlots, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}
 
 // TestPairRCLoss streams sends, RDMA writes and RDMA reads over an rdma_cm
 // RC connection while the receiving VM drops 1% of its data packets, and
@@ -547,7 +546,7 @@ func udServer(ctx context.Context, t *testing.T, side pairSide) {
 	inj := pairAttach(t, faults.Policy{}) // counting only, until the QP is known
 	hw := rxeCounters(t)
 	buf := rdmatest.Alloc(t, udRecvs*udSlot+4096)
-	caps := provider.QPCaps{MaxSendWR: 4, MaxRecvWR: udRecvs, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}
+	caps := qp.Caps{MaxSendWR: 4, MaxRecvWR: udRecvs, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}
 	var m *uverbs.MR
 	s := pairAccept(ctx, t, l, caps, 0, nil, func(id *cm.ID) {
 		m = rdmatest.Reg(t, id.RegMsgs, buf)
@@ -660,7 +659,7 @@ func udServer(ctx context.Context, t *testing.T, side pairSide) {
 
 func udClient(ctx context.Context, t *testing.T, side pairSide) {
 	hw := rxeCounters(t)
-	caps := provider.QPCaps{MaxSendWR: udDepth, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}
+	caps := qp.Caps{MaxSendWR: udDepth, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}
 	buf := rdmatest.Alloc(t, udDepth*udSize+4096)
 	rbuf := buf[udDepth*udSize:]
 	var m *uverbs.MR
@@ -716,7 +715,7 @@ const rnrRetry = 2
 func TestPairRNRExhaustion(t *testing.T) {
 	ctx, side := pairSetup(t)
 	hw := rxeCounters(t)
-	caps := provider.QPCaps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}
+	caps := qp.Caps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}
 	param := cm.DefaultConnParam()
 	// The count in the REQ is for the passive side's QP, the one in the
 	// REP for the active side's: both below 7.
@@ -768,7 +767,7 @@ func TestPairRNRExhaustion(t *testing.T) {
 // (its egress is not touched) ends the client's side too.
 func TestPairKeepAlive(t *testing.T) {
 	ctx, side := pairSetup(t)
-	caps := provider.QPCaps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}
+	caps := qp.Caps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}
 	buf := make([]byte, 64)
 	var m *uverbs.MR
 	prep := func(id *cm.ID) {
@@ -829,7 +828,7 @@ func TestPairKeepAlive(t *testing.T) {
 // client's QP gone, ends the server's side.
 func TestPairLostDREQ(t *testing.T) {
 	ctx, side := pairSetup(t)
-	caps := provider.QPCaps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}
+	caps := qp.Caps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}
 	for _, wait := range []bool{true, false} {
 		name := map[bool]string{true: "client waits", false: "client destroys at once"}[wait]
 		port := uint16(pairPortDREQ)

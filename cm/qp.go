@@ -6,9 +6,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rdmago/rdma/internal/abi"
+	"github.com/rdmago/rdma/internal/qpabi"
 	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/uverbs"
-	"github.com/rdmago/rdma/uverbs/abi"
 )
 
 // verbsState is what CreateQP made on an ID.
@@ -67,19 +68,19 @@ func (id *ID) CreateQP(pd *uverbs.PD, attr uverbs.QPInitAttr) error {
 			return fail(err)
 		}
 		v.ownSend = true
-		if v.sendCQ, err = ctx.CreateCQ(uverbs.CQAttr{CQE: int(max(attr.Cap.MaxSendWR, 1)), Channel: v.sendCh}); err != nil {
+		if v.sendCQ, err = ctx.CreateCQ(uverbs.CQAttr{CQE: int(max(attr.Caps.MaxSendWR, 1)), Channel: v.sendCh}); err != nil {
 			return fail(err)
 		}
 		attr.SendCQ = v.sendCQ
 	} else {
 		v.sendCQ = attr.SendCQ
 	}
-	if attr.RecvCQ == nil && (attr.SRQ == nil || attr.Cap.MaxRecvWR > 0) {
+	if attr.RecvCQ == nil && (attr.SRQ == nil || attr.Caps.MaxRecvWR > 0) {
 		if v.recvCh, err = ctx.NewCompChannel(); err != nil {
 			return fail(err)
 		}
 		v.ownRecv = true
-		if v.recvCQ, err = ctx.CreateCQ(uverbs.CQAttr{CQE: int(max(attr.Cap.MaxRecvWR, 1)), Channel: v.recvCh}); err != nil {
+		if v.recvCQ, err = ctx.CreateCQ(uverbs.CQAttr{CQE: int(max(attr.Caps.MaxRecvWR, 1)), Channel: v.recvCh}); err != nil {
 			return fail(err)
 		}
 		attr.RecvCQ = v.recvCQ
@@ -389,6 +390,6 @@ func (id *ID) initQPAttr(state qp.State) (qp.Attr, qp.AttrMask, error) {
 	if err := exec(f, c, unsafe.Pointer(resp)); err != nil {
 		return qp.Attr{}, 0, wrapErr(fmt.Sprintf("init QP attr %v", state), err)
 	}
-	a, mask := qp.DecodeUverbsAttr(resp)
-	return a, mask &^ qp.MaskReserved, nil
+	a, mask := qpabi.DecodeUverbsAttr(resp)
+	return a, mask &^ qpabi.MaskReserved, nil
 }

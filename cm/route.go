@@ -8,8 +8,8 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/rdmago/rdma/internal/abi"
 	"github.com/rdmago/rdma/uverbs"
-	"github.com/rdmago/rdma/uverbs/abi"
 )
 
 // Route is what an ID knows of its addresses and path (struct rdma_route).

@@ -10,8 +10,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rdmago/rdma/internal/abi"
 	"github.com/rdmago/rdma/internal/pollctx"
-	"github.com/rdmago/rdma/uverbs/abi"
 )
 
 // The rdma_cm character device speaks the "ucma" write ABI: every command is

@@ -13,8 +13,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rdmago/rdma/internal/abi"
+	"github.com/rdmago/rdma/internal/qpabi"
 	"github.com/rdmago/rdma/qp"
-	"github.com/rdmago/rdma/uverbs/abi"
 	"github.com/rdmago/rdma/wr"
 )
 
@@ -461,7 +462,7 @@ func TestInitQPAttrAndOptions(t *testing.T) {
 	})
 	a, mask, err := id.InitQPAttr(qp.StateRTR)
 	mustT(t, err)
-	if mask&qp.MaskReserved != 0 || mask&qp.AttrAV == 0 || a.DestQPNum != 0x123 || a.RQPSN != 0x456 ||
+	if mask&qpabi.MaskReserved != 0 || mask&qp.AttrAV == 0 || a.DestQPNum != 0x123 || a.RQPSN != 0x456 ||
 		a.PathMTU != 3 || !a.AHAttr.IsGlobal || a.AHAttr.SGIDIndex != 1 || a.AHAttr.HopLimit != 64 {
 		t.Errorf("RTR attrs %+v mask %v", a, mask)
 	}

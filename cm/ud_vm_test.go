@@ -37,7 +37,7 @@ func TestDeviceUD(t *testing.T) {
 		server = id
 		ev := id.Event()
 		t.Logf("UD request: %v, private %q", ev, ev.PrivateData()[:8])
-		if err = id.CreateQP(nil, uverbs.QPInitAttr{Cap: rdmatest.Caps}); err != nil {
+		if err = id.CreateQP(nil, uverbs.QPInitAttr{Caps: rdmatest.Caps}); err != nil {
 			srv <- result{err: err}
 			return
 		}

@@ -132,7 +132,7 @@ func TestDeviceUdaddyClient(t *testing.T) {
 	id, err := l.GetRequest(ctx)
 	rdmatest.Must(t, err)
 	defer rdmatest.Destroy(t, id)
-	rdmatest.Must(t, id.CreateQP(nil, uverbs.QPInitAttr{Cap: rdmatest.Caps}))
+	rdmatest.Must(t, id.CreateQP(nil, uverbs.QPInitAttr{Caps: rdmatest.Caps}))
 	buf := rdmatest.Alloc(t, 2*udaddyCount*udaddySlot)
 	m := rdmatest.Reg(t, id.RegMsgs, buf)
 	postUdaddyRecvs(t, id, buf, m)
@@ -214,7 +214,7 @@ func TestDeviceUDConnectRequest(t *testing.T) {
 	go func() {
 		id, err := l.GetRequest(ctx)
 		if err == nil {
-			if err = id.CreateQP(nil, uverbs.QPInitAttr{Cap: rdmatest.Caps}); err == nil {
+			if err = id.CreateQP(nil, uverbs.QPInitAttr{Caps: rdmatest.Caps}); err == nil {
 				err = id.Accept(ctx, nil)
 			}
 		}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/rdmago/rdma/cm"
 	"github.com/rdmago/rdma/internal/rdmatest"
-	"github.com/rdmago/rdma/provider"
+	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/uverbs"
 	"github.com/rdmago/rdma/wr"
 )
@@ -148,7 +148,7 @@ func TestDeviceVerbsErrors(t *testing.T) {
 	wantErrno(t, "comp without QP", err, unix.EINVAL)
 	rdmatest.Destroy(t, id)
 
-	caps := provider.QPCaps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}
+	caps := qp.Caps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}
 	p := rdmatest.ConnectCM(t, cm.PSTCP, caps, nil)
 	c, s := p.Client, p.Server
 	buf := rdmatest.Alloc(t, 8192)
@@ -216,7 +216,7 @@ func TestDeviceNotConnected(t *testing.T) {
 	defer rdmatest.Destroy(t, id)
 	rdmatest.Must(t, id.ResolveAddr(ctx, rdmatest.VMAddrPort(0), rdmatest.VMAddrPort(port), 0))
 	rdmatest.Must(t, id.ResolveRoute(ctx, 0))
-	rdmatest.Must(t, id.CreateQP(nil, uverbs.QPInitAttr{Cap: rdmatest.Caps}))
+	rdmatest.Must(t, id.CreateQP(nil, uverbs.QPInitAttr{Caps: rdmatest.Caps}))
 	buf := rdmatest.Alloc(t, 4096)
 	m := rdmatest.Reg(t, id.RegMsgs, buf)
 	wantErrno(t, "send before connect", id.PostSend(1, buf[:8], m, wr.Signaled), unix.ENOTCONN)

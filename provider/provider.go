@@ -21,7 +21,10 @@
 // Abort if the command failed), and Finish returns the provider's object.
 package provider
 
-import "github.com/rdmago/rdma/wr"
+import (
+	"github.com/rdmago/rdma/qp"
+	"github.com/rdmago/rdma/wr"
+)
 
 // Kernel is what a provider may use of an open device directly.
 type Kernel interface {
@@ -95,7 +98,7 @@ type Created struct {
 	CQE uint32
 	// For QPs: the QP number and the capabilities the kernel granted.
 	QPNum uint32
-	Caps  QPCaps
+	Caps  qp.Caps
 	// For SRQs: the SRQ number (XRC) and the granted sizes.
 	SRQNum uint32
 }
@@ -117,7 +120,7 @@ type Context interface {
 	NewCQ(cqe int) (Builder[CQ], error)
 	NewQP(attr QPInitAttr) (Builder[QP], error)
 	NewSRQ(attr SRQInitAttr) (Builder[SRQ], error)
-	NewAH(attr AHAttr) (Builder[AH], error)
+	NewAH(attr qp.AHAttr) (Builder[AH], error)
 	Close() error
 }
 
@@ -134,29 +137,10 @@ type CQ interface {
 	Close() error
 }
 
-// QPType is a queue pair's transport (enum ibv_qp_type).
-type QPType uint32
-
-// Queue pair types.
-const (
-	QPTypeRC QPType = 2
-	QPTypeUC QPType = 3
-	QPTypeUD QPType = 4
-)
-
-// QPCaps are a queue pair's queue sizes (struct ibv_qp_cap).
-type QPCaps struct {
-	MaxSendWR     uint32
-	MaxRecvWR     uint32
-	MaxSendSGE    uint32
-	MaxRecvSGE    uint32
-	MaxInlineData uint32
-}
-
 // QPInitAttr is what the provider needs to know to lay out a queue pair.
 type QPInitAttr struct {
-	Type   QPType
-	Caps   QPCaps
+	Type   qp.Type
+	Caps   qp.Caps
 	HasSRQ bool // receives come from a shared receive queue: no RQ
 	// SRQ is the provider's SRQ the receives come from when HasSRQ, else
 	// nil. A provider whose receive completions name the QP rather than
@@ -201,22 +185,6 @@ type SRQInitAttr struct {
 type SRQ interface {
 	PostRecv(wrs []wr.RecvWR) (int, error)
 	Close() error
-}
-
-// AHAttr is the address of a UD destination (struct ibv_ah_attr), RoCE v2 or IB.
-type AHAttr struct {
-	DLID        uint16
-	SL          uint8
-	SrcPathBits uint8
-	StaticRate  uint8
-	IsGlobal    bool
-	PortNum     uint8
-	// The GRH, for RoCE and routed IB.
-	DGID         [16]byte
-	FlowLabel    uint32
-	SGIDIndex    uint8
-	HopLimit     uint8
-	TrafficClass uint8
 }
 
 // AH is an address handle as a provider's UD sends need it.

@@ -4,7 +4,7 @@
 // transition the way the kernel's ib_modify_qp_is_ok does (Validate), turns
 // attributes into the uverbs command structs and back (EncodeModify,
 // EncodeQuery, DecodeQuery), and builds the attributes of the usual
-// RESET→INIT→RTR→RTS sequence (InitAttrs, RTRAttrs, RTSAttrs).
+// RESET→INIT→RTR→RTS sequence (ToInit, ToRTR, ToRTS).
 //
 // Package uverbs sends the commands; this package never touches a device.
 package qp
@@ -14,23 +14,20 @@ import (
 	"math/bits"
 	"strings"
 
-	"github.com/rdmago/rdma/provider"
 	"github.com/rdmago/rdma/wr"
 )
 
-// Type is a queue pair's transport (enum ibv_qp_type). It is the provider's
-// type, so one value serves both packages.
-type Type = provider.QPType
+// Type is a queue pair's transport (enum ibv_qp_type).
+type Type uint32
 
-// Queue pair types.
+// Queue pair types, with the values of enum ibv_qp_type.
 const (
-	RC = provider.QPTypeRC // reliable connected
-	UC = provider.QPTypeUC // unreliable connected
-	UD = provider.QPTypeUD // unreliable datagram
+	RC Type = 2 // reliable connected
+	UC Type = 3 // unreliable connected
+	UD Type = 4 // unreliable datagram
 )
 
-// typeName names t in messages; Type is an alias and cannot have methods.
-func typeName(t Type) string {
+func (t Type) String() string {
 	switch t {
 	case RC:
 		return "RC"
@@ -39,7 +36,17 @@ func typeName(t Type) string {
 	case UD:
 		return "UD"
 	}
-	return fmt.Sprintf("QPType(%d)", uint32(t))
+	return fmt.Sprintf("Type(%d)", uint32(t))
+}
+
+// Caps are a queue pair's queue sizes (struct ibv_qp_cap): what a create
+// asks for, and what the device granted (uverbs.QP.Caps).
+type Caps struct {
+	MaxSendWR     uint32
+	MaxRecvWR     uint32
+	MaxSendSGE    uint32
+	MaxRecvSGE    uint32
+	MaxInlineData uint32
 }
 
 // State is a queue pair's state (enum ibv_qp_state).
@@ -141,9 +148,22 @@ func (m AttrMask) join(sep string) string {
 }
 
 // AHAttr is an address vector: the primary or alternate path of a connected
-// QP, or the destination of a UD address handle (struct ibv_ah_attr). It is
-// the provider's type, so the same value creates an address handle.
-type AHAttr = provider.AHAttr
+// QP, or the destination of a UD address handle (struct ibv_ah_attr), RoCE
+// v2 or IB.
+type AHAttr struct {
+	DLID        uint16
+	SL          uint8
+	SrcPathBits uint8
+	StaticRate  uint8
+	IsGlobal    bool
+	PortNum     uint8
+	// The GRH, for RoCE and routed IB.
+	DGID         [16]byte
+	FlowLabel    uint32
+	SGIDIndex    uint8
+	HopLimit     uint8
+	TrafficClass uint8
+}
 
 // Attr holds a queue pair's attributes (struct ibv_qp_attr). A modify reads,
 // and a query fills, only the fields its AttrMask names.
@@ -159,10 +179,10 @@ type Attr struct {
 	// AttrAccessFlags: the remote operations the QP accepts (RemoteWrite,
 	// RemoteRead, RemoteAtomic).
 	QPAccessFlags wr.Access
-	Cap           provider.QPCaps // AttrCap: queue sizes (query only)
-	AHAttr        AHAttr          // AttrAV: the primary path
-	AltAHAttr     AHAttr          // AttrAltPath, with AltPKeyIndex, AltPortNum, AltTimeout
-	PKeyIndex     uint16          // AttrPKeyIndex
+	Caps          Caps   // AttrCap: queue sizes (query only)
+	AHAttr        AHAttr // AttrAV: the primary path
+	AltAHAttr     AHAttr // AttrAltPath, with AltPKeyIndex, AltPortNum, AltTimeout
+	PKeyIndex     uint16 // AttrPKeyIndex
 	AltPKeyIndex  uint16
 	// AttrEnSQDAsyncNotify: raise IBV_EVENT_SQ_DRAINED when SQD is reached.
 	EnSQDAsyncNotify bool
@@ -182,7 +202,7 @@ type Attr struct {
 // InitAttr is what a query returns of the attributes the QP was created with
 // (the part of struct ibv_qp_init_attr the kernel reports).
 type InitAttr struct {
-	Cap provider.QPCaps
+	Caps Caps
 	// SQSigAll: every send work request completes with a completion.
 	SQSigAll bool
 }

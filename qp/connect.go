@@ -32,9 +32,9 @@ func (r Remote) AH() AHAttr {
 	return ah
 }
 
-// InitAttrs returns the attributes and mask of RESET→INIT as rdma-core's
+// ToInit returns the attributes and mask of RESET→INIT as rdma-core's
 // examples set them: RC and UC set the access flags, UD the Q_Key.
-func InitAttrs(t Type, port uint8, pkeyIndex uint16, access wr.Access, qkey uint32) (Attr, AttrMask) {
+func ToInit(t Type, port uint8, pkeyIndex uint16, access wr.Access, qkey uint32) (Attr, AttrMask) {
 	a := Attr{State: StateInit, PortNum: port, PKeyIndex: pkeyIndex}
 	mask := AttrState | AttrPKeyIndex | AttrPort
 	if t == UD {
@@ -45,12 +45,12 @@ func InitAttrs(t Type, port uint8, pkeyIndex uint16, access wr.Access, qkey uint
 	return a, mask | AttrAccessFlags
 }
 
-// RTRAttrs returns the attributes and mask of INIT→RTR towards r with path
+// ToRTR returns the attributes and mask of INIT→RTR towards r with path
 // MTU mtu (an ibv_mtu code), as pp_connect_ctx in rc_pingpong.c,
 // uc_pingpong.c and ud_pingpong.c does: RC also sets one responder
 // resource (max_dest_rd_atomic) and min_rnr_timer 12 (0.64 ms); UD needs
 // the state alone.
-func RTRAttrs(t Type, r Remote, mtu uint8) (Attr, AttrMask) {
+func ToRTR(t Type, r Remote, mtu uint8) (Attr, AttrMask) {
 	if t == UD {
 		return Attr{State: StateRTR}, AttrState
 	}
@@ -70,11 +70,11 @@ func RTRAttrs(t Type, r Remote, mtu uint8) (Attr, AttrMask) {
 	return a, mask | AttrMaxDestRdAtomic | AttrMinRNRTimer
 }
 
-// RTSAttrs returns the attributes and mask of RTR→RTS with first send PSN
+// ToRTS returns the attributes and mask of RTR→RTS with first send PSN
 // sqPSN, as the pingpong examples set them: RC also sets timeout 14
 // (about 67 ms), seven transport retries, infinite RNR retries (7) and one
 // outstanding read or atomic; UC and UD set the PSN alone.
-func RTSAttrs(t Type, sqPSN uint32) (Attr, AttrMask) {
+func ToRTS(t Type, sqPSN uint32) (Attr, AttrMask) {
 	a := Attr{State: StateRTS, SQPSN: sqPSN}
 	if t != RC {
 		return a, AttrState | AttrSQPSN

@@ -123,7 +123,7 @@ type TransitionError struct {
 }
 
 func (e *TransitionError) Error() string {
-	s := fmt.Sprintf("qp: %s %v→%v", typeName(e.Type), e.Cur, e.Next)
+	s := fmt.Sprintf("qp: %s %v→%v", e.Type, e.Cur, e.Next)
 	if !e.Valid {
 		return s + " is not a valid transition"
 	}
@@ -162,7 +162,7 @@ func (e *TransitionError) Unwrap() error { return unix.EINVAL }
 // the check is the kernel's alone.
 func Validate(t Type, cur, next State, mask AttrMask) error {
 	if _, ok := (perType{}).of(t); !ok {
-		return fmt.Errorf("qp: no transition rules for %s: %w", typeName(t), unix.EOPNOTSUPP)
+		return fmt.Errorf("qp: no transition rules for %s: %w", t, unix.EOPNOTSUPP)
 	}
 	e := &TransitionError{Type: t, Cur: cur, Next: next}
 	if cur > StateErr || next > StateErr || !table[cur][next].valid {

@@ -66,7 +66,7 @@ func TestValidateAccepts(t *testing.T) {
 	}
 	for _, tt := range tests {
 		if err := Validate(tt.typ, tt.cur, tt.next, tt.mask); err != nil {
-			t.Errorf("Validate(%s, %v, %v, %v) = %v", typeName(tt.typ), tt.cur, tt.next, tt.mask, err)
+			t.Errorf("Validate(%s, %v, %v, %v) = %v", tt.typ, tt.cur, tt.next, tt.mask, err)
 		}
 	}
 	// Every state but RESET may go to RESET and ERR with STATE alone.
@@ -74,7 +74,7 @@ func TestValidateAccepts(t *testing.T) {
 		for s := StateInit; s <= StateErr; s++ {
 			for _, next := range []State{StateReset, StateErr} {
 				if err := Validate(typ, s, next, AttrState); err != nil {
-					t.Errorf("Validate(%s, %v, %v, STATE) = %v", typeName(typ), s, next, err)
+					t.Errorf("Validate(%s, %v, %v, STATE) = %v", typ, s, next, err)
 				}
 			}
 		}
@@ -133,17 +133,17 @@ func TestValidateRefuses(t *testing.T) {
 	for _, tt := range tests {
 		err := Validate(tt.typ, tt.cur, tt.next, tt.mask)
 		if !errors.Is(err, unix.EINVAL) {
-			t.Errorf("Validate(%s, %v, %v, %v) = %v, want EINVAL", typeName(tt.typ), tt.cur, tt.next, tt.mask, err)
+			t.Errorf("Validate(%s, %v, %v, %v) = %v, want EINVAL", tt.typ, tt.cur, tt.next, tt.mask, err)
 			continue
 		}
 		var te *TransitionError
 		if !errors.As(err, &te) {
-			t.Errorf("Validate(%s, %v, %v, %v): %T is not a *TransitionError", typeName(tt.typ), tt.cur, tt.next, tt.mask, err)
+			t.Errorf("Validate(%s, %v, %v, %v): %T is not a *TransitionError", tt.typ, tt.cur, tt.next, tt.mask, err)
 			continue
 		}
 		if te.Missing != tt.missing || te.Forbidden != tt.forbidden {
 			t.Errorf("Validate(%s, %v, %v, %v): missing %v, forbidden %v; want %v, %v",
-				typeName(tt.typ), tt.cur, tt.next, tt.mask, te.Missing, te.Forbidden, tt.missing, tt.forbidden)
+				tt.typ, tt.cur, tt.next, tt.mask, te.Missing, te.Forbidden, tt.missing, tt.forbidden)
 		}
 		if tt.msg != "" && err.Error() != tt.msg {
 			t.Errorf("error text\n got %s\nwant %s", err, tt.msg)
@@ -173,10 +173,10 @@ func TestValidateTransitions(t *testing.T) {
 				err := Validate(typ, cur, next, ^AttrMask(0))
 				var te *TransitionError
 				if !errors.As(err, &te) {
-					t.Fatalf("Validate(%s, %v, %v, all) = %v", typeName(typ), cur, next, err)
+					t.Fatalf("Validate(%s, %v, %v, all) = %v", typ, cur, next, err)
 				}
 				if te.Valid != valid[[2]State{cur, next}] {
-					t.Errorf("%s %v→%v: valid %v, want %v", typeName(typ), cur, next, te.Valid, !te.Valid)
+					t.Errorf("%s %v→%v: valid %v, want %v", typ, cur, next, te.Valid, !te.Valid)
 				}
 			}
 		}
@@ -203,8 +203,8 @@ func TestStrings(t *testing.T) {
 		{(AttrState | AttrPort).String(), "STATE|PORT"},
 		{(AttrRateLimit | AttrDestQPN | 1<<21 | 1<<30).String(), "DEST_QPN|RATE_LIMIT|0x40200000"},
 		{(AttrMaxDestRdAtomic | AttrMinRNRTimer).String(), "MIN_RNR_TIMER|MAX_DEST_RD_ATOMIC"},
-		{typeName(UC), "UC"},
-		{typeName(Type(9)), "QPType(9)"},
+		{UC.String(), "UC"},
+		{Type(9).String(), "Type(9)"},
 	} {
 		if tt.got != tt.want {
 			t.Errorf("got %q, want %q", tt.got, tt.want)

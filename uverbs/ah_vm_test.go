@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/rdmago/rdma/internal/rdmatest"
-	"github.com/rdmago/rdma/provider"
 	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/wr"
 )
@@ -14,8 +13,8 @@ const grhSize = 40 // UD receives start with room for the GRH
 
 // TestDeviceUDSend sends a datagram through an address handle to a UD QP.
 func TestDeviceUDSend(t *testing.T) {
-	r := rdmatest.NewPair(t, qp.UD, provider.QPCaps{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1})
-	ah, err := r.PD.CreateAH(provider.AHAttr{IsGlobal: true, DGID: r.GID, SGIDIndex: r.GIDIndex, HopLimit: 1, PortNum: 1})
+	r := rdmatest.NewPair(t, qp.UD, qp.Caps{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1})
+	ah, err := r.PD.CreateAH(qp.AHAttr{IsGlobal: true, DGID: r.GID, SGIDIndex: r.GIDIndex, HopLimit: 1, PortNum: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

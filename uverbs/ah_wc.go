@@ -6,7 +6,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/rdmago/rdma/provider"
+	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/wr"
 )
 
@@ -137,17 +137,17 @@ type ahSource interface {
 // group (no local GID answers for a group); EPROTONOSUPPORT for a header
 // that is none of IPv4, IPv6 and IB; ENOENT when no GID of the port equals
 // the packet's destination.
-func (c *Context) InitAHFromWC(port uint8, wc *wr.Completion, grh []byte) (provider.AHAttr, error) {
+func (c *Context) InitAHFromWC(port uint8, wc *wr.Completion, grh []byte) (qp.AHAttr, error) {
 	if c == nil {
-		return provider.AHAttr{}, &Error{Op: "init AH from WC", Err: fmt.Errorf("nil context: %w", unix.EINVAL)}
+		return qp.AHAttr{}, &Error{Op: "init AH from WC", Err: fmt.Errorf("nil context: %w", unix.EINVAL)}
 	}
 	return initAHFromWC(c, port, wc, grh)
 }
 
-func initAHFromWC(src ahSource, port uint8, wc *wr.Completion, grh []byte) (provider.AHAttr, error) {
+func initAHFromWC(src ahSource, port uint8, wc *wr.Completion, grh []byte) (qp.AHAttr, error) {
 	const op = "init AH from WC"
-	fail := func(errno unix.Errno, format string, args ...any) (provider.AHAttr, error) {
-		return provider.AHAttr{}, &Error{Op: op, Err: fmt.Errorf(format+": %w", append(args, errno)...)}
+	fail := func(errno unix.Errno, format string, args ...any) (qp.AHAttr, error) {
+		return qp.AHAttr{}, &Error{Op: op, Err: fmt.Errorf(format+": %w", append(args, errno)...)}
 	}
 	switch {
 	case wc == nil:
@@ -160,11 +160,11 @@ func initAHFromWC(src ahSource, port uint8, wc *wr.Completion, grh []byte) (prov
 	case wc.Opcode&wr.WCRecv == 0:
 		return fail(unix.EINVAL, "completion %d is a %v, not a receive", wc.ID, wc.Opcode)
 	}
-	a := provider.AHAttr{DLID: wc.SLID, SL: wc.SL, SrcPathBits: wc.DLIDPathBits, PortNum: port}
+	a := qp.AHAttr{DLID: wc.SLID, SL: wc.SL, SrcPathBits: wc.DLIDPathBits, PortNum: port}
 	if wc.Flags&wr.WCGRH == 0 {
 		pa, err := src.QueryPort(port)
 		if err != nil {
-			return provider.AHAttr{}, err
+			return qp.AHAttr{}, err
 		}
 		if pa.LinkLayer == LinkLayerEthernet {
 			// RoCE addresses by GID only; an AH without one is refused by
@@ -175,7 +175,7 @@ func initAHFromWC(src ahSource, port uint8, wc *wr.Completion, grh []byte) (prov
 	}
 	h, err := ParseGRH(grh)
 	if err != nil {
-		return provider.AHAttr{}, err
+		return qp.AHAttr{}, err
 	}
 	if h.DGID.isMulticast() {
 		return fail(unix.EINVAL, "the datagram was sent to multicast group %v, which no local GID answers for", h.DGID)
@@ -192,7 +192,7 @@ func initAHFromWC(src ahSource, port uint8, wc *wr.Completion, grh []byte) (prov
 	}
 	gids, err := src.QueryGIDTable()
 	if err != nil {
-		return provider.AHAttr{}, err
+		return qp.AHAttr{}, err
 	}
 	idx := -1
 	for _, e := range gids {

@@ -8,7 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/rdmago/rdma/provider"
+	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/wr"
 )
 
@@ -89,24 +89,24 @@ func TestInitAHFromWC(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		grh  []byte
-		want provider.AHAttr
+		want qp.AHAttr
 	}{
 		{"IPv4", ipv4GRH(0, "10.0.2.20", "10.0.2.15", 0x60, 63, grhNextUDP),
-			provider.AHAttr{DGID: gidOf("::ffff:10.0.2.20"), SGIDIndex: 3, HopLimit: 63, TrafficClass: 0x60}},
+			qp.AHAttr{DGID: gidOf("::ffff:10.0.2.20"), SGIDIndex: 3, HopLimit: 63, TrafficClass: 0x60}},
 		// The undefined first 20 bytes may look like an IPv6 header; a
 		// correct IPv4 checksum behind them decides.
 		{"IPv4 behind IPv6-like bytes", ipv4GRH(0x66, "10.0.2.20", "10.0.2.15", 0, 64, grhNextUDP),
-			provider.AHAttr{DGID: gidOf("::ffff:10.0.2.20"), SGIDIndex: 3, HopLimit: 64}},
+			qp.AHAttr{DGID: gidOf("::ffff:10.0.2.20"), SGIDIndex: 3, HopLimit: 64}},
 		{"IPv6", ipv6GRH(0x28, 0xabcde, grhNextUDP, 60, "2001:db8::2", "2001:db8::1"),
-			provider.AHAttr{DGID: gidOf("2001:db8::2"), SGIDIndex: 5, HopLimit: 60, TrafficClass: 0x28, FlowLabel: 0xabcde}},
+			qp.AHAttr{DGID: gidOf("2001:db8::2"), SGIDIndex: 5, HopLimit: 60, TrafficClass: 0x28, FlowLabel: 0xabcde}},
 		// An IPv6 header between IPv4-mapped GIDs is RoCE v2 all the same.
 		{"IPv6 with IPv4-mapped GIDs", ipv6GRH(0, 0, grhNextUDP, 64, "::ffff:10.0.2.20", "::ffff:10.0.2.15"),
-			provider.AHAttr{DGID: gidOf("::ffff:10.0.2.20"), SGIDIndex: 3, HopLimit: 64}},
+			qp.AHAttr{DGID: gidOf("::ffff:10.0.2.20"), SGIDIndex: 3, HopLimit: 64}},
 		{"RoCE v1", ipv6GRH(0, 1, grhNextIB, 1, "fe80::5054:ff:fe00:b", "fe80::5054:ff:fe00:a"),
-			provider.AHAttr{DGID: gidOf("fe80::5054:ff:fe00:b"), SGIDIndex: 0, HopLimit: 1, FlowLabel: 1}},
+			qp.AHAttr{DGID: gidOf("fe80::5054:ff:fe00:b"), SGIDIndex: 0, HopLimit: 1, FlowLabel: 1}},
 		// A longer buffer (the whole receive) is fine: only the GRH is read.
 		{"whole buffer", append(ipv4GRH(0, "10.0.2.20", "10.0.2.15", 0, 64, grhNextUDP), make([]byte, 100)...),
-			provider.AHAttr{DGID: gidOf("::ffff:10.0.2.20"), SGIDIndex: 3, HopLimit: 64}},
+			qp.AHAttr{DGID: gidOf("::ffff:10.0.2.20"), SGIDIndex: 3, HopLimit: 64}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			src := &tableSource{link: LinkLayerEthernet, gids: roceTable()}
@@ -136,7 +136,7 @@ func TestInitAHFromWCInfiniBand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := provider.AHAttr{DLID: 0x1234, SL: 3, SrcPathBits: 1, PortNum: 1}
+	want := qp.AHAttr{DLID: 0x1234, SL: 3, SrcPathBits: 1, PortNum: 1}
 	if got != want {
 		t.Errorf("no GRH: got %+v, want %+v", got, want)
 	}
@@ -216,7 +216,7 @@ func TestInitAHFromWCErrors(t *testing.T) {
 			if !errors.As(err, &e) {
 				t.Errorf("%v is not a *uverbs.Error", err)
 			}
-			if a != (provider.AHAttr{}) {
+			if a != (qp.AHAttr{}) {
 				t.Errorf("attributes %+v returned with the error", a)
 			}
 			t.Log(err)

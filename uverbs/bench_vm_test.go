@@ -4,7 +4,6 @@ import (
 	"testing"
 
 	"github.com/rdmago/rdma/internal/rdmatest"
-	"github.com/rdmago/rdma/provider"
 	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/wr"
 )
@@ -37,7 +36,7 @@ func writeWR(r *rdmatest.Pair) []wr.SendWR {
 // TestDeviceHotPathAllocs checks that posting and polling on a real device,
 // doorbell system call included, allocate nothing.
 func TestDeviceHotPathAllocs(t *testing.T) {
-	r := rdmatest.NewPair(t, qp.RC, provider.QPCaps{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64})
+	r := rdmatest.NewPair(t, qp.RC, qp.Caps{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64})
 	send, out := writeWR(r), make([]wr.Completion, 4)
 	recv := []wr.RecvWR{{ID: 2, SGList: []wr.SGE{r.B.Buf.SGE(0, 64)}}}
 	if a := testing.AllocsPerRun(200, func() { roundTrip(t, r, send, out) }); a != 0 {
@@ -53,7 +52,7 @@ func TestDeviceHotPathAllocs(t *testing.T) {
 }
 
 func BenchmarkDeviceWriteRoundTrip(b *testing.B) {
-	r := rdmatest.NewPair(b, qp.RC, provider.QPCaps{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64})
+	r := rdmatest.NewPair(b, qp.RC, qp.Caps{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64})
 	send, out := writeWR(r), make([]wr.Completion, 4)
 	b.ReportAllocs()
 	for b.Loop() {

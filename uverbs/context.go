@@ -15,8 +15,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rdmago/rdma/internal/abi"
 	"github.com/rdmago/rdma/provider"
-	"github.com/rdmago/rdma/uverbs/abi"
 )
 
 // Context is an open device (struct ibv_context): the uverbs command file,

@@ -9,7 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/sys/unix"
 
-	"github.com/rdmago/rdma/uverbs/abi"
+	"github.com/rdmago/rdma/internal/abi"
 )
 
 var testDev = Device{Name: "rxe0", Driver: "rxe", DriverID: abi.RDMA_DRIVER_RXE}

@@ -6,7 +6,6 @@ import (
 
 	"github.com/rdmago/rdma/internal/rdmatest"
 	"github.com/rdmago/rdma/internal/testenv"
-	"github.com/rdmago/rdma/provider"
 	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/uverbs"
 	"github.com/rdmago/rdma/wr"
@@ -22,7 +21,7 @@ func TestDeviceCloseContextFirst(t *testing.T) {
 	rdmatest.Must(t, err)
 	cq, err := ctx.CreateCQ(uverbs.CQAttr{CQE: 8})
 	rdmatest.Must(t, err)
-	q, err := pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: cq, RecvCQ: cq, Cap: provider.QPCaps{MaxSendWR: 2, MaxRecvWR: 2, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	q, err := pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: cq, RecvCQ: cq, Caps: qp.Caps{MaxSendWR: 2, MaxRecvWR: 2, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	rdmatest.Must(t, err)
 	if err := ctx.Close(); err != nil {
 		t.Fatal(err)

@@ -16,10 +16,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rdmago/rdma/internal/abi"
 	"github.com/rdmago/rdma/internal/pollctx"
 	"github.com/rdmago/rdma/provider"
 	"github.com/rdmago/rdma/qp"
-	"github.com/rdmago/rdma/uverbs/abi"
 	"github.com/rdmago/rdma/wr"
 )
 

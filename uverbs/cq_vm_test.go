@@ -15,7 +15,6 @@ import (
 
 	"github.com/rdmago/rdma/internal/rdmatest"
 	"github.com/rdmago/rdma/mr"
-	"github.com/rdmago/rdma/provider"
 	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/uverbs"
 	"github.com/rdmago/rdma/wr"
@@ -24,7 +23,7 @@ import (
 // TestDeviceEventsManyCQs arms several CQs on one completion channel and
 // waits for each one's event.
 func TestDeviceEventsManyCQs(t *testing.T) {
-	r := rdmatest.NewPair(t, qp.RC, provider.QPCaps{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1})
+	r := rdmatest.NewPair(t, qp.RC, qp.Caps{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1})
 	ch, err := r.Ctx.NewCompChannel()
 	if err != nil {
 		t.Fatal(err)
@@ -40,7 +39,7 @@ func TestDeviceEventsManyCQs(t *testing.T) {
 		defer cqs[i].Close()
 		// qps[i] receives into cqs[i]; its peer sends to it below.
 		if qps[i], err = r.PD.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: r.A.CQ, RecvCQ: cqs[i],
-			Cap: provider.QPCaps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+			Caps: qp.Caps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
 			t.Fatal(err)
 		}
 		defer qps[i].Close()
@@ -48,7 +47,7 @@ func TestDeviceEventsManyCQs(t *testing.T) {
 	var peers [n]*uverbs.QP
 	for i := range peers {
 		if peers[i], err = r.PD.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: r.B.CQ, RecvCQ: r.B.CQ,
-			Cap: provider.QPCaps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+			Caps: qp.Caps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
 			t.Fatal(err)
 		}
 		defer peers[i].Close()
@@ -104,13 +103,13 @@ func newEventPair(t *testing.T, r *rdmatest.Pair) (*uverbs.CompChannel, *uverbs.
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cq.Close() })
-	caps := provider.QPCaps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}
-	rq, err := r.PD.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: r.A.CQ, RecvCQ: cq, Cap: caps})
+	caps := qp.Caps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}
+	rq, err := r.PD.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: r.A.CQ, RecvCQ: cq, Caps: caps})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { rq.Close() })
-	sq, err := r.PD.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: r.B.CQ, RecvCQ: r.B.CQ, Cap: caps})
+	sq, err := r.PD.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: r.B.CQ, RecvCQ: r.B.CQ, Caps: caps})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +121,7 @@ func newEventPair(t *testing.T, r *rdmatest.Pair) (*uverbs.CompChannel, *uverbs.
 // TestDeviceSolicitedAndParkedWaiters arms CQs for solicited events only,
 // and checks that goroutines waiting on many channels hold no OS threads.
 func TestDeviceSolicitedAndParkedWaiters(t *testing.T) {
-	r := rdmatest.NewPair(t, qp.RC, provider.QPCaps{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1})
+	r := rdmatest.NewPair(t, qp.RC, qp.Caps{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1})
 	ch, cq, rq, sq := newEventPair(t, r)
 	if _, err := rq.PostRecv([]wr.RecvWR{{ID: 1}, {ID: 2}}); err != nil {
 		t.Fatal(err)
@@ -205,7 +204,7 @@ func threads(t *testing.T) int {
 // GC meanwhile is not held up (the wait gives the thread back each
 // millisecond even without preemption signals).
 func TestDeviceGetEventDirect(t *testing.T) {
-	r := rdmatest.NewPair(t, qp.RC, provider.QPCaps{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1})
+	r := rdmatest.NewPair(t, qp.RC, qp.Caps{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1})
 	ch, cq, rq, sq := newEventPair(t, r)
 
 	recv := []wr.RecvWR{{ID: 1}}
@@ -325,15 +324,15 @@ func newOverrunRig(t *testing.T, smallRecv bool) *overrunRig {
 	r.buf, err = mr.New(pd, 4096, rdmatest.AllAccess)
 	rdmatest.Must(t, err)
 	closeLater(r.buf)
-	caps := provider.QPCaps{MaxSendWR: 32, MaxRecvWR: 32, MaxSendSGE: 1, MaxRecvSGE: 1}
+	caps := qp.Caps{MaxSendWR: 32, MaxRecvWR: 32, MaxSendSGE: 1, MaxRecvSGE: 1}
 	sendCQ, recvCQ := r.small, r.big
 	if smallRecv {
 		sendCQ, recvCQ = r.big, r.small
 	}
-	r.a, err = pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: sendCQ, RecvCQ: recvCQ, Cap: caps})
+	r.a, err = pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: sendCQ, RecvCQ: recvCQ, Caps: caps})
 	rdmatest.Must(t, err)
 	closeLater(r.a)
-	r.b, err = pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: r.big, RecvCQ: r.big, Cap: caps})
+	r.b, err = pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: r.big, RecvCQ: r.big, Caps: caps})
 	rdmatest.Must(t, err)
 	closeLater(r.b)
 	gidIndex, gid := rdmatest.RoCEv2GID(t, ctx)

@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/rdmago/rdma/uverbs/abi"
+	"github.com/rdmago/rdma/internal/abi"
 )
 
 // driverNames maps the kernel's RDMA_DRIVER_* ids to the names rdma-core

@@ -6,7 +6,6 @@ import (
 	"log"
 
 	"github.com/rdmago/rdma/mr"
-	"github.com/rdmago/rdma/provider"
 	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/uverbs"
 	"github.com/rdmago/rdma/wr"
@@ -56,13 +55,13 @@ func ExamplePD_CreateQP() {
 	}
 	defer buf.Close()
 
-	caps := provider.QPCaps{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1}
-	a, err := pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: cq, RecvCQ: cq, Cap: caps})
+	caps := qp.Caps{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1}
+	a, err := pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: cq, RecvCQ: cq, Caps: caps})
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer a.Close()
-	b, err := pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: cq, RecvCQ: cq, Cap: caps})
+	b, err := pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: cq, RecvCQ: cq, Caps: caps})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -84,9 +83,9 @@ func ExamplePD_CreateQP() {
 		remote := self
 		remote.QPN = peer.Num()
 		for _, step := range []func() (qp.Attr, qp.AttrMask){
-			func() (qp.Attr, qp.AttrMask) { return qp.InitAttrs(qp.RC, 1, 0, wr.RemoteWrite, 0) },
-			func() (qp.Attr, qp.AttrMask) { return qp.RTRAttrs(qp.RC, remote, uint8(uverbs.MTU1024)) },
-			func() (qp.Attr, qp.AttrMask) { return qp.RTSAttrs(qp.RC, 0) },
+			func() (qp.Attr, qp.AttrMask) { return qp.ToInit(qp.RC, 1, 0, wr.RemoteWrite, 0) },
+			func() (qp.Attr, qp.AttrMask) { return qp.ToRTR(qp.RC, remote, uint8(uverbs.MTU1024)) },
+			func() (qp.Attr, qp.AttrMask) { return qp.ToRTS(qp.RC, 0) },
 		} {
 			attr, mask := step()
 			if err := q.Modify(&attr, mask); err != nil {

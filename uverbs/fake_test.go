@@ -9,7 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/rdmago/rdma/uverbs/abi"
+	"github.com/rdmago/rdma/internal/abi"
 )
 
 // fakeKernel stands in for /dev/infiniband/uverbsN in unit tests. It decodes

@@ -15,7 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/rdmago/rdma/uverbs/abi"
+	"github.com/rdmago/rdma/internal/abi"
 )
 
 const fuzzNLSeq = 7

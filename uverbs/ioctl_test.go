@@ -9,7 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/sys/unix"
 
-	"github.com/rdmago/rdma/uverbs/abi"
+	"github.com/rdmago/rdma/internal/abi"
 )
 
 func TestCommandEncoding(t *testing.T) {

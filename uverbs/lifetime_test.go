@@ -10,9 +10,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/rdmago/rdma/provider"
+	"github.com/rdmago/rdma/internal/abi"
 	"github.com/rdmago/rdma/qp"
-	"github.com/rdmago/rdma/uverbs/abi"
 	"github.com/rdmago/rdma/wr"
 )
 
@@ -112,7 +111,7 @@ func TestClosedObjectsStayClosed(t *testing.T) {
 	wantClosed(t, "CreateQP on a closed PD", err)
 	_, err = old.CreateSRQ(SRQAttr{MaxWR: 1, MaxSGE: 1})
 	wantClosed(t, "CreateSRQ on a closed PD", err)
-	_, err = old.CreateAH(provider.AHAttr{PortNum: 1})
+	_, err = old.CreateAH(qp.AHAttr{PortNum: 1})
 	wantClosed(t, "CreateAH on a closed PD", err)
 	_, err = pd.CreateQP(QPInitAttr{Type: qp.RC, SendCQ: cq, RecvCQ: deadCQ})
 	wantClosed(t, "CreateQP with a closed receive CQ", err)

@@ -17,7 +17,6 @@ import (
 	"github.com/rdmago/rdma/internal/rdmatest"
 	"github.com/rdmago/rdma/internal/testenv"
 	"github.com/rdmago/rdma/mr"
-	"github.com/rdmago/rdma/provider"
 	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/uverbs"
 	"github.com/rdmago/rdma/wr"
@@ -53,7 +52,7 @@ func collectUntil(t *testing.T, what string, cond func() bool) {
 // given to new allocations gets a remote access error, and the new
 // allocations are untouched.
 func TestDeviceDroppedMRStaleRKey(t *testing.T) {
-	r := rdmatest.NewPair(t, qp.RC, provider.QPCaps{MaxSendWR: 64, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1})
+	r := rdmatest.NewPair(t, qp.RC, qp.Caps{MaxSendWR: 64, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1})
 	baseline := resCount(t, "mr")
 	const n, size = 64, 1 << 16
 	type stale struct {
@@ -149,7 +148,7 @@ func TestDeviceDroppedObjectsRelease(t *testing.T) {
 		cq, err := ctx.CreateCQ(uverbs.CQAttr{CQE: 16, Channel: ch})
 		rdmatest.Must(t, err)
 		q, err := pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: cq, RecvCQ: cq,
-			Cap: provider.QPCaps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+			Caps: qp.Caps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
 		rdmatest.Must(t, err)
 		m, err := pd.RegMR(make([]byte, 4096), wr.LocalWrite)
 		rdmatest.Must(t, err)
@@ -185,7 +184,7 @@ func TestDeviceDroppedObjectsRelease(t *testing.T) {
 // Use after Close never reaches the kernel: a closed PD's handle goes to
 // the next PD, which must not receive the closed one's objects.
 func TestDeviceUseAfterClose(t *testing.T) {
-	r := rdmatest.NewPair(t, qp.RC, provider.QPCaps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1})
+	r := rdmatest.NewPair(t, qp.RC, qp.Caps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1})
 	old, err := r.Ctx.AllocPD()
 	if err != nil {
 		t.Fatal(err)
@@ -208,17 +207,17 @@ func TestDeviceUseAfterClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	caps := provider.QPCaps{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}
-	_, err = old.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: cq, RecvCQ: cq, Cap: caps})
+	caps := qp.Caps{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}
+	_, err = old.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: cq, RecvCQ: cq, Caps: caps})
 	closed("CreateQP on a closed PD", err)
 	rdmatest.Check(t, "close CQ", cq.Close())
-	_, err = pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: r.A.CQ, RecvCQ: cq, Cap: caps})
+	_, err = pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: r.A.CQ, RecvCQ: cq, Caps: caps})
 	closed("CreateQP with a closed CQ", err)
 	rdmatest.Check(t, "the new PD, which nothing landed on: Close", pd.Close())
 
 	// A closed QP and AH.
-	uq := rdmatest.NewPair(t, qp.UD, provider.QPCaps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1})
-	ah, err := uq.PD.CreateAH(provider.AHAttr{IsGlobal: true, DGID: uq.GID, SGIDIndex: uq.GIDIndex, HopLimit: 1, PortNum: 1})
+	uq := rdmatest.NewPair(t, qp.UD, qp.Caps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1})
+	ah, err := uq.PD.CreateAH(qp.AHAttr{IsGlobal: true, DGID: uq.GID, SGIDIndex: uq.GIDIndex, HopLimit: 1, PortNum: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,7 +236,7 @@ func TestDeviceUseAfterClose(t *testing.T) {
 // Inline sends racing Close of the region they read from never fault: the
 // region's memory is Go memory, alive as long as anything refers to it.
 func TestDeviceInlineRacesRegionClose(t *testing.T) {
-	r := rdmatest.NewPair(t, qp.RC, provider.QPCaps{MaxSendWR: 16, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64})
+	r := rdmatest.NewPair(t, qp.RC, qp.Caps{MaxSendWR: 16, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64})
 	for i := 0; i < 50; i++ {
 		reg, err := mr.New(r.PD, 4096, wr.LocalWrite)
 		if err != nil {

@@ -8,7 +8,6 @@ import (
 	"github.com/rdmago/rdma/internal/rdmatest"
 	"github.com/rdmago/rdma/internal/testenv"
 	"github.com/rdmago/rdma/mr"
-	"github.com/rdmago/rdma/provider"
 	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/uverbs"
 	"github.com/rdmago/rdma/wr"
@@ -27,7 +26,7 @@ func localKeyError(s wr.Status) bool {
 // have: the request completes with a local key error.
 func TestDeviceRCBadLKey(t *testing.T) {
 	for _, op := range []wr.Opcode{wr.OpRDMAWrite, wr.OpSend} {
-		r := rdmatest.NewPair(t, qp.RC, provider.QPCaps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1})
+		r := rdmatest.NewPair(t, qp.RC, qp.Caps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1})
 		if _, err := r.A.QP.PostSend([]wr.SendWR{{ID: 1, Opcode: op, Flags: wr.Signaled,
 			SGList: []wr.SGE{{Addr: r.A.Buf.Addr(), Length: 8, LKey: r.A.Buf.LKey + 0x1000}}, RemoteAddr: r.B.Buf.Addr(), RKey: r.B.Buf.RKey}}); err != nil {
 			t.Fatal(err)
@@ -43,7 +42,7 @@ func TestDeviceRCBadLKey(t *testing.T) {
 // TestDeviceRCRemoteAccessError writes to a key the peer's region does not
 // have: the request completes with a remote access error.
 func TestDeviceRCRemoteAccessError(t *testing.T) {
-	r := rdmatest.NewPair(t, qp.RC, provider.QPCaps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1})
+	r := rdmatest.NewPair(t, qp.RC, qp.Caps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1})
 	if _, err := r.A.QP.PostSend([]wr.SendWR{{ID: 1, Opcode: wr.OpRDMAWrite, Flags: wr.Signaled,
 		SGList: []wr.SGE{r.A.Buf.SGE(0, 8)}, RemoteAddr: r.B.Buf.Addr(), RKey: r.B.Buf.RKey + 0x1000}}); err != nil {
 		t.Fatal(err)
@@ -73,7 +72,7 @@ func TestDeviceRCRemoteAccessError(t *testing.T) {
 // TestDeviceDeregInUse deregisters memory that posted work requests still
 // name: the process must not crash, and later requests fail cleanly.
 func TestDeviceDeregInUse(t *testing.T) {
-	r := rdmatest.NewPair(t, qp.RC, provider.QPCaps{MaxSendWR: 16, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1})
+	r := rdmatest.NewPair(t, qp.RC, qp.Caps{MaxSendWR: 16, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1})
 	extra, err := mr.New(r.PD, 1<<20, rdmatest.AllAccess)
 	if err != nil {
 		t.Fatal(err)
@@ -100,7 +99,7 @@ func TestDeviceDeregInUse(t *testing.T) {
 	t.Logf("%d of %d writes completed with errors after deregistration", failed, len(done))
 	// The QP may be in error now; either way a post naming the dead key is
 	// accepted or refused without a crash, and completes with an error.
-	fresh := rdmatest.NewPair(t, qp.RC, provider.QPCaps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1})
+	fresh := rdmatest.NewPair(t, qp.RC, qp.Caps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1})
 	if _, err := fresh.A.QP.PostSend([]wr.SendWR{{ID: 9, Opcode: wr.OpRDMAWrite, Flags: wr.Signaled,
 		SGList: []wr.SGE{{Addr: fresh.A.Buf.Addr(), Length: 8, LKey: lkey}}, RemoteAddr: fresh.B.Buf.Addr(), RKey: fresh.B.Buf.RKey}}); err != nil {
 		t.Fatal(err)
@@ -113,7 +112,7 @@ func TestDeviceDeregInUse(t *testing.T) {
 // TestDeviceRegGoMemory registers ordinary Go memory and has the peer
 // write into it.
 func TestDeviceRegGoMemory(t *testing.T) {
-	r := rdmatest.NewPair(t, qp.RC, provider.QPCaps{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1})
+	r := rdmatest.NewPair(t, qp.RC, qp.Caps{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1})
 	goMem := make([]byte, 8192) // Go heap memory, not from package mr
 	gmr, err := r.PD.RegMR(goMem, rdmatest.AllAccess)
 	if err != nil {

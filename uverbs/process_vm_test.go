@@ -13,7 +13,6 @@ import (
 	"github.com/rdmago/rdma/internal/rdmatest"
 	"github.com/rdmago/rdma/internal/testenv"
 	"github.com/rdmago/rdma/mr"
-	"github.com/rdmago/rdma/provider"
 	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/uverbs"
 	"github.com/rdmago/rdma/wr"
@@ -44,7 +43,7 @@ func newSide(t *testing.T) *side {
 	}
 	t.Cleanup(func() { s.buf.Close() })
 	if s.qp, err = s.pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: s.cq, RecvCQ: s.cq,
-		Cap: provider.QPCaps{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+		Caps: qp.Caps{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.qp.Close() })

@@ -1,10 +1,10 @@
 package uverbs
 
 import (
+	"github.com/rdmago/rdma/internal/abi"
 	"github.com/rdmago/rdma/provider"
 	"github.com/rdmago/rdma/provider/mlx5"
 	"github.com/rdmago/rdma/provider/rxe"
-	"github.com/rdmago/rdma/uverbs/abi"
 )
 
 // drivers are the providers this library carries, by kernel driver id. The

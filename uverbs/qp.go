@@ -9,9 +9,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rdmago/rdma/internal/abi"
+	"github.com/rdmago/rdma/internal/qpabi"
 	"github.com/rdmago/rdma/provider"
 	"github.com/rdmago/rdma/qp"
-	"github.com/rdmago/rdma/uverbs/abi"
 	"github.com/rdmago/rdma/wr"
 )
 
@@ -21,8 +22,8 @@ type QPInitAttr struct {
 	SendCQ *CQ
 	RecvCQ *CQ
 	// SRQ, if set, supplies the receives; the QP then has no receive queue.
-	SRQ *SRQ
-	Cap provider.QPCaps
+	SRQ  *SRQ
+	Caps qp.Caps
 	// SignalAll makes every send work request complete with a completion,
 	// whatever its Signaled flag (sq_sig_all).
 	SignalAll bool
@@ -40,7 +41,7 @@ type QP struct {
 	pd     *PD
 	typ    qp.Type
 	num    uint32
-	caps   provider.QPCaps
+	caps   qp.Caps
 	sendCQ *CQ
 	recvCQ *CQ
 	srq    *SRQ
@@ -95,7 +96,7 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 	if err != nil {
 		return nil, err
 	}
-	pattr := provider.QPInitAttr{Type: attr.Type, Caps: attr.Cap, HasSRQ: attr.SRQ != nil, SignalAll: attr.SignalAll}
+	pattr := provider.QPInitAttr{Type: attr.Type, Caps: attr.Caps, HasSRQ: attr.SRQ != nil, SignalAll: attr.SignalAll}
 	if attr.SRQ != nil {
 		pattr.SRQ = attr.SRQ.prov
 	}
@@ -108,11 +109,11 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 	id := c.nextID.Add(1)
 
 	capIn := &abi.IbUverbsQpCap{
-		Max_send_wr:     attr.Cap.MaxSendWR,
-		Max_recv_wr:     attr.Cap.MaxRecvWR,
-		Max_send_sge:    attr.Cap.MaxSendSGE,
-		Max_recv_sge:    attr.Cap.MaxRecvSGE,
-		Max_inline_data: attr.Cap.MaxInlineData,
+		Max_send_wr:     attr.Caps.MaxSendWR,
+		Max_recv_wr:     attr.Caps.MaxRecvWR,
+		Max_send_sge:    attr.Caps.MaxSendSGE,
+		Max_recv_sge:    attr.Caps.MaxRecvSGE,
+		Max_inline_data: attr.Caps.MaxInlineData,
 	}
 	capOut := new(abi.IbUverbsQpCap)
 	qpNum := new(uint32)
@@ -150,7 +151,7 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 		q.deps = append(q.deps, attr.SRQ)
 	}
 	q.num = *qpNum
-	q.caps = provider.QPCaps{
+	q.caps = qp.Caps{
 		MaxSendWR:     capOut.Max_send_wr,
 		MaxRecvWR:     capOut.Max_recv_wr,
 		MaxSendSGE:    capOut.Max_send_sge,
@@ -181,7 +182,7 @@ func (q *QP) Num() uint32 { return q.num }
 func (q *QP) Type() qp.Type { return q.typ }
 
 // Caps returns the queue sizes the device granted.
-func (q *QP) Caps() provider.QPCaps { return q.caps }
+func (q *QP) Caps() qp.Caps { return q.caps }
 
 // State returns the state the QP was last moved to by Modify. A QP can also
 // enter the error state on its own; Query asks the kernel.
@@ -223,7 +224,7 @@ func (q *QP) modify(a *qp.Attr, mask qp.AttrMask) error {
 	// The extended command only adds the rate limit, which the state table
 	// allows for raw packet QPs alone: the base command carries the rest.
 	req := new(abi.IbUverbsExModifyQp)
-	*req = qp.EncodeModify(q.handle, a, mask)
+	*req = qpabi.EncodeModify(q.handle, a, mask)
 	if err := q.ctx.invokeWrite(abi.IB_USER_VERBS_CMD_MODIFY_QP,
 		unsafe.Pointer(&req.Base), int(unsafe.Sizeof(req.Base)), nil, 0, "modify QP"); err != nil {
 		return err
@@ -249,13 +250,13 @@ func (q *QP) Query(mask qp.AttrMask) (qp.Attr, qp.InitAttr, error) {
 		return qp.Attr{}, qp.InitAttr{}, ErrClosed
 	}
 	req := new(abi.IbUverbsQueryQp)
-	*req = qp.EncodeQuery(q.handle, mask)
+	*req = qpabi.EncodeQuery(q.handle, mask)
 	resp := new(abi.IbUverbsQueryQpResp)
 	if err := q.ctx.invokeWrite(abi.IB_USER_VERBS_CMD_QUERY_QP, unsafe.Pointer(req), int(unsafe.Sizeof(*req)),
 		unsafe.Pointer(resp), int(unsafe.Sizeof(*resp)), "query QP"); err != nil {
 		return qp.Attr{}, qp.InitAttr{}, err
 	}
-	a, ia := qp.DecodeQuery(resp)
+	a, ia := qpabi.DecodeQuery(resp)
 	return a, ia, nil
 }
 

@@ -12,7 +12,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rdmago/rdma/internal/rdmatest"
-	"github.com/rdmago/rdma/provider"
 	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/uverbs"
 	"github.com/rdmago/rdma/wr"
@@ -21,7 +20,7 @@ import (
 // TestDeviceRCSendRecv sends on an RC QP from two SGEs, then with
 // immediate data inline from unregistered memory.
 func TestDeviceRCSendRecv(t *testing.T) {
-	r := rdmatest.NewPair(t, qp.RC, provider.QPCaps{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 2, MaxRecvSGE: 2, MaxInlineData: 64})
+	r := rdmatest.NewPair(t, qp.RC, qp.Caps{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 2, MaxRecvSGE: 2, MaxInlineData: 64})
 	src, dst := r.A.Buf.Bytes(), r.B.Buf.Bytes()
 	copy(src, "hello over soft-RoCE from pure Go")
 	msg := len("hello over soft-RoCE from pure Go")
@@ -67,7 +66,7 @@ func TestDeviceRCSendRecv(t *testing.T) {
 // TestDeviceRCWriteReadAtomic runs RDMA write (with and without
 // immediate), read and both atomics on an RC QP.
 func TestDeviceRCWriteReadAtomic(t *testing.T) {
-	r := rdmatest.NewPair(t, qp.RC, provider.QPCaps{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1})
+	r := rdmatest.NewPair(t, qp.RC, qp.Caps{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1})
 	local, remote := r.A.Buf, r.B.Buf
 	copy(local.Bytes(), bytes.Repeat([]byte("W"), 512))
 
@@ -123,7 +122,7 @@ func TestDeviceRCWriteReadAtomic(t *testing.T) {
 
 // TestDeviceUCSendWrite sends and writes on a UC QP, which cannot read.
 func TestDeviceUCSendWrite(t *testing.T) {
-	r := rdmatest.NewPair(t, qp.UC, provider.QPCaps{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1})
+	r := rdmatest.NewPair(t, qp.UC, qp.Caps{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1})
 	copy(r.A.Buf.Bytes(), "unreliable but connected")
 	if _, err := r.B.QP.PostRecv([]wr.RecvWR{{ID: 5, SGList: []wr.SGE{r.B.Buf.SGE(0, 64)}}}); err != nil {
 		t.Fatal(err)
@@ -158,7 +157,7 @@ func TestDeviceUCSendWrite(t *testing.T) {
 
 // TestDeviceQueryQP queries a connected QP.
 func TestDeviceQueryQP(t *testing.T) {
-	r := rdmatest.NewPair(t, qp.RC, provider.QPCaps{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1})
+	r := rdmatest.NewPair(t, qp.RC, qp.Caps{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1})
 	a, init, err := r.A.QP.Query(qp.AttrState | qp.AttrDestQPN | qp.AttrCap | qp.AttrPathMTU | qp.AttrAV | qp.AttrTimeout)
 	if err != nil {
 		t.Fatal(err)
@@ -166,7 +165,7 @@ func TestDeviceQueryQP(t *testing.T) {
 	if a.State != qp.StateRTS || a.DestQPNum != r.B.QP.Num() || a.PathMTU != uint8(uverbs.MTU1024) || a.Timeout != rdmatest.QPTimeout {
 		t.Errorf("query: state %v dest %d mtu %d timeout %d; want RTS, %d, 3, %d", a.State, a.DestQPNum, a.PathMTU, a.Timeout, r.B.QP.Num(), rdmatest.QPTimeout)
 	}
-	if !a.AHAttr.IsGlobal || a.AHAttr.DGID != r.GID || init.Cap.MaxSendWR < 8 {
+	if !a.AHAttr.IsGlobal || a.AHAttr.DGID != r.GID || init.Caps.MaxSendWR < 8 {
 		t.Errorf("query: AH %+v, init %+v", a.AHAttr, init)
 	}
 }
@@ -180,7 +179,7 @@ func TestDevicePostStateAndDepth(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cq.Close()
-	q, err := pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: cq, RecvCQ: cq, Cap: provider.QPCaps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	q, err := pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: cq, RecvCQ: cq, Caps: qp.Caps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +193,7 @@ func TestDevicePostStateAndDepth(t *testing.T) {
 		t.Errorf("post recv in RESET: %d, %v; want 0, EINVAL", n, err)
 	}
 
-	a, m := qp.InitAttrs(qp.RC, 1, 0, rdmatest.AllAccess, 0)
+	a, m := qp.ToInit(qp.RC, 1, 0, rdmatest.AllAccess, 0)
 	if err := q.Modify(&a, m); err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +218,7 @@ func TestDevicePostStateAndDepth(t *testing.T) {
 // TestDeviceDestroyFlushes closes a QP with receives outstanding: they come
 // back flushed.
 func TestDeviceDestroyFlushes(t *testing.T) {
-	r := rdmatest.NewPair(t, qp.RC, provider.QPCaps{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1})
+	r := rdmatest.NewPair(t, qp.RC, qp.Caps{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1})
 	if _, err := r.B.QP.PostRecv([]wr.RecvWR{{ID: 1, SGList: []wr.SGE{r.B.Buf.SGE(0, 64)}}, {ID: 2, SGList: []wr.SGE{r.B.Buf.SGE(64, 64)}}, {ID: 3}}); err != nil {
 		t.Fatal(err)
 	}
@@ -239,7 +238,7 @@ func TestDeviceDestroyFlushes(t *testing.T) {
 // Bad addresses and lengths in a work request are errors, not crashes or
 // truncated messages.
 func TestDeviceBadSGEs(t *testing.T) {
-	r := rdmatest.NewPair(t, qp.RC, provider.QPCaps{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 2, MaxRecvSGE: 2, MaxInlineData: 64})
+	r := rdmatest.NewPair(t, qp.RC, qp.Caps{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 2, MaxRecvSGE: 2, MaxInlineData: 64})
 	m, err := unix.Mmap(-1, 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 	if err != nil {
 		t.Fatal(err)
@@ -299,7 +298,7 @@ func TestDeviceBadSGEs(t *testing.T) {
 // error, whether the QP got there by Modify or by a failed request, even
 // on kernels that leave such a receive in the queue for ever (rxe on 6.1).
 func TestDeviceRecvInErrorStateFlushes(t *testing.T) {
-	caps := provider.QPCaps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}
+	caps := qp.Caps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}
 	t.Run("Modify", func(t *testing.T) {
 		r := rdmatest.NewPair(t, qp.RC, caps)
 		if err := r.A.QP.Modify(&qp.Attr{State: qp.StateErr}, qp.AttrState); err != nil {

@@ -6,8 +6,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rdmago/rdma/internal/abi"
 	"github.com/rdmago/rdma/provider"
-	"github.com/rdmago/rdma/uverbs/abi"
+	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/wr"
 )
 
@@ -73,7 +74,7 @@ func (pd *PD) CreateSRQ(attr SRQAttr) (*SRQ, error) {
 	s.object = newObject(c, kindSRQ, cmd.outIDR(h), pd)
 	s.id = id
 	s.attr = SRQAttr{MaxWR: resp.maxWR, MaxSGE: resp.maxSGE, Limit: attr.Limit}
-	p, err := b.Finish(provider.Created{Handle: s.handle, Caps: provider.QPCaps{MaxRecvWR: resp.maxWR, MaxRecvSGE: resp.maxSGE}})
+	p, err := b.Finish(provider.Created{Handle: s.handle, Caps: qp.Caps{MaxRecvWR: resp.maxWR, MaxRecvSGE: resp.maxSGE}})
 	if err != nil {
 		s.destroyKernel()
 		return nil, wrapErr("create SRQ", err)
@@ -177,12 +178,12 @@ type AH struct {
 	*object
 	pd   *PD
 	prov provider.AH
-	attr provider.AHAttr
+	attr qp.AHAttr
 }
 
 // CreateAH creates an address handle (ibv_create_ah). For RoCE, set
 // IsGlobal with the destination GID and the local SGID index.
-func (pd *PD) CreateAH(attr provider.AHAttr) (*AH, error) {
+func (pd *PD) CreateAH(attr qp.AHAttr) (*AH, error) {
 	if err := pd.pdObject().use(); err != nil {
 		return nil, &Error{Op: "create AH", Err: fmt.Errorf("PD: %w", err)}
 	}

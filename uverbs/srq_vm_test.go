@@ -8,7 +8,6 @@ import (
 
 	"github.com/rdmago/rdma/internal/rdmatest"
 	"github.com/rdmago/rdma/mr"
-	"github.com/rdmago/rdma/provider"
 	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/uverbs"
 	"github.com/rdmago/rdma/wr"
@@ -34,14 +33,14 @@ func TestDeviceSRQShared(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cq.Close()
-	caps := provider.QPCaps{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1}
+	caps := qp.Caps{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1}
 	var senders, receivers [2]*uverbs.QP
 	for i := range senders {
-		if senders[i], err = pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: cq, RecvCQ: cq, Cap: caps}); err != nil {
+		if senders[i], err = pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: cq, RecvCQ: cq, Caps: caps}); err != nil {
 			t.Fatal(err)
 		}
 		defer senders[i].Close()
-		if receivers[i], err = pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: cq, SRQ: srq, Cap: caps}); err != nil {
+		if receivers[i], err = pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: cq, SRQ: srq, Caps: caps}); err != nil {
 			t.Fatal(err)
 		}
 		defer receivers[i].Close()

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/rdmago/rdma/internal/rdmatest"
-	"github.com/rdmago/rdma/provider"
 	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/uverbs"
 	"github.com/rdmago/rdma/wr"
@@ -169,7 +168,7 @@ func (s *stream) run(during func()) {
 // Several goroutines post on one QP that is not SingleThreaded while one
 // polls its CQ: every request completes once, none is lost or repeated.
 func TestDeviceStressPostPoll(t *testing.T) {
-	r := rdmatest.NewPair(t, qp.RC, provider.QPCaps{MaxSendWR: 32, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1})
+	r := rdmatest.NewPair(t, qp.RC, qp.Caps{MaxSendWR: 32, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1})
 	s := newStream(t, r, stressOps(t))
 	start := time.Now()
 	s.run(nil)
@@ -180,7 +179,7 @@ func TestDeviceStressPostPoll(t *testing.T) {
 // The same with Close of the QP racing the posters: a request is either
 // refused with ErrClosed or completes once, successfully or flushed.
 func TestDeviceStressCloseRace(t *testing.T) {
-	r := rdmatest.NewPair(t, qp.RC, provider.QPCaps{MaxSendWR: 32, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1})
+	r := rdmatest.NewPair(t, qp.RC, qp.Caps{MaxSendWR: 32, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1})
 	s := newStream(t, r, stressOps(t))
 	s.run(func() {
 		for s.nPosted.Load() < int64(len(s.seen)/4) {

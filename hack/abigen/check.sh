@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # check.sh regenerates the kernel ABI into a temporary directory and fails
-# if it differs from the committed uverbs/abi/z* files (run in CI; it needs
+# if it differs from the committed internal/abi/z* files (run in CI; it needs
 # the network unless ${RDMAGO_CACHE:-.cache}/abigen already holds the .deb).
 set -euo pipefail
 
@@ -12,13 +12,13 @@ trap 'rm -rf "$tmp"' EXIT
 
 stale=0
 # Every generated file must match, and every committed z* file must be generated.
-names=$(for f in "$tmp"/z* "$root"/uverbs/abi/z*; do [[ -e $f ]] && basename "$f"; done | sort -u)
+names=$(for f in "$tmp"/z* "$root"/internal/abi/z*; do [[ -e $f ]] && basename "$f"; done | sort -u)
 for name in $names; do
-	if ! diff -u --label "uverbs/abi/$name (committed)" --label "uverbs/abi/$name (generated)" \
-		"$root/uverbs/abi/$name" "$tmp/$name" 2>/dev/null >>"$tmp/diff.txt"; then
+	if ! diff -u --label "internal/abi/$name (committed)" --label "internal/abi/$name (generated)" \
+		"$root/internal/abi/$name" "$tmp/$name" 2>/dev/null >>"$tmp/diff.txt"; then
 		stale=1
-		[[ -e $root/uverbs/abi/$name ]] || echo "missing: uverbs/abi/$name" >&2
-		[[ -e $tmp/$name ]] || echo "not generated: uverbs/abi/$name" >&2
+		[[ -e $root/internal/abi/$name ]] || echo "missing: internal/abi/$name" >&2
+		[[ -e $tmp/$name ]] || echo "not generated: internal/abi/$name" >&2
 	fi
 done
 if ((stale)); then

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# generate.sh regenerates the kernel ABI package uverbs/abi from the RDMA uAPI
+# generate.sh regenerates the kernel ABI package internal/abi from the RDMA uAPI
 # headers of a pinned Debian linux-libc-dev, with go tool cgo -godefs.
 #
-#   hack/abigen/generate.sh [OUTDIR]      (default: uverbs/abi; run by make generate)
+#   hack/abigen/generate.sh [OUTDIR]      (default: internal/abi; run by make generate)
 #
 # The .deb is downloaded (never installed) with a private apt configuration
 # and cached, with its unpacked tree, in ${RDMAGO_CACHE:-<repo>/.cache}/abigen.
 # Needs: apt-get, dpkg-deb, gcc, go; linux/amd64 (the output is also valid on
-# arm64, see uverbs/abi/doc.go). cgo is used here only, never by the library.
+# arm64, see internal/abi/doc.go). cgo is used here only, never by the library.
 set -euo pipefail
 
 # The pin. Bump it to the version of linux-libc-dev in Debian trixie's main
@@ -36,7 +36,7 @@ die() {
 }
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-out=$(mkdir -p "${1:-$root/uverbs/abi}" && cd "${1:-$root/uverbs/abi}" && pwd)
+out=$(mkdir -p "${1:-$root/internal/abi}" && cd "${1:-$root/internal/abi}" && pwd)
 cache=$(mkdir -p "${RDMAGO_CACHE:-$root/.cache}/abigen" && cd "${RDMAGO_CACHE:-$root/.cache}/abigen" && pwd)
 version=$LINUX_LIBC_DEV_VERSION
 CC=${CC:-gcc}

@@ -10,7 +10,7 @@ import (
 	"github.com/rdmago/rdma/cm"
 	"github.com/rdmago/rdma/internal/testenv"
 	"github.com/rdmago/rdma/mr"
-	"github.com/rdmago/rdma/provider"
+	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/uverbs"
 )
 
@@ -28,7 +28,7 @@ func VMAddrPort(port uint16) netip.AddrPort {
 
 // Caps are the QP capabilities of an rdma_cm pair unless a test needs
 // others.
-var Caps = provider.QPCaps{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 2, MaxRecvSGE: 2, MaxInlineData: 64}
+var Caps = qp.Caps{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 2, MaxRecvSGE: 2, MaxInlineData: 64}
 
 // Context requires the test device and returns a context that bounds the
 // test's waits: it ends after 60 s or with the test.
@@ -84,7 +84,7 @@ func Listen(t testing.TB, ps cm.PortSpace) (*cm.ID, uint16) {
 // Dial resolves VMAddr:port on a new synchronous ID of port space ps,
 // creates its QP with caps and connects with param. On an error it
 // destroys the ID; otherwise the ID is the caller's to destroy.
-func Dial(ctx context.Context, t testing.TB, ps cm.PortSpace, port uint16, caps provider.QPCaps, param *cm.ConnParam) (*cm.ID, error) {
+func Dial(ctx context.Context, t testing.TB, ps cm.PortSpace, port uint16, caps qp.Caps, param *cm.ConnParam) (*cm.ID, error) {
 	t.Helper()
 	id, err := cm.CreateID(nil, nil, ps)
 	if err != nil {
@@ -95,7 +95,7 @@ func Dial(ctx context.Context, t testing.TB, ps cm.PortSpace, port uint16, caps 
 		err = id.ResolveRoute(ctx, 2*time.Second)
 	}
 	if err == nil {
-		err = id.CreateQP(nil, uverbs.QPInitAttr{Cap: caps})
+		err = id.CreateQP(nil, uverbs.QPInitAttr{Caps: caps})
 	}
 	if err == nil {
 		err = id.Connect(ctx, param)
@@ -116,7 +116,7 @@ type CMPair struct {
 // Dial), each with a QP of caps; prep, if not nil, runs on the server's ID
 // before it accepts (to post receives). When the test ends both sides
 // disconnect at once and are destroyed.
-func ConnectCM(t testing.TB, ps cm.PortSpace, caps provider.QPCaps, prep func(*cm.ID)) *CMPair {
+func ConnectCM(t testing.TB, ps cm.PortSpace, caps qp.Caps, prep func(*cm.ID)) *CMPair {
 	t.Helper()
 	ctx := Context(t)
 	l, port := Listen(t, ps)
@@ -131,7 +131,7 @@ func ConnectCM(t testing.TB, ps cm.PortSpace, caps provider.QPCaps, prep func(*c
 			srv <- res{err: err}
 			return
 		}
-		if err = id.CreateQP(nil, uverbs.QPInitAttr{Cap: caps}); err == nil {
+		if err = id.CreateQP(nil, uverbs.QPInitAttr{Caps: caps}); err == nil {
 			if prep != nil {
 				prep(id)
 			}

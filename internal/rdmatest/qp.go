@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/rdmago/rdma/mr"
-	"github.com/rdmago/rdma/provider"
 	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/uverbs"
 	"github.com/rdmago/rdma/wr"
@@ -18,7 +17,7 @@ const AllAccess = wr.LocalWrite | wr.RemoteWrite | wr.RemoteRead | wr.RemoteAtom
 const QKey = 0x11111111
 
 // QPTimeout is the local ACK timeout of the RC QPs that ConnectQP brings
-// up: 18, about 1.07 s, where qp.RTSAttrs sets pingpong's 14 (67 ms). An
+// up: 18, about 1.07 s, where qp.ToRTS sets pingpong's 14 (67 ms). An
 // emulated VM on a loaded host stalls for longer than 67 ms, and each stall
 // then makes rxe retransmit what it had sent; in one full run on 6.1 a send
 // that its peer had received and acted on never completed after such
@@ -26,9 +25,9 @@ const QKey = 0x11111111
 // test waited). The device tests are not about retransmission.
 const QPTimeout = 18
 
-// rtsAttrs is qp.RTSAttrs with QPTimeout for RC.
+// rtsAttrs is qp.ToRTS with QPTimeout for RC.
 func rtsAttrs(typ qp.Type) (qp.Attr, qp.AttrMask) {
-	a, m := qp.RTSAttrs(typ, 0)
+	a, m := qp.ToRTS(typ, 0)
 	if typ == qp.RC {
 		a.Timeout = QPTimeout
 	}
@@ -62,8 +61,8 @@ func ConnectQP(t testing.TB, q *uverbs.QP, remote qp.Remote) {
 		remote = qp.Remote{}
 	}
 	for _, step := range []func() (qp.Attr, qp.AttrMask){
-		func() (qp.Attr, qp.AttrMask) { return qp.InitAttrs(typ, 1, 0, AllAccess, QKey) },
-		func() (qp.Attr, qp.AttrMask) { return qp.RTRAttrs(typ, remote, uint8(uverbs.MTU1024)) },
+		func() (qp.Attr, qp.AttrMask) { return qp.ToInit(typ, 1, 0, AllAccess, QKey) },
+		func() (qp.Attr, qp.AttrMask) { return qp.ToRTR(typ, remote, uint8(uverbs.MTU1024)) },
 		func() (qp.Attr, qp.AttrMask) { return rtsAttrs(typ) },
 	} {
 		attr, mask := step()
@@ -102,7 +101,7 @@ type Pair struct {
 // NewPair opens the test device and connects two QPs of typ with caps on
 // it; each has a CQ of 64 entries and a region (End). Everything is closed
 // when the test ends, the QPs first; a test may close any of it earlier.
-func NewPair(t testing.TB, typ qp.Type, caps provider.QPCaps) *Pair {
+func NewPair(t testing.TB, typ qp.Type, caps qp.Caps) *Pair {
 	t.Helper()
 	p := &Pair{}
 	p.Ctx, p.PD = OpenPD(t)
@@ -128,7 +127,7 @@ func NewPair(t testing.TB, typ qp.Type, caps provider.QPCaps) *Pair {
 		if e.Buf, err = mr.New(p.PD, 1<<16, AllAccess); err != nil {
 			t.Fatal(err)
 		}
-		if e.QP, err = p.PD.CreateQP(uverbs.QPInitAttr{Type: typ, SendCQ: e.CQ, RecvCQ: e.CQ, Cap: caps}); err != nil {
+		if e.QP, err = p.PD.CreateQP(uverbs.QPInitAttr{Type: typ, SendCQ: e.CQ, RecvCQ: e.CQ, Caps: caps}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/rdmago/rdma/provider"
+	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/wr"
 )
 
@@ -13,11 +14,11 @@ import (
 // barriers as on a device. hack/mlx5gen/bench.c does the same work with
 // rdma-core's mlx5dv.h helpers; make bench-mlx5 runs both.
 
-func benchQP(b *testing.B, caps provider.QPCaps) *QP {
+func benchQP(b *testing.B, caps qp.Caps) *QP {
 	h := newHCA(b)
 	c := h.openContext()
 	_, hcq := h.createCQ(c, 64)
-	q, _ := h.createQP(c, provider.QPInitAttr{Type: provider.QPTypeRC, Caps: caps}, hcq, hcq, nil)
+	q, _ := h.createQP(c, provider.QPInitAttr{Type: qp.RC, Caps: caps}, hcq, hcq, nil)
 	return q
 }
 
@@ -26,7 +27,7 @@ func benchQP(b *testing.B, caps provider.QPCaps) *QP {
 // copy of the WQE. Every 32 posts the send queue is emptied, as a poll of
 // 32 completions would (hack/mlx5gen/bench.c does the same).
 func BenchmarkPostSend(b *testing.B) {
-	q := benchQP(b, provider.QPCaps{MaxSendWR: 64, MaxSendSGE: 1})
+	q := benchQP(b, qp.Caps{MaxSendWR: 64, MaxSendSGE: 1})
 	send := []wr.SendWR{{ID: 1, Opcode: wr.OpRDMAWrite, Flags: wr.Signaled, SGList: []wr.SGE{{Addr: 0x10000, Length: 64, LKey: 0x1234}},
 		RemoteAddr: 0x7f0000001000, RKey: 0x5678}}
 	b.ReportAllocs()
@@ -43,7 +44,7 @@ func BenchmarkPostSend(b *testing.B) {
 // BenchmarkPostSendList4 posts four writes with one doorbell (64-bit, no
 // BlueFlame).
 func BenchmarkPostSendList4(b *testing.B) {
-	q := benchQP(b, provider.QPCaps{MaxSendWR: 64, MaxSendSGE: 1})
+	q := benchQP(b, qp.Caps{MaxSendWR: 64, MaxSendSGE: 1})
 	send := make([]wr.SendWR, 4)
 	for i := range send {
 		send[i] = wr.SendWR{ID: uint64(i), Opcode: wr.OpRDMAWrite, SGList: []wr.SGE{{Addr: 0x10000, Length: 64, LKey: 1}}, RemoteAddr: 0x2000, RKey: 2}
@@ -56,7 +57,7 @@ func BenchmarkPostSendList4(b *testing.B) {
 }
 
 func BenchmarkPostRecv(b *testing.B) {
-	q := benchQP(b, provider.QPCaps{MaxRecvWR: 64, MaxRecvSGE: 1})
+	q := benchQP(b, qp.Caps{MaxRecvWR: 64, MaxRecvSGE: 1})
 	recv := []wr.RecvWR{{ID: 1, SGList: []wr.SGE{{Addr: 0x1000, Length: 64, LKey: 1}}}}
 	b.ReportAllocs()
 	for b.Loop() {
@@ -71,7 +72,7 @@ func BenchmarkPoll(b *testing.B) {
 	h := newHCA(b)
 	c := h.openContext()
 	cq, hcq := h.createCQ(c, 255)
-	q, hq := h.createQP(c, provider.QPInitAttr{Type: provider.QPTypeRC, Caps: provider.QPCaps{MaxSendWR: 64, MaxSendSGE: 1}}, hcq, hcq, nil)
+	q, hq := h.createQP(c, provider.QPInitAttr{Type: qp.RC, Caps: qp.Caps{MaxSendWR: 64, MaxSendSGE: 1}}, hcq, hcq, nil)
 	op := sendOp{opcode: opRDMAWrite}
 	out := make([]wr.Completion, 1)
 	b.ReportAllocs()

@@ -8,13 +8,14 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rdmago/rdma/internal/abi"
 	"github.com/rdmago/rdma/provider"
-	"github.com/rdmago/rdma/uverbs/abi"
+	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/wr"
 )
 
 // Step 4 of docs/mlx5.md: the builders' driver data, byte for byte as the
-// kernel reads it (struct layouts from uverbs/abi, native endian), the UAR
+// kernel reads it (struct layouts from internal/abi, native endian), the UAR
 // mappings they ask for, and what they make of the kernel's answers. The
 // fake kernel is the model's (model_test.go), which records every mmap.
 
@@ -247,10 +248,10 @@ func TestQPUdata(t *testing.T) {
 	if _, err := c.NewQP(provider.QPInitAttr{Type: 8, Caps: pairCaps}); !errors.Is(err, unix.EOPNOTSUPP) {
 		t.Errorf("XRC QP: %v", err)
 	}
-	if _, err := c.NewQP(provider.QPInitAttr{Type: provider.QPTypeRC, Caps: provider.QPCaps{MaxSendWR: 1, MaxSendSGE: 30}}); !errors.Is(err, unix.EINVAL) {
+	if _, err := c.NewQP(provider.QPInitAttr{Type: qp.RC, Caps: qp.Caps{MaxSendWR: 1, MaxSendSGE: 30}}); !errors.Is(err, unix.EINVAL) {
 		t.Errorf("30 SGEs: %v", err)
 	}
-	attr := provider.QPInitAttr{Type: provider.QPTypeRC, Caps: provider.QPCaps{MaxSendWR: 64, MaxRecvWR: 100, MaxSendSGE: 1, MaxRecvSGE: 3}}
+	attr := provider.QPInitAttr{Type: qp.RC, Caps: qp.Caps{MaxSendWR: 64, MaxRecvWR: 100, MaxSendSGE: 1, MaxRecvSGE: 3}}
 	b, err := c.NewQP(attr)
 	if err != nil {
 		t.Fatal(err)
@@ -303,7 +304,7 @@ func TestQPUdata(t *testing.T) {
 	}
 	// A QP on an SRQ has no receive queue.
 	srq, hsrq := h.createSRQ(c, provider.SRQInitAttr{MaxWR: 4, MaxSGE: 1})
-	q, _ := h.createQP(c, provider.QPInitAttr{Type: provider.QPTypeUD, Caps: provider.QPCaps{MaxSendWR: 4, MaxSendSGE: 1, MaxRecvWR: 4}, HasSRQ: true}, nil, nil, hsrq)
+	q, _ := h.createQP(c, provider.QPInitAttr{Type: qp.UD, Caps: qp.Caps{MaxSendWR: 4, MaxSendSGE: 1, MaxRecvWR: 4}, HasSRQ: true}, nil, nil, hsrq)
 	if q.rq != nil || q.sq == nil || q.srq != srq {
 		t.Error("QP on an SRQ")
 	}
@@ -338,7 +339,7 @@ func TestSRQUdata(t *testing.T) {
 func TestAH(t *testing.T) {
 	h := newHCA(t)
 	c := h.openContext()
-	attr := provider.AHAttr{DLID: 0x12, SL: 9, SrcPathBits: 0x81, StaticRate: 3, PortNum: 1}
+	attr := qp.AHAttr{DLID: 0x12, SL: 9, SrcPathBits: 0x81, StaticRate: 3, PortNum: 1}
 	ib := h.createAH(c, attr, false, [6]byte{})
 	if getBE16(unsafe.Pointer(&ib.av[avOffRLID])) != 0x12 || ib.av[avOffRateSL] != 8<<4|9 || ib.av[avOffFlMLID] != 1 || ib.av[avOffGrhGidFl] != 0 {
 		t.Errorf("IB AV % x", ib.av)
@@ -400,10 +401,10 @@ func TestUserIndexes(t *testing.T) {
 	}
 	cq, hcq := h.createCQ(c, 8)
 	_ = cq
-	caps := provider.QPCaps{MaxSendWR: 4, MaxSendSGE: 1, MaxRecvWR: 4, MaxRecvSGE: 1}
+	caps := qp.Caps{MaxSendWR: 4, MaxSendSGE: 1, MaxRecvWR: 4, MaxRecvSGE: 1}
 	srq, hsrq := h.createSRQ(c, provider.SRQInitAttr{MaxWR: 4, MaxSGE: 1})
-	a, ha := h.createQP(c, provider.QPInitAttr{Type: provider.QPTypeRC, Caps: caps}, hcq, hcq, nil)
-	b, hb := h.createQP(c, provider.QPInitAttr{Type: provider.QPTypeRC, Caps: caps, HasSRQ: true}, hcq, hcq, hsrq)
+	a, ha := h.createQP(c, provider.QPInitAttr{Type: qp.RC, Caps: caps}, hcq, hcq, nil)
+	b, hb := h.createQP(c, provider.QPInitAttr{Type: qp.RC, Caps: caps, HasSRQ: true}, hcq, hcq, hsrq)
 	if srq.uidx != 0 || a.rsn != 1 || b.rsn != 2 || ha.uidx != 1 || hb.uidx != 2 || b.srq != srq {
 		t.Fatalf("user indexes: SRQ %d, QPs %d %d (kernel saw %d %d)", srq.uidx, a.rsn, b.rsn, ha.uidx, hb.uidx)
 	}
@@ -414,11 +415,11 @@ func TestUserIndexes(t *testing.T) {
 	if c.t.uidx.get(1) != nil {
 		t.Error("destroyed QP still found")
 	}
-	a2, ha2 := h.createQP(c, provider.QPInitAttr{Type: provider.QPTypeRC, Caps: caps}, hcq, hcq, nil)
+	a2, ha2 := h.createQP(c, provider.QPInitAttr{Type: qp.RC, Caps: caps}, hcq, hcq, nil)
 	if a2.rsn != 1 || ha2.uidx != 1 {
 		t.Errorf("freed user index not reused: %d", a2.rsn)
 	}
-	qb, err := c.NewQP(provider.QPInitAttr{Type: provider.QPTypeRC, Caps: caps})
+	qb, err := c.NewQP(provider.QPInitAttr{Type: qp.RC, Caps: caps})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -428,7 +429,7 @@ func TestUserIndexes(t *testing.T) {
 		t.Errorf("aborted QP's index %d not reused (got %d)", u, v)
 	}
 	// An SRQ that is not mlx5's cannot serve a QP under version 1.
-	if _, err := c.NewQP(provider.QPInitAttr{Type: provider.QPTypeRC, Caps: caps, HasSRQ: true}); !errors.Is(err, unix.EINVAL) {
+	if _, err := c.NewQP(provider.QPInitAttr{Type: qp.RC, Caps: caps, HasSRQ: true}); !errors.Is(err, unix.EINVAL) {
 		t.Errorf("QP on an unknown SRQ: %v", err)
 	}
 
@@ -437,7 +438,7 @@ func TestUserIndexes(t *testing.T) {
 	c0 := h0.openContext()
 	_, hcq0 := h0.createCQ(c0, 8)
 	srq0, _ := h0.createSRQ(c0, provider.SRQInitAttr{MaxWR: 4, MaxSGE: 1})
-	q0, hq0 := h0.createQP(c0, provider.QPInitAttr{Type: provider.QPTypeRC, Caps: caps}, hcq0, hcq0, nil)
+	q0, hq0 := h0.createQP(c0, provider.QPInitAttr{Type: qp.RC, Caps: caps}, hcq0, hcq0, nil)
 	if c0.cqeVersion != 0 || srq0.uidx != defaultUIDX || q0.rsn != hq0.qpn || hq0.uidx != defaultUIDX || c0.t.qps.get(hq0.qpn) != q0 {
 		t.Errorf("CQE version 0: version %d, SRQ index %#x, QP rsn %#x index %#x", c0.cqeVersion, srq0.uidx, q0.rsn, hq0.uidx)
 	}
@@ -494,7 +495,7 @@ func TestDynamicUARs(t *testing.T) {
 		t.Fatalf("two CQs: %d UARs; CQ UARs %p, %p", h.liveUARs(), cq1.uar, cq2.uar)
 	}
 
-	attr := provider.QPInitAttr{Type: provider.QPTypeRC, Caps: provider.QPCaps{MaxSendWR: 4, MaxSendSGE: 1, MaxRecvWR: 4, MaxRecvSGE: 1}}
+	attr := provider.QPInitAttr{Type: qp.RC, Caps: qp.Caps{MaxSendWR: 4, MaxSendSGE: 1, MaxRecvWR: 4, MaxRecvSGE: 1}}
 	var qps []*QP
 	var hws []*hwQP
 	for range tot + 4 {

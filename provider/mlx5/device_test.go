@@ -18,7 +18,6 @@ import (
 
 	"github.com/rdmago/rdma/internal/rdmatest"
 	"github.com/rdmago/rdma/mr"
-	"github.com/rdmago/rdma/provider"
 	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/uverbs"
 	"github.com/rdmago/rdma/wr"
@@ -83,7 +82,7 @@ type pair struct {
 	bufB     *mr.Region
 }
 
-func newPair(t *testing.T, caps provider.QPCaps, srq *uverbs.SRQ, ctx *uverbs.Context, pd *uverbs.PD) *pair {
+func newPair(t *testing.T, caps qp.Caps, srq *uverbs.SRQ, ctx *uverbs.Context, pd *uverbs.PD) *pair {
 	t.Helper()
 	p := &pair{ctx: ctx, pd: pd}
 	var err error
@@ -92,10 +91,10 @@ func newPair(t *testing.T, caps provider.QPCaps, srq *uverbs.SRQ, ctx *uverbs.Co
 			t.Fatal(err)
 		}
 	}
-	if p.a, err = pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: p.cqa, RecvCQ: p.cqa, Cap: caps}); err != nil {
+	if p.a, err = pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: p.cqa, RecvCQ: p.cqa, Caps: caps}); err != nil {
 		t.Fatal(err)
 	}
-	if p.b, err = pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: p.cqb, RecvCQ: p.cqb, Cap: caps, SRQ: srq}); err != nil {
+	if p.b, err = pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: p.cqb, RecvCQ: p.cqb, Caps: caps, SRQ: srq}); err != nil {
 		t.Fatal(err)
 	}
 	for _, b := range []**mr.Region{&p.bufA, &p.bufB} {
@@ -128,7 +127,7 @@ func TestDeviceMLX5RingWrap(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pd.Close()
-	p := newPair(t, provider.QPCaps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 4, MaxRecvSGE: 1, MaxInlineData: 64}, nil, ctx, pd)
+	p := newPair(t, qp.Caps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 4, MaxRecvSGE: 1, MaxInlineData: 64}, nil, ctx, pd)
 	local, remoteBuf := p.bufA.Bytes(), p.bufB.Bytes()
 	var id uint64
 	for round := range 20000 {
@@ -180,7 +179,7 @@ func TestDeviceMLX5SRQ(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer srq.Close()
-	p := newPair(t, provider.QPCaps{MaxSendWR: 8, MaxSendSGE: 1, MaxRecvWR: 8, MaxRecvSGE: 1}, srq, ctx, pd)
+	p := newPair(t, qp.Caps{MaxSendWR: 8, MaxSendSGE: 1, MaxRecvWR: 8, MaxRecvSGE: 1}, srq, ctx, pd)
 	for i := range 7 {
 		if _, err := srq.PostRecv([]wr.RecvWR{{ID: uint64(i), SGList: []wr.SGE{p.bufB.SGE(i*256, 256)}}}); err != nil {
 			t.Fatal(err)
@@ -226,13 +225,13 @@ func TestDeviceMLX5Arm(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cq.Close()
-	p := newPair(t, provider.QPCaps{MaxSendWR: 8, MaxSendSGE: 1, MaxRecvWR: 8, MaxRecvSGE: 1}, nil, ctx, pd)
-	q, err := pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: cq, RecvCQ: cq, Cap: provider.QPCaps{MaxSendWR: 8, MaxSendSGE: 1}})
+	p := newPair(t, qp.Caps{MaxSendWR: 8, MaxSendSGE: 1, MaxRecvWR: 8, MaxRecvSGE: 1}, nil, ctx, pd)
+	q, err := pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: cq, RecvCQ: cq, Caps: qp.Caps{MaxSendWR: 8, MaxSendSGE: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer q.Close()
-	peer, err := pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: p.cqb, RecvCQ: p.cqb, Cap: provider.QPCaps{MaxRecvWR: 8, MaxRecvSGE: 1}})
+	peer, err := pd.CreateQP(uverbs.QPInitAttr{Type: qp.RC, SendCQ: p.cqb, RecvCQ: p.cqb, Caps: qp.Caps{MaxRecvWR: 8, MaxRecvSGE: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}

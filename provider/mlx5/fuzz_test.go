@@ -13,6 +13,7 @@ import (
 	"unsafe"
 
 	"github.com/rdmago/rdma/provider"
+	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/wr"
 )
 
@@ -71,9 +72,9 @@ func FuzzCQE(f *testing.F) {
 		h.t, h.nextNum = t, 0x100
 		cq, hcq := h.createCQ(ctx, 7)
 		srq, hsrq := h.createSRQ(ctx, provider.SRQInitAttr{MaxWR: 3, MaxSGE: 1})
-		caps := provider.QPCaps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}
-		rc, hrc := h.createQP(ctx, provider.QPInitAttr{Type: provider.QPTypeRC, Caps: caps}, hcq, hcq, nil)
-		onSRQ, honSRQ := h.createQP(ctx, provider.QPInitAttr{Type: provider.QPTypeRC, Caps: caps, HasSRQ: true}, hcq, hcq, hsrq)
+		caps := qp.Caps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}
+		rc, hrc := h.createQP(ctx, provider.QPInitAttr{Type: qp.RC, Caps: caps}, hcq, hcq, nil)
+		onSRQ, honSRQ := h.createQP(ctx, provider.QPInitAttr{Type: qp.RC, Caps: caps, HasSRQ: true}, hcq, hcq, hsrq)
 		// Every iteration frees what it made: the mappings would
 		// otherwise run out.
 		t.Cleanup(func() {

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rdmago/rdma/provider"
+	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/wr"
 )
 
@@ -29,15 +30,15 @@ type rcPair struct {
 	hca, hcb *hwCQ
 }
 
-var pairCaps = provider.QPCaps{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 4, MaxRecvSGE: 4, MaxInlineData: 64}
+var pairCaps = qp.Caps{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 4, MaxRecvSGE: 4, MaxInlineData: 64}
 
-func newRCPair(t *testing.T, caps provider.QPCaps, cqe int) *rcPair {
+func newRCPair(t *testing.T, caps qp.Caps, cqe int) *rcPair {
 	h := newHCA(t)
 	p := &rcPair{h: h, ctx: h.openContext()}
 	p.cqa, p.hca = h.createCQ(p.ctx, cqe)
 	p.cqb, p.hcb = h.createCQ(p.ctx, cqe)
-	p.a, p.ha = h.createQP(p.ctx, provider.QPInitAttr{Type: provider.QPTypeRC, Caps: caps}, p.hca, p.hca, nil)
-	p.b, p.hb = h.createQP(p.ctx, provider.QPInitAttr{Type: provider.QPTypeRC, Caps: caps}, p.hcb, p.hcb, nil)
+	p.a, p.ha = h.createQP(p.ctx, provider.QPInitAttr{Type: qp.RC, Caps: caps}, p.hca, p.hca, nil)
+	p.b, p.hb = h.createQP(p.ctx, provider.QPInitAttr{Type: qp.RC, Caps: caps}, p.hcb, p.hcb, nil)
 	connect(p.ha, p.hb)
 	return p
 }
@@ -151,7 +152,7 @@ func TestModelRDMAAndAtomics(t *testing.T) {
 // requests retire with the next signaled one; a CQ of 4 entries flips its
 // owner bit every pass.
 func TestModelRingWrap(t *testing.T) {
-	caps := provider.QPCaps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 4, MaxRecvSGE: 1, MaxInlineData: 100}
+	caps := qp.Caps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 4, MaxRecvSGE: 1, MaxInlineData: 100}
 	p := newRCPair(t, caps, 3)
 	// Room for 100 bytes inline makes the largest WQE 320 bytes: 6 fit in
 	// 32 BBs, of which the kernel's grant allows 4.
@@ -256,8 +257,8 @@ func TestModelBlueFlame(t *testing.T) {
 	h.noWC = true
 	ctx := h.openContext()
 	cq, hcq := h.createCQ(ctx, 8)
-	qa, hqa := h.createQP(ctx, provider.QPInitAttr{Type: provider.QPTypeRC, Caps: pairCaps}, hcq, hcq, nil)
-	qb, hqb := h.createQP(ctx, provider.QPInitAttr{Type: provider.QPTypeRC, Caps: pairCaps}, hcq, hcq, nil)
+	qa, hqa := h.createQP(ctx, provider.QPInitAttr{Type: qp.RC, Caps: pairCaps}, hcq, hcq, nil)
+	qb, hqb := h.createQP(ctx, provider.QPInitAttr{Type: qp.RC, Caps: pairCaps}, hcq, hcq, nil)
 	connect(hqa, hqb)
 	k2 := h.regMR(buf, wr.LocalWrite|wr.RemoteWrite)
 	write.SGList[0].LKey, write.RKey, write.Flags = k2, k2, wr.Signaled
@@ -351,11 +352,11 @@ func TestModelSRQ(t *testing.T) {
 	if srq.ring.nwqe != 8 {
 		t.Fatalf("SRQ of %d WQEs", srq.ring.nwqe)
 	}
-	caps := provider.QPCaps{MaxSendWR: 8, MaxSendSGE: 1}
-	s1, hs1 := h.createQP(ctx, provider.QPInitAttr{Type: provider.QPTypeRC, Caps: caps}, hscq, hscq, nil)
-	s2, hs2 := h.createQP(ctx, provider.QPInitAttr{Type: provider.QPTypeRC, Caps: caps}, hscq, hscq, nil)
-	r1, hr1 := h.createQP(ctx, provider.QPInitAttr{Type: provider.QPTypeRC, Caps: caps, HasSRQ: true}, hrcq, hrcq, hsrq)
-	r2, hr2 := h.createQP(ctx, provider.QPInitAttr{Type: provider.QPTypeRC, Caps: caps, HasSRQ: true}, hrcq, hrcq, hsrq)
+	caps := qp.Caps{MaxSendWR: 8, MaxSendSGE: 1}
+	s1, hs1 := h.createQP(ctx, provider.QPInitAttr{Type: qp.RC, Caps: caps}, hscq, hscq, nil)
+	s2, hs2 := h.createQP(ctx, provider.QPInitAttr{Type: qp.RC, Caps: caps}, hscq, hscq, nil)
+	r1, hr1 := h.createQP(ctx, provider.QPInitAttr{Type: qp.RC, Caps: caps, HasSRQ: true}, hrcq, hrcq, hsrq)
+	r2, hr2 := h.createQP(ctx, provider.QPInitAttr{Type: qp.RC, Caps: caps, HasSRQ: true}, hrcq, hrcq, hsrq)
 	connect(hs1, hr1)
 	connect(hs2, hr2)
 	if r1.rq != nil {
@@ -421,11 +422,11 @@ func TestModelUD(t *testing.T) {
 	h := newHCA(t)
 	ctx := h.openContext()
 	cq, hcq := h.createCQ(ctx, 16)
-	caps := provider.QPCaps{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 2, MaxRecvSGE: 2, MaxInlineData: 32}
-	a, ha := h.createQP(ctx, provider.QPInitAttr{Type: provider.QPTypeUD, Caps: caps, SignalAll: true}, hcq, hcq, nil)
-	b, hb := h.createQP(ctx, provider.QPInitAttr{Type: provider.QPTypeUD, Caps: caps}, hcq, hcq, nil)
+	caps := qp.Caps{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 2, MaxRecvSGE: 2, MaxInlineData: 32}
+	a, ha := h.createQP(ctx, provider.QPInitAttr{Type: qp.UD, Caps: caps, SignalAll: true}, hcq, hcq, nil)
+	b, hb := h.createQP(ctx, provider.QPInitAttr{Type: qp.UD, Caps: caps}, hcq, hcq, nil)
 	hb.qkey = 0x11112222
-	ah := h.createAH(ctx, provider.AHAttr{IsGlobal: true, DGID: [16]byte{0xfe, 0x80}, SGIDIndex: 1, HopLimit: 64, PortNum: 1, SL: 3}, true, [6]byte{2, 0, 0, 0, 0, 9})
+	ah := h.createAH(ctx, qp.AHAttr{IsGlobal: true, DGID: [16]byte{0xfe, 0x80}, SGIDIndex: 1, HopLimit: 64, PortNum: 1, SL: 3}, true, [6]byte{2, 0, 0, 0, 0, 9})
 	if ah.av[avOffRMAC+5] != 9 || getBE16(unsafe.Pointer(&ah.av[avOffRLID])) < roceUDPEncapPortMin {
 		t.Errorf("RoCE AV % x", ah.av)
 	}
@@ -504,10 +505,10 @@ func TestModelDestroyCleansCQ(t *testing.T) {
 	h := newHCA(t)
 	ctx := h.openContext()
 	cq, hcq := h.createCQ(ctx, 16)
-	caps := provider.QPCaps{MaxSendWR: 8, MaxSendSGE: 1, MaxRecvWR: 1, MaxRecvSGE: 1}
-	a, ha := h.createQP(ctx, provider.QPInitAttr{Type: provider.QPTypeRC, Caps: caps}, hcq, hcq, nil)
-	b, hb := h.createQP(ctx, provider.QPInitAttr{Type: provider.QPTypeRC, Caps: caps}, hcq, hcq, nil)
-	peer, hpeer := h.createQP(ctx, provider.QPInitAttr{Type: provider.QPTypeRC, Caps: caps}, hcq, hcq, nil)
+	caps := qp.Caps{MaxSendWR: 8, MaxSendSGE: 1, MaxRecvWR: 1, MaxRecvSGE: 1}
+	a, ha := h.createQP(ctx, provider.QPInitAttr{Type: qp.RC, Caps: caps}, hcq, hcq, nil)
+	b, hb := h.createQP(ctx, provider.QPInitAttr{Type: qp.RC, Caps: caps}, hcq, hcq, nil)
+	peer, hpeer := h.createQP(ctx, provider.QPInitAttr{Type: qp.RC, Caps: caps}, hcq, hcq, nil)
 	connect(ha, hpeer)
 	hb.peer = hpeer
 	buf := make([]byte, 64)
@@ -542,7 +543,7 @@ func TestModelDestroyCleansCQ(t *testing.T) {
 }
 
 func TestModelRefusals(t *testing.T) {
-	p := newRCPair(t, provider.QPCaps{MaxSendWR: 3, MaxRecvWR: 2, MaxSendSGE: 2, MaxRecvSGE: 1, MaxInlineData: 16}, 16)
+	p := newRCPair(t, qp.Caps{MaxSendWR: 3, MaxRecvWR: 2, MaxSendSGE: 2, MaxRecvSGE: 1, MaxInlineData: 16}, 16)
 	buf := make([]byte, 64)
 	k := p.h.regMR(buf, wr.LocalWrite|wr.RemoteWrite|wr.RemoteAtomic|wr.RemoteRead)
 	a := addrOfBuf(buf)
@@ -613,7 +614,7 @@ func TestModelRefusals(t *testing.T) {
 
 // The data path allocates nothing.
 func TestModelHotPathAllocs(t *testing.T) {
-	p := newRCPair(t, provider.QPCaps{MaxSendWR: 16, MaxSendSGE: 1, MaxRecvWR: 16, MaxRecvSGE: 1}, 255)
+	p := newRCPair(t, qp.Caps{MaxSendWR: 16, MaxSendSGE: 1, MaxRecvWR: 16, MaxRecvSGE: 1}, 255)
 	buf := make([]byte, 64)
 	k := p.h.regMR(buf, wr.LocalWrite|wr.RemoteWrite)
 	send := []wr.SendWR{{ID: 1, Opcode: wr.OpRDMAWrite, Flags: wr.Signaled, SGList: []wr.SGE{{Addr: addrOfBuf(buf), Length: 8, LKey: k}}, RemoteAddr: addrOfBuf(buf), RKey: k}}
@@ -631,7 +632,7 @@ func TestModelHotPathAllocs(t *testing.T) {
 	}
 	// Poll with completions to decode: let the model produce 150 first, on
 	// a fresh pair (the loop above rang doorbells the model never read).
-	p = newRCPair(t, provider.QPCaps{MaxSendWR: 256, MaxSendSGE: 1}, 255)
+	p = newRCPair(t, qp.Caps{MaxSendWR: 256, MaxSendSGE: 1}, 255)
 	k = p.h.regMR(buf, wr.LocalWrite|wr.RemoteWrite)
 	send[0].SGList[0].LKey, send[0].RKey = k, k
 	for range 15 {

@@ -39,8 +39,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rdmago/rdma/internal/abi"
 	"github.com/rdmago/rdma/provider"
-	"github.com/rdmago/rdma/uverbs/abi"
+	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/wr"
 )
 
@@ -435,7 +436,7 @@ func (h *hca) createCQ(c *Context, cqe int) (*CQ, *hwCQ) {
 
 type hwQP struct {
 	qpn      uint32
-	typ      provider.QPType
+	typ      qp.Type
 	sq       unsafe.Pointer
 	sqCnt    uint32 // BBs
 	rq       unsafe.Pointer
@@ -602,7 +603,7 @@ func (h *hca) createSRQ(c *Context, attr provider.SRQInitAttr) (*SRQ, *hwSRQ) {
 	}
 	hw := &hwSRQ{srqn: h.num() & 0xffff, buf: userMem(cmd.Buf_addr), shift: ilog2(desc), nwqe: nwqe, db: (*uint32)(userMem(cmd.Db_addr))}
 	(*abi.Mlx5IbCreateSrqResp)(unsafe.Pointer(&out[0])).Srqn = hw.srqn
-	p, err := b.Finish(provider.Created{Handle: hw.srqn, Caps: provider.QPCaps{MaxRecvWR: nwqe - 1, MaxRecvSGE: attr.MaxSGE}})
+	p, err := b.Finish(provider.Created{Handle: hw.srqn, Caps: qp.Caps{MaxRecvWR: nwqe - 1, MaxRecvSGE: attr.MaxSGE}})
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -612,7 +613,7 @@ func (h *hca) createSRQ(c *Context, attr provider.SRQInitAttr) (*SRQ, *hwSRQ) {
 }
 
 // createAH is mlx5_ib_create_ah: it answers the destination MAC on RoCE.
-func (h *hca) createAH(c *Context, attr provider.AHAttr, roce bool, dmac [6]byte) *AH {
+func (h *hca) createAH(c *Context, attr qp.AHAttr, roce bool, dmac [6]byte) *AH {
 	h.t.Helper()
 	b, err := c.NewAH(attr)
 	if err != nil {
@@ -840,7 +841,7 @@ func parseWQE(q *hwQP, wqe []byte) sendOp {
 	op := sendOp{opcode: uint8(be.Uint32(wqe)), wqeIdx: uint16(be.Uint32(wqe) >> 8), fmCeSe: wqe[11], imm: be.Uint32(wqe[12:])}
 	rest := wqe[16:]
 	switch q.typ {
-	case provider.QPTypeRC, provider.QPTypeUC:
+	case qp.RC, qp.UC:
 		switch op.opcode {
 		case opRDMAWrite, opRDMAWriteImm, opRDMARead:
 			op.raddr, op.rkey = be.Uint64(rest), be.Uint32(rest[8:])
@@ -850,7 +851,7 @@ func parseWQE(q *hwQP, wqe []byte) sendOp {
 			op.swapAdd, op.compare = be.Uint64(rest[16:]), be.Uint64(rest[24:])
 			rest = rest[32:]
 		}
-	case provider.QPTypeUD:
+	case qp.UD:
 		op.av = rest[:datagramSize]
 		op.qkey, op.dqpn = be.Uint32(rest), be.Uint32(rest[8:])
 		rest = rest[datagramSize:]
@@ -915,7 +916,7 @@ func (h *hca) perform(q *hwQP, op *sendOp) uint8 {
 			return syndLocalProtErr
 		}
 		dst := q.peer
-		if q.typ == provider.QPTypeUD {
+		if q.typ == qp.UD {
 			if op.dqpn&extendedUDAV == 0 {
 				h.t.Errorf("UD WQE without the extended-AV bit: %#x", op.dqpn)
 			}
@@ -1036,7 +1037,7 @@ func (h *hca) deliver(src, dst *hwQP, data []byte, respOp uint8, op *sendOp, msg
 }
 
 func rnr(src *hwQP) uint8 {
-	if src.typ == provider.QPTypeUD {
+	if src.typ == qp.UD {
 		return 0
 	}
 	return syndRNRRetryErr
@@ -1103,7 +1104,7 @@ func (h *hca) respCQE(dst, src *hwQP, respOp, synd uint8, srqIdx uint16, op *sen
 			return
 		}
 		var g uint32
-		if dst.typ == provider.QPTypeUD {
+		if dst.typ == qp.UD {
 			g = 1 << 28 // the 40 bytes of GRH precede the data
 		}
 		putBE32(at(c, cqeOffFlagsRQPN), g|src.qpn)

@@ -4,7 +4,7 @@ import "unsafe"
 
 // The device's own formats (the "PRM": the ConnectX programmer's reference
 // manual), as rdma-core's providers/mlx5/mlx5dv.h and wqe.h publish them.
-// The kernel ABI (create requests and responses) lives in uverbs/abi; what
+// The kernel ABI (create requests and responses) lives in internal/abi; what
 // is here never crosses the system-call boundary: it is what the library
 // writes into queue memory and reads back from it.
 

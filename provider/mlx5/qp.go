@@ -6,8 +6,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rdmago/rdma/internal/abi"
 	"github.com/rdmago/rdma/provider"
-	"github.com/rdmago/rdma/uverbs/abi"
+	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/wr"
 )
 
@@ -36,7 +37,7 @@ type qpBuilder struct {
 // picks it (qpRegister) and names its UAR by page id.
 func (c *Context) NewQP(attr provider.QPInitAttr) (provider.Builder[provider.QP], error) {
 	switch attr.Type {
-	case provider.QPTypeRC, provider.QPTypeUC, provider.QPTypeUD:
+	case qp.RC, qp.UC, qp.UD:
 	default:
 		return nil, fmt.Errorf("mlx5: QP type %d: %w", attr.Type, unix.EOPNOTSUPP)
 	}
@@ -198,7 +199,7 @@ type QP struct {
 	// version 1, else its number (rdma-core's rsc.rsn).
 	rsn uint32
 	srq *SRQ // the SRQ its receives come from, or nil
-	typ provider.QPType
+	typ qp.Type
 	mem []byte
 	db  *[2]uint32 // doorbell record: receive counter, send counter (big-endian)
 	bf  *bfReg

@@ -4,6 +4,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rdmago/rdma/provider"
+	"github.com/rdmago/rdma/qp"
 )
 
 // Queue sizing, as rdma-core's verbs.c computes it (mlx5_calc_sq_size,
@@ -26,15 +27,15 @@ type limits struct {
 // default send_ops_flags): RC and UC reserve room for a memory-window bind
 // (control, UMR control, mkey context and a 64-byte KLM area), UD for the
 // datagram segment.
-func sqOverhead(t provider.QPType) (uint32, error) {
+func sqOverhead(t qp.Type) (uint32, error) {
 	switch t {
-	case provider.QPTypeRC, provider.QPTypeUC:
+	case qp.RC, qp.UC:
 		size := uint32(ctrlSegSize)
 		size = max(size, ctrlSegSize+raddrSegSize)
 		size = max(size, ctrlSegSize+raddrSegSize+atomicSegSize)
 		size = max(size, ctrlSegSize+umrCtrlSegSize+mkeyCtxSegSize+max(umrKLMSegSize, 64))
 		return size, nil
-	case provider.QPTypeUD:
+	case qp.UD:
 		return ctrlSegSize + datagramSize, nil
 	}
 	return 0, unix.EINVAL
@@ -50,7 +51,7 @@ type sqSize struct {
 	bytes     uint32
 }
 
-func calcSQ(l *limits, t provider.QPType, c provider.QPCaps) (sqSize, error) {
+func calcSQ(l *limits, t qp.Type, c qp.Caps) (sqSize, error) {
 	if c.MaxSendWR == 0 {
 		return sqSize{}, nil
 	}
@@ -102,7 +103,7 @@ type rqSize struct {
 	bytes    uint32
 }
 
-func calcRQ(l *limits, c provider.QPCaps, hasSRQ bool) (rqSize, error) {
+func calcRQ(l *limits, c qp.Caps, hasSRQ bool) (rqSize, error) {
 	if c.MaxRecvWR == 0 {
 		return rqSize{}, nil
 	}

@@ -7,8 +7,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rdmago/rdma/internal/abi"
 	"github.com/rdmago/rdma/provider"
-	"github.com/rdmago/rdma/uverbs/abi"
+	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/wr"
 )
 
@@ -164,7 +165,7 @@ func (s *SRQ) Close() error {
 // Address handles
 
 type ahBuilder struct {
-	attr provider.AHAttr
+	attr qp.AHAttr
 	resp abi.Mlx5IbCreateAhResp
 }
 
@@ -172,7 +173,7 @@ type ahBuilder struct {
 // user space; the kernel's answer (struct mlx5_ib_create_ah_resp) carries
 // the destination MAC, and it answers only on Ethernet (RoCE) ports,
 // which is how the provider tells RoCE from InfiniBand.
-func (c *Context) NewAH(attr provider.AHAttr) (provider.Builder[provider.AH], error) {
+func (c *Context) NewAH(attr qp.AHAttr) (provider.Builder[provider.AH], error) {
 	return &ahBuilder{attr: attr}, nil
 }
 
@@ -212,7 +213,7 @@ func mlx5Rate(r uint8) uint8 {
 // RoCE the rlid field carries the UDP source port (RoCE v2) and the SL
 // takes three bits; on InfiniBand the vector has the LID, path bits and a
 // four-bit SL, and sets the GRH bit when the address is global.
-func makeAV(a *provider.AHAttr, eth bool, dmac [6]byte, sport uint16) addressVector {
+func makeAV(a *qp.AHAttr, eth bool, dmac [6]byte, sport uint16) addressVector {
 	var (
 		v                addressVector
 		rateSL, flMLID   uint8

@@ -7,8 +7,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rdmago/rdma/internal/abi"
 	"github.com/rdmago/rdma/provider"
-	"github.com/rdmago/rdma/uverbs/abi"
 )
 
 // Dynamic UARs. A kernel that grants MLX5_LIB_CAP_DYN_UAR allocates no

@@ -2,6 +2,7 @@ package mlx5
 
 import (
 	"github.com/rdmago/rdma/provider"
+	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/wr"
 )
 
@@ -54,7 +55,7 @@ type avVector struct {
 	name  string
 	eth   bool
 	sport uint16
-	attr  provider.AHAttr
+	attr  qp.AHAttr
 	dmac  [6]byte
 	want  [48]byte
 }
@@ -81,7 +82,7 @@ type wrVector struct {
 
 type wqeVector struct {
 	name                   string
-	qpType                 provider.QPType
+	qpType                 qp.Type
 	qpn, wqeCnt, startPost uint32
 	sigAll                 bool
 	prefill                int
@@ -125,8 +126,8 @@ type ownerVector struct {
 
 type sizeVector struct {
 	name        string
-	qpType      provider.QPType
-	caps        provider.QPCaps
+	qpType      qp.Type
+	caps        qp.Caps
 	hasSRQ, err bool
 	sq          sqSize
 	rq          rqSize

@@ -7,6 +7,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rdmago/rdma/provider"
+	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/wr"
 )
 
@@ -150,7 +151,7 @@ type sendQueue struct {
 	maxGS   uint32
 	maxInl  uint32
 	qpn     uint32
-	typ     provider.QPType
+	typ     qp.Type
 	sigBits uint8 // ctrlCQUpdate when every request signals (sq_sig_all)
 	// Per WQE, indexed by its first BB: the caller's ID and the head count
 	// after it, which a completion makes the new tail.
@@ -171,7 +172,7 @@ func (sq *sendQueue) overflow(nreq uint32) bool {
 // plain reports, cheaply enough to inline, that a request needs no more
 // checking: a send or RDMA write from a gather list that fits, on RC or UC.
 func (sq *sendQueue) plain(w *wr.SendWR) bool {
-	return w.Opcode <= wr.OpSendWithImm && w.Flags&wr.Inline == 0 && sq.typ != provider.QPTypeUD && uint32(len(w.SGList)) <= sq.maxGS
+	return w.Opcode <= wr.OpSendWithImm && w.Flags&wr.Inline == 0 && sq.typ != qp.UD && uint32(len(w.SGList)) <= sq.maxGS
 }
 
 // check refuses a work request the queue cannot carry, before anything of
@@ -183,7 +184,7 @@ func (sq *sendQueue) check(w *wr.SendWR) (*addressVector, error) {
 	var av *addressVector
 	switch w.Opcode {
 	case wr.OpSend, wr.OpSendWithImm:
-		if sq.typ == provider.QPTypeUD {
+		if sq.typ == qp.UD {
 			if w.AH == nil {
 				return nil, unix.EINVAL
 			}
@@ -194,15 +195,15 @@ func (sq *sendQueue) check(w *wr.SendWR) (*addressVector, error) {
 			av = &ah.av
 		}
 	case wr.OpRDMAWrite, wr.OpRDMAWriteWithImm:
-		if sq.typ == provider.QPTypeUD {
+		if sq.typ == qp.UD {
 			return nil, unix.EINVAL
 		}
 	case wr.OpRDMARead:
-		if sq.typ != provider.QPTypeRC || w.Flags&wr.Inline != 0 {
+		if sq.typ != qp.RC || w.Flags&wr.Inline != 0 {
 			return nil, unix.EINVAL
 		}
 	case wr.OpAtomicCmpAndSwp, wr.OpAtomicFetchAdd:
-		if sq.typ != provider.QPTypeRC || len(w.SGList) != 1 || w.SGList[0].Length < atomicOperandSz ||
+		if sq.typ != qp.RC || len(w.SGList) != 1 || w.SGList[0].Length < atomicOperandSz ||
 			w.RemoteAddr&7 != 0 || w.Flags&wr.Inline != 0 {
 			return nil, unix.EINVAL
 		}
@@ -234,7 +235,7 @@ func (sq *sendQueue) check(w *wr.SendWR) (*addressVector, error) {
 // WQE in rdma-core (fm_cache), are not posted by this provider, so a WQE's
 // fence is only its own.
 func (sq *sendQueue) write(w *wr.SendWR, av *addressVector, nreq uint32) (ctrl unsafe.Pointer, ds uint32, inl bool) {
-	if sq.typ == provider.QPTypeUD || w.Flags&wr.Inline != 0 || w.Opcode == wr.OpSendWithImm {
+	if sq.typ == qp.UD || w.Flags&wr.Inline != 0 || w.Opcode == wr.OpSendWithImm {
 		return sq.writeGeneral(w, av, nreq)
 	}
 	// RC and UC with a gather list: the common case; with one SGE it makes
@@ -372,7 +373,7 @@ func (sq *sendQueue) writeGeneral(w *wr.SendWR, av *addressVector, nreq uint32) 
 	ctrl = sq.bb(idx)
 	seg := at(ctrl, ctrlSegSize)
 	ds = ctrlSegSize / 16
-	if sq.typ == provider.QPTypeUD {
+	if sq.typ == qp.UD {
 		setDatagramSeg(seg, av, w.RemoteQPN, w.RemoteQKey)
 		seg = at(seg, datagramSize)
 		ds += datagramSize / 16

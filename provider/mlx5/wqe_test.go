@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/rdmago/rdma/provider"
+	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/wr"
 )
 
@@ -165,7 +165,7 @@ func TestAddressVectorVectors(t *testing.T) {
 }
 
 // testSQ is a send queue over Go memory, with room for every request.
-func testSQ(typ provider.QPType, qpn, wqeCnt, start uint32, sigAll bool, buf []byte) *sendQueue {
+func testSQ(typ qp.Type, qpn, wqeCnt, start uint32, sigAll bool, buf []byte) *sendQueue {
 	base := unsafe.Pointer(&buf[0])
 	sq := &sendQueue{
 		start: base, qend: unsafe.Add(base, uintptr(wqeCnt)*sendWQEBB), wqeCnt: wqeCnt, curPost: start,

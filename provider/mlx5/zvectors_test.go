@@ -5,6 +5,7 @@ package mlx5
 
 import (
 	"github.com/rdmago/rdma/provider"
+	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/wr"
 )
 
@@ -117,19 +118,19 @@ var dgramVectors = []dgramVector{
 
 var avVectors = []avVector{
 	{name: "ib local", eth: false, sport: 0,
-		attr: provider.AHAttr{DLID: 0x17, SL: 3, SrcPathBits: 0x5, StaticRate: 16, IsGlobal: false, FlowLabel: 0, SGIDIndex: 0, HopLimit: 0, TrafficClass: 0, DGID: [16]byte{0x23, 0x24, 0x25, 0x26, 0x27, 0x28, 0x29, 0x2a, 0x2b, 0x2c, 0x2d, 0x2e, 0x2f, 0x30, 0x31, 0x32}},
+		attr: qp.AHAttr{DLID: 0x17, SL: 3, SrcPathBits: 0x5, StaticRate: 16, IsGlobal: false, FlowLabel: 0, SGIDIndex: 0, HopLimit: 0, TrafficClass: 0, DGID: [16]byte{0x23, 0x24, 0x25, 0x26, 0x27, 0x28, 0x29, 0x2a, 0x2b, 0x2c, 0x2d, 0x2e, 0x2f, 0x30, 0x31, 0x32}},
 		dmac: [6]byte{0x00, 0x00, 0x00, 0x00, 0x00, 0x00},
 		want: [48]byte{0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xf3, 0x05, 0x00, 0x17, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00}},
 	{name: "ib global", eth: false, sport: 0,
-		attr: provider.AHAttr{DLID: 0xbeef, SL: 15, SrcPathBits: 0x7f, StaticRate: 23, IsGlobal: true, FlowLabel: 0xabcde, SGIDIndex: 3, HopLimit: 64, TrafficClass: 0x10, DGID: [16]byte{0x2f, 0x30, 0x31, 0x32, 0x33, 0x34, 0x35, 0x36, 0x37, 0x38, 0x39, 0x3a, 0x3b, 0x3c, 0x3d, 0x3e}},
+		attr: qp.AHAttr{DLID: 0xbeef, SL: 15, SrcPathBits: 0x7f, StaticRate: 23, IsGlobal: true, FlowLabel: 0xabcde, SGIDIndex: 3, HopLimit: 64, TrafficClass: 0x10, DGID: [16]byte{0x2f, 0x30, 0x31, 0x32, 0x33, 0x34, 0x35, 0x36, 0x37, 0x38, 0x39, 0x3a, 0x3b, 0x3c, 0x3d, 0x3e}},
 		dmac: [6]byte{0x00, 0x00, 0x00, 0x00, 0x00, 0x00},
 		want: [48]byte{0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x0f, 0x7f, 0xbe, 0xef, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x10, 0x40, 0x40, 0x3a, 0xbc, 0xde, 0x2f, 0x30, 0x31, 0x32, 0x33, 0x34, 0x35, 0x36, 0x37, 0x38, 0x39, 0x3a, 0x3b, 0x3c, 0x3d, 0x3e}},
 	{name: "roce", eth: true, sport: 0xc123,
-		attr: provider.AHAttr{DLID: 0, SL: 5, SrcPathBits: 0, StaticRate: 15, IsGlobal: true, FlowLabel: 0, SGIDIndex: 1, HopLimit: 255, TrafficClass: 0x68, DGID: [16]byte{0x25, 0x26, 0x27, 0x28, 0x29, 0x2a, 0x2b, 0x2c, 0x2d, 0x2e, 0x2f, 0x30, 0x31, 0x32, 0x33, 0x34}},
+		attr: qp.AHAttr{DLID: 0, SL: 5, SrcPathBits: 0, StaticRate: 15, IsGlobal: true, FlowLabel: 0, SGIDIndex: 1, HopLimit: 255, TrafficClass: 0x68, DGID: [16]byte{0x25, 0x26, 0x27, 0x28, 0x29, 0x2a, 0x2b, 0x2c, 0x2d, 0x2e, 0x2f, 0x30, 0x31, 0x32, 0x33, 0x34}},
 		dmac: [6]byte{0x02, 0x11, 0x22, 0x33, 0x44, 0x55},
 		want: [48]byte{0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x9a, 0x00, 0xc1, 0x23, 0x00, 0x00, 0x00, 0x00, 0x02, 0x11, 0x22, 0x33, 0x44, 0x55, 0x68, 0xff, 0x00, 0x10, 0x00, 0x00, 0x25, 0x26, 0x27, 0x28, 0x29, 0x2a, 0x2b, 0x2c, 0x2d, 0x2e, 0x2f, 0x30, 0x31, 0x32, 0x33, 0x34}},
 	{name: "roce flow label", eth: true, sport: 0xe341,
-		attr: provider.AHAttr{DLID: 0, SL: 7, SrcPathBits: 0, StaticRate: 0, IsGlobal: true, FlowLabel: 0x12345, SGIDIndex: 0, HopLimit: 1, TrafficClass: 0, DGID: [16]byte{0x27, 0x28, 0x29, 0x2a, 0x2b, 0x2c, 0x2d, 0x2e, 0x2f, 0x30, 0x31, 0x32, 0x33, 0x34, 0x35, 0x36}},
+		attr: qp.AHAttr{DLID: 0, SL: 7, SrcPathBits: 0, StaticRate: 0, IsGlobal: true, FlowLabel: 0x12345, SGIDIndex: 0, HopLimit: 1, TrafficClass: 0, DGID: [16]byte{0x27, 0x28, 0x29, 0x2a, 0x2b, 0x2c, 0x2d, 0x2e, 0x2f, 0x30, 0x31, 0x32, 0x33, 0x34, 0x35, 0x36}},
 		dmac: [6]byte{0xb8, 0xce, 0xf6, 0x00, 0x01, 0x02},
 		want: [48]byte{0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x0e, 0x00, 0xe3, 0x41, 0x00, 0x00, 0x00, 0x00, 0xb8, 0xce, 0xf6, 0x00, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0x23, 0x45, 0x27, 0x28, 0x29, 0x2a, 0x2b, 0x2c, 0x2d, 0x2e, 0x2f, 0x30, 0x31, 0x32, 0x33, 0x34, 0x35, 0x36}},
 }
@@ -462,37 +463,37 @@ var cqe128Polls = []cqe128Poll{
 var sizeLimits = limits{maxSQDescSz: 512, maxRQDescSz: 512, maxSendWQEBB: 32768, maxRecvWR: 32768, maxSRQRecvWR: 32768}
 
 var sizeVectors = []sizeVector{
-	{name: "rc 64x1", qpType: 2, caps: provider.QPCaps{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 0}, hasSRQ: false, err: false,
+	{name: "rc 64x1", qpType: 2, caps: qp.Caps{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 0}, hasSRQ: false, err: false,
 		sq: sqSize{wqeSize: 256, wqeCnt: 256, maxPost: 64, maxGS: 1, maxInline: 60, bytes: 16384},
 		rq: rqSize{wqeCnt: 64, wqeShift: 4, maxPost: 64, maxGS: 1, bytes: 1024}},
-	{name: "rc 16x4 inline 128", qpType: 2, caps: provider.QPCaps{MaxSendWR: 16, MaxRecvWR: 100, MaxSendSGE: 4, MaxRecvSGE: 3, MaxInlineData: 128}, hasSRQ: false, err: false,
+	{name: "rc 16x4 inline 128", qpType: 2, caps: qp.Caps{MaxSendWR: 16, MaxRecvWR: 100, MaxSendSGE: 4, MaxRecvSGE: 3, MaxInlineData: 128}, hasSRQ: false, err: false,
 		sq: sqSize{wqeSize: 384, wqeCnt: 128, maxPost: 21, maxGS: 4, maxInline: 188, bytes: 8192},
 		rq: rqSize{wqeCnt: 128, wqeShift: 6, maxPost: 128, maxGS: 4, bytes: 8192}},
-	{name: "rc 1x1", qpType: 2, caps: provider.QPCaps{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 0}, hasSRQ: false, err: false,
+	{name: "rc 1x1", qpType: 2, caps: qp.Caps{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 0}, hasSRQ: false, err: false,
 		sq: sqSize{wqeSize: 256, wqeCnt: 4, maxPost: 1, maxGS: 1, maxInline: 60, bytes: 256},
 		rq: rqSize{wqeCnt: 4, wqeShift: 4, maxPost: 4, maxGS: 1, bytes: 64}},
-	{name: "rc inline larger than the gather list", qpType: 2, caps: provider.QPCaps{MaxSendWR: 10, MaxRecvWR: 10, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 200}, hasSRQ: false, err: false,
+	{name: "rc inline larger than the gather list", qpType: 2, caps: qp.Caps{MaxSendWR: 10, MaxRecvWR: 10, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 200}, hasSRQ: false, err: false,
 		sq: sqSize{wqeSize: 448, wqeCnt: 128, maxPost: 18, maxGS: 1, maxInline: 252, bytes: 8192},
 		rq: rqSize{wqeCnt: 16, wqeShift: 4, maxPost: 16, maxGS: 1, bytes: 256}},
-	{name: "uc 128x2", qpType: 3, caps: provider.QPCaps{MaxSendWR: 128, MaxRecvWR: 128, MaxSendSGE: 2, MaxRecvSGE: 2, MaxInlineData: 16}, hasSRQ: false, err: false,
+	{name: "uc 128x2", qpType: 3, caps: qp.Caps{MaxSendWR: 128, MaxRecvWR: 128, MaxSendSGE: 2, MaxRecvSGE: 2, MaxInlineData: 16}, hasSRQ: false, err: false,
 		sq: sqSize{wqeSize: 256, wqeCnt: 512, maxPost: 128, maxGS: 2, maxInline: 60, bytes: 32768},
 		rq: rqSize{wqeCnt: 128, wqeShift: 5, maxPost: 128, maxGS: 2, bytes: 4096}},
-	{name: "ud 128x2 inline 64", qpType: 4, caps: provider.QPCaps{MaxSendWR: 128, MaxRecvWR: 512, MaxSendSGE: 2, MaxRecvSGE: 1, MaxInlineData: 64}, hasSRQ: false, err: false,
+	{name: "ud 128x2 inline 64", qpType: 4, caps: qp.Caps{MaxSendWR: 128, MaxRecvWR: 512, MaxSendSGE: 2, MaxRecvSGE: 1, MaxInlineData: 64}, hasSRQ: false, err: false,
 		sq: sqSize{wqeSize: 192, wqeCnt: 512, maxPost: 170, maxGS: 2, maxInline: 124, bytes: 32768},
 		rq: rqSize{wqeCnt: 512, wqeShift: 4, maxPost: 512, maxGS: 1, bytes: 8192}},
-	{name: "ud 1x1", qpType: 4, caps: provider.QPCaps{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 0}, hasSRQ: false, err: false,
+	{name: "ud 1x1", qpType: 4, caps: qp.Caps{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 0}, hasSRQ: false, err: false,
 		sq: sqSize{wqeSize: 128, wqeCnt: 2, maxPost: 1, maxGS: 1, maxInline: 60, bytes: 128},
 		rq: rqSize{wqeCnt: 4, wqeShift: 4, maxPost: 4, maxGS: 1, bytes: 64}},
-	{name: "rc on an srq", qpType: 2, caps: provider.QPCaps{MaxSendWR: 32, MaxRecvWR: 32, MaxSendSGE: 1, MaxRecvSGE: 4, MaxInlineData: 0}, hasSRQ: true, err: false,
+	{name: "rc on an srq", qpType: 2, caps: qp.Caps{MaxSendWR: 32, MaxRecvWR: 32, MaxSendSGE: 1, MaxRecvSGE: 4, MaxInlineData: 0}, hasSRQ: true, err: false,
 		sq: sqSize{wqeSize: 256, wqeCnt: 128, maxPost: 32, maxGS: 1, maxInline: 60, bytes: 8192},
 		rq: rqSize{wqeCnt: 0, wqeShift: 0, maxPost: 0, maxGS: 0, bytes: 0}},
-	{name: "rc receive only", qpType: 2, caps: provider.QPCaps{MaxSendWR: 0, MaxRecvWR: 16, MaxSendSGE: 0, MaxRecvSGE: 2, MaxInlineData: 0}, hasSRQ: false, err: false,
+	{name: "rc receive only", qpType: 2, caps: qp.Caps{MaxSendWR: 0, MaxRecvWR: 16, MaxSendSGE: 0, MaxRecvSGE: 2, MaxInlineData: 0}, hasSRQ: false, err: false,
 		sq: sqSize{wqeSize: 0, wqeCnt: 0, maxPost: 0, maxGS: 0, maxInline: 0, bytes: 0},
 		rq: rqSize{wqeCnt: 16, wqeShift: 5, maxPost: 16, maxGS: 2, bytes: 512}},
-	{name: "rc too many send sges", qpType: 2, caps: provider.QPCaps{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 21, MaxRecvSGE: 1, MaxInlineData: 0}, hasSRQ: false, err: true},
-	{name: "rc inline too large", qpType: 2, caps: provider.QPCaps{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 400}, hasSRQ: false, err: true},
-	{name: "rc too many receive sges", qpType: 2, caps: provider.QPCaps{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 33, MaxInlineData: 0}, hasSRQ: false, err: true},
-	{name: "rc too many receives", qpType: 2, caps: provider.QPCaps{MaxSendWR: 8, MaxRecvWR: 40000, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 0}, hasSRQ: false, err: true},
+	{name: "rc too many send sges", qpType: 2, caps: qp.Caps{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 21, MaxRecvSGE: 1, MaxInlineData: 0}, hasSRQ: false, err: true},
+	{name: "rc inline too large", qpType: 2, caps: qp.Caps{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 400}, hasSRQ: false, err: true},
+	{name: "rc too many receive sges", qpType: 2, caps: qp.Caps{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 33, MaxInlineData: 0}, hasSRQ: false, err: true},
+	{name: "rc too many receives", qpType: 2, caps: qp.Caps{MaxSendWR: 8, MaxRecvWR: 40000, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 0}, hasSRQ: false, err: true},
 }
 
 var srqSizeVectors = []srqSizeVector{

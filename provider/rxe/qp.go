@@ -7,8 +7,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rdmago/rdma/internal/abi"
 	"github.com/rdmago/rdma/provider"
-	"github.com/rdmago/rdma/uverbs/abi"
+	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/wr"
 )
 
@@ -28,7 +29,7 @@ type qpBuilder struct {
 // NewQP prepares a queue pair.
 func (c *Context) NewQP(attr provider.QPInitAttr) (provider.Builder[provider.QP], error) {
 	switch attr.Type {
-	case provider.QPTypeRC, provider.QPTypeUC, provider.QPTypeUD:
+	case qp.RC, qp.UC, qp.UD:
 	default:
 		return nil, fmt.Errorf("rxe: QP type %d: %w", attr.Type, unix.EOPNOTSUPP)
 	}
@@ -39,32 +40,32 @@ func (b *qpBuilder) Udata() (in, out []byte) { return nil, bytesOf(b.resp) }
 func (b *qpBuilder) Abort()                  {}
 
 func (b *qpBuilder) Finish(c provider.Created) (provider.QP, error) {
-	qp := &QP{k: b.k, typ: b.attr.Type, caps: c.Caps}
+	p := &QP{k: b.k, typ: b.attr.Type, caps: c.Caps}
 	var err error
 	if !b.attr.HasSRQ {
-		if qp.rq, err = mapQueue(b.k, b.resp.Rq_mi); err != nil {
+		if p.rq, err = mapQueue(b.k, b.resp.Rq_mi); err != nil {
 			return nil, fmt.Errorf("rxe: mapping the receive queue: %w", err)
 		}
-		if err := checkElem(qp.rq, recvSGEOffset, c.Caps.MaxRecvSGE*abi.SizeofRxeSge); err != nil {
-			qp.Close()
+		if err := checkElem(p.rq, recvSGEOffset, c.Caps.MaxRecvSGE*abi.SizeofRxeSge); err != nil {
+			p.Close()
 			return nil, err
 		}
 	}
-	if qp.sq, err = mapQueue(b.k, b.resp.Sq_mi); err != nil {
-		qp.Close()
+	if p.sq, err = mapQueue(b.k, b.resp.Sq_mi); err != nil {
+		p.Close()
 		return nil, fmt.Errorf("rxe: mapping the send queue: %w", err)
 	}
-	if err := checkElem(qp.sq, sendSGEOffset, max(c.Caps.MaxSendSGE*abi.SizeofRxeSge, c.Caps.MaxInlineData)); err != nil {
-		qp.Close()
+	if err := checkElem(p.sq, sendSGEOffset, max(c.Caps.MaxSendSGE*abi.SizeofRxeSge, c.Caps.MaxInlineData)); err != nil {
+		p.Close()
 		return nil, err
 	}
-	qp.db.hdr.Command = abi.IB_USER_VERBS_CMD_POST_SEND
-	qp.db.hdr.In_words = uint16((unsafe.Sizeof(qp.db.hdr) + unsafe.Sizeof(qp.db.cmd)) / 4)
-	qp.db.hdr.Out_words = uint16(unsafe.Sizeof(qp.dbResp) / 4)
-	qp.db.cmd.Response = uint64(uintptr(unsafe.Pointer(&qp.dbResp)))
-	qp.db.cmd.Qp_handle = c.Handle
-	qp.db.cmd.Wqe_size = abi.SizeofIbUverbsSendWr
-	return qp, nil
+	p.db.hdr.Command = abi.IB_USER_VERBS_CMD_POST_SEND
+	p.db.hdr.In_words = uint16((unsafe.Sizeof(p.db.hdr) + unsafe.Sizeof(p.db.cmd)) / 4)
+	p.db.hdr.Out_words = uint16(unsafe.Sizeof(p.dbResp) / 4)
+	p.db.cmd.Response = uint64(uintptr(unsafe.Pointer(&p.dbResp)))
+	p.db.cmd.Qp_handle = c.Handle
+	p.db.cmd.Wqe_size = abi.SizeofIbUverbsSendWr
+	return p, nil
 }
 
 // checkElem makes sure the kernel's ring elements hold what the granted
@@ -79,8 +80,8 @@ func checkElem(q *queue, fixed, payload uint32) error {
 // QP is an rxe queue pair.
 type QP struct {
 	k    provider.Kernel
-	typ  provider.QPType
-	caps provider.QPCaps
+	typ  qp.Type
+	caps qp.Caps
 
 	sqMu queueLock
 	sq   *queue
@@ -100,32 +101,32 @@ type QP struct {
 
 // PostSend writes each work request into the send ring, publishes them
 // together and rings the doorbell once.
-func (qp *QP) PostSend(wrs []wr.SendWR) (int, error) {
-	qp.sqMu.Lock()
-	q := qp.sq
+func (p *QP) PostSend(wrs []wr.SendWR) (int, error) {
+	p.sqMu.Lock()
+	q := p.sq
 	prod := q.producer()
 	n := 0
 	var err error
 	for i := range wrs {
 		w := &wrs[i]
 		var length uint32
-		if length, err = qp.validateSend(w); err != nil {
+		if length, err = p.validateSend(w); err != nil {
 			break
 		}
-		if q.full(prod, qp.caps.MaxSendWR) {
+		if q.full(prod, p.caps.MaxSendWR) {
 			err = unix.ENOMEM // as rdma-core's rxe: the ring is full
 			break
 		}
-		qp.writeSendWQE((*abi.RxeSendWqe)(q.elem(prod)), w, length)
+		p.writeSendWQE((*abi.RxeSendWqe)(q.elem(prod)), w, length)
 		prod = (prod + 1) & q.mask
 		n++
 	}
 	if n > 0 {
 		q.publish(prod)
 	}
-	qp.sqMu.Unlock()
+	p.sqMu.Unlock()
 	if n > 0 {
-		if dbErr := qp.k.Write(bytesOf(&qp.db)); dbErr != nil && err == nil {
+		if dbErr := p.k.Write(bytesOf(&p.db)); dbErr != nil && err == nil {
 			// The WQEs are in the ring; the kernel refused to run them
 			// (for instance, the QP is not ready to send).
 			return n, dbErr
@@ -134,8 +135,8 @@ func (qp *QP) PostSend(wrs []wr.SendWR) (int, error) {
 	return n, err
 }
 
-func (qp *QP) validateSend(w *wr.SendWR) (uint32, error) {
-	if uint32(len(w.SGList)) > qp.caps.MaxSendSGE {
+func (p *QP) validateSend(w *wr.SendWR) (uint32, error) {
+	if uint32(len(w.SGList)) > p.caps.MaxSendSGE {
 		return 0, unix.EINVAL
 	}
 	length, err := provider.SGLength(w.SGList)
@@ -144,7 +145,7 @@ func (qp *QP) validateSend(w *wr.SendWR) (uint32, error) {
 	}
 	switch w.Opcode {
 	case wr.OpSend, wr.OpSendWithImm:
-		if qp.typ == provider.QPTypeUD {
+		if p.typ == qp.UD {
 			if w.AH == nil {
 				return 0, unix.EINVAL
 			}
@@ -153,22 +154,22 @@ func (qp *QP) validateSend(w *wr.SendWR) (uint32, error) {
 			}
 		}
 	case wr.OpRDMAWrite, wr.OpRDMAWriteWithImm:
-		if qp.typ == provider.QPTypeUD {
+		if p.typ == qp.UD {
 			return 0, unix.EINVAL
 		}
 	case wr.OpRDMARead:
-		if qp.typ != provider.QPTypeRC {
+		if p.typ != qp.RC {
 			return 0, unix.EINVAL
 		}
 	case wr.OpAtomicCmpAndSwp, wr.OpAtomicFetchAdd:
-		if qp.typ != provider.QPTypeRC || length < 8 || w.RemoteAddr&7 != 0 || w.Flags&wr.Inline != 0 {
+		if p.typ != qp.RC || length < 8 || w.RemoteAddr&7 != 0 || w.Flags&wr.Inline != 0 {
 			return 0, unix.EINVAL
 		}
 	default:
 		return 0, unix.EOPNOTSUPP
 	}
 	if w.Flags&wr.Inline != 0 {
-		if length > qp.caps.MaxInlineData {
+		if length > p.caps.MaxInlineData {
 			return 0, unix.EINVAL
 		}
 		if err := provider.ProbeInline(w.SGList); err != nil {
@@ -180,7 +181,7 @@ func (qp *QP) validateSend(w *wr.SendWR) (uint32, error) {
 
 // writeSendWQE fills a send queue entry (struct rxe_send_wqe) as rdma-core's
 // rxe provider does.
-func (qp *QP) writeSendWQE(wqe *abi.RxeSendWqe, w *wr.SendWR, length uint32) {
+func (p *QP) writeSendWQE(wqe *abi.RxeSendWqe, w *wr.SendWR, length uint32) {
 	*wqe = abi.RxeSendWqe{}
 	wqe.Wr.Wr_id = w.ID
 	wqe.Wr.Opcode = uint32(w.Opcode)
@@ -198,7 +199,7 @@ func (qp *QP) writeSendWQE(wqe *abi.RxeSendWqe, w *wr.SendWR, length uint32) {
 		a.Remote_addr, a.Compare_add, a.Swap, a.Rkey = w.RemoteAddr, w.CompareAdd, w.Swap, w.RKey
 		wqe.Iova = w.RemoteAddr
 	case wr.OpSend, wr.OpSendWithImm:
-		if qp.typ == provider.QPTypeUD {
+		if p.typ == qp.UD {
 			u := wqe.Wr.Ud()
 			u.Remote_qpn, u.Remote_qkey = w.RemoteQPN, w.RemoteQKey
 			u.Ah_num = w.AH.ProviderAH().(*AH).num
@@ -217,8 +218,8 @@ func (qp *QP) writeSendWQE(wqe *abi.RxeSendWqe, w *wr.SendWR, length uint32) {
 	wqe.Dma.Length = length
 	wqe.Dma.Resid = length
 	wqe.Dma.Num_sge = uint32(len(w.SGList))
-	wqe.Ssn = qp.ssn
-	qp.ssn++
+	wqe.Ssn = p.ssn
+	p.ssn++
 }
 
 // userBytes views memory the caller named by address, as the device would
@@ -241,13 +242,13 @@ func writeSGEs(dst unsafe.Pointer, sges []wr.SGE) {
 
 // PostRecv writes receive requests into the receive ring. The kernel reads
 // the ring when a message arrives: no doorbell.
-func (qp *QP) PostRecv(wrs []wr.RecvWR) (int, error) {
-	if qp.rq == nil {
+func (p *QP) PostRecv(wrs []wr.RecvWR) (int, error) {
+	if p.rq == nil {
 		return 0, unix.EINVAL // receives go to the SRQ
 	}
-	qp.rqMu.Lock()
-	defer qp.rqMu.Unlock()
-	return postRecv(qp.rq, qp.caps.MaxRecvSGE, qp.caps.MaxRecvWR, wrs)
+	p.rqMu.Lock()
+	defer p.rqMu.Unlock()
+	return postRecv(p.rq, p.caps.MaxRecvSGE, p.caps.MaxRecvWR, wrs)
 }
 
 // postRecv fills receive queue entries (struct rxe_recv_wqe) on a QP's
@@ -285,31 +286,31 @@ func postRecv(q *queue, maxSGE, maxWR uint32, wrs []wr.RecvWR) (int, error) {
 
 // SendsRetired returns the send ring's consumer index, which rxe's
 // completer advances as it retires acknowledged requests.
-func (qp *QP) SendsRetired() uint32 { return qp.sq.consumer() }
+func (p *QP) SendsRetired() uint32 { return p.sq.consumer() }
 
 // Drained reports whether the kernel has consumed every posted request (in
 // the error state it does so by flushing them into the CQs).
-func (qp *QP) Drained() bool {
-	qp.sqMu.Lock()
-	done := qp.sq.empty(qp.sq.consumer())
-	qp.sqMu.Unlock()
+func (p *QP) Drained() bool {
+	p.sqMu.Lock()
+	done := p.sq.empty(p.sq.consumer())
+	p.sqMu.Unlock()
 	if !done {
 		return false
 	}
-	qp.rqMu.Lock()
-	defer qp.rqMu.Unlock()
-	return qp.rq == nil || qp.rq.empty(qp.rq.consumer())
+	p.rqMu.Lock()
+	defer p.rqMu.Unlock()
+	return p.rq == nil || p.rq.empty(p.rq.consumer())
 }
 
 // Close unmaps the rings.
-func (qp *QP) Close() error {
-	qp.sqMu.Lock()
-	err := qp.sq.unmap(qp.k)
-	qp.sqMu.Unlock()
-	qp.rqMu.Lock()
-	if e := qp.rq.unmap(qp.k); e != nil && err == nil {
+func (p *QP) Close() error {
+	p.sqMu.Lock()
+	err := p.sq.unmap(p.k)
+	p.sqMu.Unlock()
+	p.rqMu.Lock()
+	if e := p.rq.unmap(p.k); e != nil && err == nil {
 		err = e
 	}
-	qp.rqMu.Unlock()
+	p.rqMu.Unlock()
 	return err
 }

@@ -8,8 +8,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rdmago/rdma/internal/abi"
 	"github.com/rdmago/rdma/provider"
-	"github.com/rdmago/rdma/uverbs/abi"
+	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/wr"
 )
 
@@ -57,10 +58,10 @@ func (k *fakeKernel) ring(slots, log2 uint32) abi.Mminfo {
 
 func hdrOf(mem []byte) *abi.RxeQueueBuf { return (*abi.RxeQueueBuf)(unsafe.Pointer(&mem[0])) }
 
-var testCaps = provider.QPCaps{MaxSendWR: 7, MaxRecvWR: 7, MaxSendSGE: 4, MaxRecvSGE: 4, MaxInlineData: 64}
+var testCaps = qp.Caps{MaxSendWR: 7, MaxRecvWR: 7, MaxSendSGE: 4, MaxRecvSGE: 4, MaxInlineData: 64}
 
 // newTestQP makes an RC (or other) QP on fake rings of 8 slots.
-func newTestQP(t testing.TB, typ provider.QPType) (*QP, *fakeKernel) {
+func newTestQP(t testing.TB, typ qp.Type) (*QP, *fakeKernel) {
 	t.Helper()
 	k := &fakeKernel{}
 	b, err := (&Context{k: k}).NewQP(provider.QPInitAttr{Type: typ, Caps: testCaps})
@@ -78,7 +79,7 @@ func newTestQP(t testing.TB, typ provider.QPType) (*QP, *fakeKernel) {
 }
 
 func TestPostSendWQE(t *testing.T) {
-	q, k := newTestQP(t, provider.QPTypeRC)
+	q, k := newTestQP(t, qp.RC)
 	src := []byte("inline payload!!")
 	wrs := []wr.SendWR{
 		{ID: 1, Opcode: wr.OpRDMAWriteWithImm, Flags: wr.Signaled, Imm: 0x01020304,
@@ -136,7 +137,7 @@ func TestPostSendWQE(t *testing.T) {
 }
 
 func TestPostSendFullAndInvalid(t *testing.T) {
-	q, k := newTestQP(t, provider.QPTypeRC)
+	q, k := newTestQP(t, qp.RC)
 	sge := []wr.SGE{{Addr: 0x1000, Length: 8, LKey: 1}}
 	wrs := make([]wr.SendWR, 9)
 	for i := range wrs {
@@ -171,7 +172,7 @@ func TestPostSendFullAndInvalid(t *testing.T) {
 		hdrOf(q.sq.mem).Consumer_index = hdrOf(q.sq.mem).Producer_index
 	}
 	// UD needs an address handle, RC cannot have one checked.
-	ud, _ := newTestQP(t, provider.QPTypeUD)
+	ud, _ := newTestQP(t, qp.UD)
 	if n, err := ud.PostSend([]wr.SendWR{{Opcode: wr.OpSend, SGList: sge}}); n != 0 || !errors.Is(err, unix.EINVAL) {
 		t.Errorf("UD send without AH: %d, %v", n, err)
 	}
@@ -184,7 +185,7 @@ func TestPostSendFullAndInvalid(t *testing.T) {
 }
 
 func TestPostRecvWQE(t *testing.T) {
-	q, k := newTestQP(t, provider.QPTypeRC)
+	q, k := newTestQP(t, qp.RC)
 	n, err := q.PostRecv([]wr.RecvWR{{ID: 5, SGList: []wr.SGE{{Addr: 0x10, Length: 4, LKey: 1}, {Addr: 0x20, Length: 6, LKey: 2}}}})
 	if n != 1 || err != nil {
 		t.Fatal(n, err)
@@ -280,7 +281,7 @@ func TestHotPathAllocs(t *testing.T) {
 }
 
 func testHotPathAllocs(t *testing.T, single bool) {
-	q, _ := newTestQP(t, provider.QPTypeRC)
+	q, _ := newTestQP(t, qp.RC)
 	cq, _ := newTestCQ(t)
 	if single {
 		q.SetSingleThreaded()
@@ -306,7 +307,7 @@ func consumeAll(q *queue) { hdrOf(q.mem).Consumer_index = hdrOf(q.mem).Producer_
 // part (the doorbell write) is a no-op in the fake.
 
 func BenchmarkPostSend(b *testing.B) {
-	q, _ := newTestQP(b, provider.QPTypeRC)
+	q, _ := newTestQP(b, qp.RC)
 	send := []wr.SendWR{{ID: 1, Opcode: wr.OpRDMAWrite, Flags: wr.Signaled, SGList: []wr.SGE{{Addr: 0x1000, Length: 64, LKey: 1}}, RemoteAddr: 0x2000, RKey: 2}}
 	b.ReportAllocs()
 	for b.Loop() {
@@ -316,7 +317,7 @@ func BenchmarkPostSend(b *testing.B) {
 }
 
 func BenchmarkPostSendList4(b *testing.B) {
-	q, _ := newTestQP(b, provider.QPTypeRC)
+	q, _ := newTestQP(b, qp.RC)
 	send := make([]wr.SendWR, 4)
 	for i := range send {
 		send[i] = wr.SendWR{ID: uint64(i), Opcode: wr.OpRDMAWrite, SGList: []wr.SGE{{Addr: 0x1000, Length: 64, LKey: 1}}, RemoteAddr: 0x2000, RKey: 2}
@@ -329,7 +330,7 @@ func BenchmarkPostSendList4(b *testing.B) {
 }
 
 func BenchmarkPostRecv(b *testing.B) {
-	q, _ := newTestQP(b, provider.QPTypeRC)
+	q, _ := newTestQP(b, qp.RC)
 	recv := []wr.RecvWR{{ID: 1, SGList: []wr.SGE{{Addr: 0x1000, Length: 64, LKey: 1}}}}
 	b.ReportAllocs()
 	for b.Loop() {
@@ -351,7 +352,7 @@ func BenchmarkPoll(b *testing.B) {
 // TestSingleThreaded checks that a single-threaded QP and CQ take no lock
 // (a held lock would deadlock them) and still post and poll.
 func TestSingleThreaded(t *testing.T) {
-	q, k := newTestQP(t, provider.QPTypeRC)
+	q, k := newTestQP(t, qp.RC)
 	cq, _ := newTestCQ(t)
 	var _ provider.SingleThreader = q
 	var _ provider.SingleThreader = cq
@@ -381,7 +382,7 @@ func TestSingleThreaded(t *testing.T) {
 }
 
 func BenchmarkPostSendSingleThreaded(b *testing.B) {
-	q, _ := newTestQP(b, provider.QPTypeRC)
+	q, _ := newTestQP(b, qp.RC)
 	q.SetSingleThreaded()
 	send := []wr.SendWR{{ID: 1, Opcode: wr.OpRDMAWrite, Flags: wr.Signaled, SGList: []wr.SGE{{Addr: 0x1000, Length: 64, LKey: 1}}, RemoteAddr: 0x2000, RKey: 2}}
 	b.ReportAllocs()

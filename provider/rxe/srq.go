@@ -7,8 +7,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rdmago/rdma/internal/abi"
 	"github.com/rdmago/rdma/provider"
-	"github.com/rdmago/rdma/uverbs/abi"
+	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/wr"
 )
 
@@ -97,7 +98,7 @@ type ahBuilder struct {
 
 // NewAH prepares an address handle. The kernel builds the address vector;
 // since Linux 5.12 it returns an AH number that UD WQEs name.
-func (c *Context) NewAH(provider.AHAttr) (provider.Builder[provider.AH], error) {
+func (c *Context) NewAH(qp.AHAttr) (provider.Builder[provider.AH], error) {
 	return &ahBuilder{resp: new(abi.RxeCreateAhResp)}, nil
 }
 

@@ -1,7 +1,7 @@
 package doctor
 
 // The kernel ABI check of "rdmago doctor": the structs and enums of
-// uverbs/abi were generated from one version of the uapi headers; the
+// internal/abi were generated from one version of the uapi headers; the
 // running kernel describes its own in BTF (/sys/kernel/btf/vmlinux and, as
 // split BTF on top of it, one file per module). Where the kernel's BTF has
 // a struct, its size and the offsets and sizes of the members both sides

@@ -1,6 +1,6 @@
 package doctor
 
-// zabitable.go, the layouts of the uverbs/abi types the ABI check compares
-// with the kernel's BTF, is rendered from uverbs/abi by a test.
+// zabitable.go, the layouts of the internal/abi types the ABI check compares
+// with the kernel's BTF, is rendered from internal/abi by a test.
 
 //go:generate go test -run TestDoctorABITable -update .

@@ -5,7 +5,7 @@ package doctor
 import (
 	"reflect"
 
-	"github.com/rdmago/rdma/uverbs/abi"
+	"github.com/rdmago/rdma/internal/abi"
 )
 
 // abiTypes are the generated structs with their C tags.

@@ -34,7 +34,6 @@ import (
 	"github.com/rdmago/rdma/cm"
 	"github.com/rdmago/rdma/cmd/rdmago/internal/clib"
 	"github.com/rdmago/rdma/mr"
-	"github.com/rdmago/rdma/provider"
 	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/uverbs"
 	"github.com/rdmago/rdma/wr"
@@ -116,7 +115,7 @@ func (s *perfCMStream) postRecv() error { return s.id.PostRecv(0, s.recv, s.mr) 
 // connect and accept.
 func (s *perfCMStream) setup() error {
 	if err := s.id.CreateQP(nil, uverbs.QPInitAttr{Type: qp.RC,
-		Cap: provider.QPCaps{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+		Caps: qp.Caps{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
 		return err
 	}
 	var err error
@@ -283,7 +282,7 @@ func (r *perfRun) connectCM(ctx context.Context) int {
 	if status := r.cmSync("before"); status != 0 {
 		return status
 	}
-	attr := uverbs.QPInitAttr{Type: qp.RC, SendCQ: r.sendCQ, RecvCQ: r.recvCQ, Cap: r.qpCaps(), SingleThreaded: o.keepAlive == 0}
+	attr := uverbs.QPInitAttr{Type: qp.RC, SendCQ: r.sendCQ, RecvCQ: r.recvCQ, Caps: r.qpCaps(), SingleThreaded: o.keepAlive == 0}
 	param := cm.ConnParam{RetryCount: perfCMRetryCount, RNRRetryCount: perfCMRetryCount}
 	if v := o.test.verb; v == perfRead || v == perfAtomic {
 		param.ResponderResources = uint8(o.outReads)

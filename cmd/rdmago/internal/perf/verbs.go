@@ -34,7 +34,6 @@ import (
 	"github.com/rdmago/rdma/cmd/rdmago/internal/clib"
 	"github.com/rdmago/rdma/cmd/rdmago/internal/tcpexch"
 	"github.com/rdmago/rdma/mr"
-	"github.com/rdmago/rdma/provider"
 	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/uverbs"
 	"github.com/rdmago/rdma/wr"
@@ -556,7 +555,7 @@ func (r *perfRun) init() int {
 	caps := r.qpCaps()
 	// With -R, connectCM makes the QPs on their rdma_cm IDs.
 	for i := 0; i < o.numQPs && !o.rdmaCM; i++ {
-		q, err := r.pd.CreateQP(uverbs.QPInitAttr{Type: typ, SendCQ: r.sendCQ, RecvCQ: r.recvCQ, Cap: caps, SingleThreaded: o.keepAlive == 0})
+		q, err := r.pd.CreateQP(uverbs.QPInitAttr{Type: typ, SendCQ: r.sendCQ, RecvCQ: r.recvCQ, Caps: caps, SingleThreaded: o.keepAlive == 0})
 		if err != nil {
 			return r.failf("Unable to create QP.\nFailed to create QP.\n Couldn't create IB resources")
 		}
@@ -821,9 +820,9 @@ func (r *perfRun) exchangeAndConnect() int {
 
 // qpCaps is the test's QPs' capabilities: the queue depths asked for, and
 // a send slot more for the keepalive's probe.
-func (r *perfRun) qpCaps() provider.QPCaps {
+func (r *perfRun) qpCaps() qp.Caps {
 	o := &r.o
-	return provider.QPCaps{MaxSendWR: uint32(o.txDepth + min(o.keepAlive, 1)), MaxSendSGE: 1,
+	return qp.Caps{MaxSendWR: uint32(o.txDepth + min(o.keepAlive, 1)), MaxSendSGE: 1,
 		MaxRecvWR: uint32(o.rxDepth), MaxRecvSGE: 1, MaxInlineData: uint32(o.inline)}
 }
 
@@ -858,7 +857,7 @@ func (r *perfRun) connect() int {
 	sends := o.test.tst == perfLat || o.client()
 	for i, q := range r.qps {
 		dest, my := r.rem[i], r.my[i]
-		ah := provider.AHAttr{DLID: uint16(dest.LID), SL: uint8(o.sl), PortNum: uint8(o.ibPort)}
+		ah := qp.AHAttr{DLID: uint16(dest.LID), SL: uint8(o.sl), PortNum: uint8(o.ibPort)}
 		if o.gidIndex != -1 {
 			ah.IsGlobal = true
 			ah.DGID = dest.GID

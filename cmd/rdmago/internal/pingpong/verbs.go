@@ -20,7 +20,6 @@ import (
 	"github.com/rdmago/rdma/cmd/rdmago/internal/clib"
 	"github.com/rdmago/rdma/cmd/rdmago/internal/tcpexch"
 	"github.com/rdmago/rdma/mr"
-	"github.com/rdmago/rdma/provider"
 	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/uverbs"
 	"github.com/rdmago/rdma/wr"
@@ -283,7 +282,7 @@ func (r *ppRun) init(dev uverbs.Device) int {
 	}
 
 	nqp := 1
-	caps := provider.QPCaps{MaxSendWR: 1, MaxRecvWR: o.rxDepth, MaxSendSGE: 1, MaxRecvSGE: 1}
+	caps := qp.Caps{MaxSendWR: 1, MaxRecvWR: o.rxDepth, MaxSendSGE: 1, MaxRecvSGE: 1}
 	typ := qp.RC
 	switch o.kind {
 	case ppUC:
@@ -295,11 +294,11 @@ func (r *ppRun) init(dev uverbs.Device) int {
 			return r.failf("Couldn't create SRQ")
 		}
 		nqp = int(o.numQP)
-		caps = provider.QPCaps{MaxSendWR: 1, MaxSendSGE: 1}
+		caps = qp.Caps{MaxSendWR: 1, MaxSendSGE: 1}
 	}
 	r.sendFlags = wr.Signaled
 	for i := 0; i < nqp; i++ {
-		q, err := r.pd.CreateQP(uverbs.QPInitAttr{Type: typ, SendCQ: r.cq, RecvCQ: r.cq, SRQ: r.srq, Cap: caps})
+		q, err := r.pd.CreateQP(uverbs.QPInitAttr{Type: typ, SendCQ: r.cq, RecvCQ: r.cq, SRQ: r.srq, Caps: caps})
 		if err != nil {
 			if o.kind == ppSRQ {
 				return r.failf("Couldn't create QP[%d]", i)
@@ -311,14 +310,14 @@ func (r *ppRun) init(dev uverbs.Device) int {
 		// failed query and keep the capabilities they asked for).
 		inline := caps.MaxInlineData
 		if _, ia, err := q.Query(qp.AttrCap); err == nil {
-			inline = ia.Cap.MaxInlineData
+			inline = ia.Caps.MaxInlineData
 		}
 		if inline >= o.size && !o.dm {
 			r.sendFlags |= wr.Inline
 		}
 	}
 	for i, q := range r.qps {
-		a, m := qp.InitAttrs(typ, uint8(o.ibPort), 0, 0, ppQKey)
+		a, m := qp.ToInit(typ, uint8(o.ibPort), 0, 0, ppQKey)
 		if err := q.Modify(&a, m); err != nil {
 			if o.kind == ppSRQ {
 				return r.failf("Failed to modify QP[%d] to INIT", i)
@@ -523,11 +522,11 @@ func (r *ppRun) connect(local, remote []ppDest) error {
 		if o.kind == ppSRQ {
 			suffix = fmt.Sprintf("[%d]", i)
 		}
-		a, m := qp.RTRAttrs(q.Type(), rem, uint8(o.mtu))
+		a, m := qp.ToRTR(q.Type(), rem, uint8(o.mtu))
 		if err := q.Modify(&a, m); err != nil {
 			return ppMsg("Failed to modify QP" + suffix + " to RTR")
 		}
-		a, m = qp.RTSAttrs(q.Type(), local[i].PSN)
+		a, m = qp.ToRTS(q.Type(), local[i].PSN)
 		if err := q.Modify(&a, m); err != nil {
 			return ppMsg("Failed to modify QP" + suffix + " to RTS")
 		}

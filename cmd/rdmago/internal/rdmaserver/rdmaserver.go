@@ -31,7 +31,6 @@ import (
 	"github.com/rdmago/rdma/cmd/rdmago/internal/clib"
 	"github.com/rdmago/rdma/cmd/rdmago/internal/command"
 	"github.com/rdmago/rdma/cmd/rdmago/internal/getopt"
-	"github.com/rdmago/rdma/provider"
 	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/uverbs"
 	"github.com/rdmago/rdma/wr"
@@ -151,7 +150,7 @@ func (r *rsRun) perror(prefix string, err error) { io.WriteString(r.stderr, clib
 // rsQPAttr is the QP both programs ask for.
 func rsQPAttr() uverbs.QPInitAttr {
 	return uverbs.QPInitAttr{
-		Cap:       provider.QPCaps{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: rsMsgSize},
+		Caps:      qp.Caps{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: rsMsgSize},
 		SignalAll: true,
 	}
 }
@@ -276,7 +275,7 @@ func (r *rsRun) server(ctx context.Context) int {
 		r.perror("ibv_query_qp", err)
 		return -1
 	}
-	sendFlags := r.inlineFlags(init.Cap.MaxInlineData)
+	sendFlags := r.inlineFlags(init.Caps.MaxInlineData)
 	recvMsg, sendMsg, sendMR, release, ok := r.setUpMsgs(id, sendFlags)
 	if !ok {
 		return -1
@@ -351,7 +350,7 @@ func (r *rsRun) client(ctx context.Context) int {
 	id, err := cm.CreateEP(ctx, res, nil, &attr)
 	// rdma_client looks at the granted inline size before it checks for
 	// failure; rdma_create_ep leaves the asked-for caps on failure.
-	maxInline := attr.Cap.MaxInlineData
+	maxInline := attr.Caps.MaxInlineData
 	if err == nil {
 		maxInline = id.QP().Caps().MaxInlineData
 	}

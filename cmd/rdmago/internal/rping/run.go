@@ -27,7 +27,6 @@ import (
 	"github.com/rdmago/rdma/cm"
 	"github.com/rdmago/rdma/cmd/rdmago/internal/clib"
 	"github.com/rdmago/rdma/mr"
-	"github.com/rdmago/rdma/provider"
 	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/uverbs"
 	"github.com/rdmago/rdma/wr"
@@ -403,7 +402,7 @@ func (c *rpConn) setupQP(id *cm.ID) int {
 func (c *rpConn) createQP() int {
 	attr := uverbs.QPInitAttr{
 		Type: qp.RC, SendCQ: c.cq, RecvCQ: c.cq,
-		Cap: provider.QPCaps{MaxSendWR: rpSQDepth, MaxRecvWR: 2, MaxRecvSGE: 1, MaxSendSGE: 1},
+		Caps: qp.Caps{MaxSendWR: rpSQDepth, MaxRecvWR: 2, MaxRecvSGE: 1, MaxSendSGE: 1},
 	}
 	if c.r.o.selfQP {
 		q, err := c.pd.CreateQP(attr)

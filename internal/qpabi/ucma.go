@@ -1,8 +1,8 @@
-package qp
+package qpabi
 
 import (
-	"github.com/rdmago/rdma/provider"
-	"github.com/rdmago/rdma/uverbs/abi"
+	"github.com/rdmago/rdma/internal/abi"
+	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/wr"
 )
 
@@ -11,19 +11,19 @@ import (
 // (libibverbs/marshall.c, v44.0) does, and returns the attributes with the
 // mask the kernel set. Every field is copied whatever the mask says; a
 // modify reads only those the mask names.
-func DecodeUverbsAttr(r *abi.IbUverbsQpAttr) (Attr, AttrMask) {
-	a := Attr{
-		State:        State(r.Qp_state),
-		CurState:     State(r.Cur_qp_state),
+func DecodeUverbsAttr(r *abi.IbUverbsQpAttr) (qp.Attr, qp.AttrMask) {
+	a := qp.Attr{
+		State:        qp.State(r.Qp_state),
+		CurState:     qp.State(r.Cur_qp_state),
 		PathMTU:      uint8(r.Path_mtu),
-		PathMigState: MigState(r.Path_mig_state),
+		PathMigState: qp.MigState(r.Path_mig_state),
 		QKey:         r.Qkey,
 		RQPSN:        r.Rq_psn,
 		SQPSN:        r.Sq_psn,
 		DestQPNum:    r.Dest_qp_num,
 		// The kernel's access flags are the ibv_access_flags bits.
 		QPAccessFlags: wr.Access(r.Qp_access_flags),
-		Cap: provider.QPCaps{MaxSendWR: r.Max_send_wr, MaxRecvWR: r.Max_recv_wr,
+		Caps: qp.Caps{MaxSendWR: r.Max_send_wr, MaxRecvWR: r.Max_recv_wr,
 			MaxSendSGE: r.Max_send_sge, MaxRecvSGE: r.Max_recv_sge, MaxInlineData: r.Max_inline_data},
 		AHAttr:           DecodeAHAttr(&r.Ah_attr),
 		AltAHAttr:        DecodeAHAttr(&r.Alt_ah_attr),
@@ -41,14 +41,14 @@ func DecodeUverbsAttr(r *abi.IbUverbsQpAttr) (Attr, AttrMask) {
 		AltPortNum:       r.Alt_port_num,
 		AltTimeout:       r.Alt_timeout,
 	}
-	return a, AttrMask(r.Qp_attr_mask)
+	return a, qp.AttrMask(r.Qp_attr_mask)
 }
 
 // DecodeAHAttr reads a struct ib_uverbs_ah_attr (in rdma_cm's UD event
 // parameters and in ib_uverbs_qp_attr) as ibv_copy_ah_attr_from_kern does.
 // The GRH fields are copied whether or not IsGlobal is set.
-func DecodeAHAttr(k *abi.IbUverbsAhAttr) AHAttr {
-	return AHAttr{
+func DecodeAHAttr(k *abi.IbUverbsAhAttr) qp.AHAttr {
+	return qp.AHAttr{
 		DGID:         k.Grh.Dgid,
 		FlowLabel:    k.Grh.Flow_label,
 		SGIDIndex:    k.Grh.Sgid_index,
@@ -64,7 +64,7 @@ func DecodeAHAttr(k *abi.IbUverbsAhAttr) AHAttr {
 }
 
 // EncodeAHAttr is the inverse of DecodeAHAttr.
-func EncodeAHAttr(a *AHAttr) abi.IbUverbsAhAttr {
+func EncodeAHAttr(a *qp.AHAttr) abi.IbUverbsAhAttr {
 	var k abi.IbUverbsAhAttr
 	k.Grh.Dgid = a.DGID
 	k.Grh.Flow_label = a.FlowLabel
@@ -84,4 +84,4 @@ func EncodeAHAttr(a *AHAttr) abi.IbUverbsAhAttr {
 // for itself. Old kernels' rdma_cm set some of them in INIT_QP_ATTR answers
 // on RoCE; librdmacm clears them before modifying, and so should callers of
 // DecodeUverbsAttr (Validate refuses them).
-const MaskReserved AttrMask = 0xf << 21
+const MaskReserved qp.AttrMask = 0xf << 21

@@ -8,7 +8,7 @@
 // top of zabi.go and pinned in generate.sh). Do not edit the z*
 // files; regenerate them with
 //
-//	make generate   (or: go generate ./uverbs/abi)
+//	make generate   (or: go generate ./internal/abi)
 //
 // which needs the network once (the .deb is cached under .cache/abigen),
 // gcc and linux/amd64. CI runs hack/abigen/check.sh, which fails when the

@@ -1,19 +1,20 @@
-package qp
+package qpabi
 
 import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/rdmago/rdma/uverbs/abi"
+	"github.com/rdmago/rdma/internal/abi"
+	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/wr"
 )
 
 func TestDecodeUverbsAttr(t *testing.T) {
 	var r abi.IbUverbsQpAttr
-	r.Qp_attr_mask = uint32(AttrState | AttrTimeout | AttrRetryCnt | AttrRNRRetry | AttrSQPSN | AttrMaxQPRdAtomic)
-	r.Qp_state = uint32(StateRTS)
-	r.Cur_qp_state = uint32(StateRTR)
+	r.Qp_attr_mask = uint32(qp.AttrState | qp.AttrTimeout | qp.AttrRetryCnt | qp.AttrRNRRetry | qp.AttrSQPSN | qp.AttrMaxQPRdAtomic)
+	r.Qp_state = uint32(qp.StateRTS)
+	r.Cur_qp_state = uint32(qp.StateRTR)
 	r.Path_mtu = 3
 	r.Qkey = 0x01234567
 	r.Rq_psn, r.Sq_psn, r.Dest_qp_num = 1, 2, 3
@@ -26,11 +27,11 @@ func TestDecodeUverbsAttr(t *testing.T) {
 	r.Max_rd_atomic, r.Max_dest_rd_atomic, r.Min_rnr_timer = 4, 5, 12
 	r.Port_num, r.Timeout, r.Retry_cnt, r.Rnr_retry = 1, 14, 7, 6
 	a, mask := DecodeUverbsAttr(&r)
-	want := Attr{
-		State: StateRTS, CurState: StateRTR, PathMTU: 3, QKey: 0x01234567, RQPSN: 1, SQPSN: 2, DestQPNum: 3,
+	want := qp.Attr{
+		State: qp.StateRTS, CurState: qp.StateRTR, PathMTU: 3, QKey: 0x01234567, RQPSN: 1, SQPSN: 2, DestQPNum: 3,
 		QPAccessFlags: wr.RemoteWrite | wr.RemoteRead,
-		Cap:           a.Cap,
-		AHAttr: AHAttr{DLID: 5, SL: 1, IsGlobal: true, PortNum: 1, DGID: [16]byte{15: 7}, FlowLabel: 9,
+		Caps:          a.Caps,
+		AHAttr: qp.AHAttr{DLID: 5, SL: 1, IsGlobal: true, PortNum: 1, DGID: [16]byte{15: 7}, FlowLabel: 9,
 			SGIDIndex: 1, HopLimit: 64, TrafficClass: 2},
 		PKeyIndex: 1, AltPKeyIndex: 2, MaxRdAtomic: 4, MaxDestRdAtomic: 5, MinRNRTimer: 12,
 		PortNum: 1, Timeout: 14, RetryCnt: 7, RNRRetry: 6,
@@ -38,13 +39,13 @@ func TestDecodeUverbsAttr(t *testing.T) {
 	if diff := cmp.Diff(want, a); diff != "" {
 		t.Errorf("decoded (-want +got):\n%s", diff)
 	}
-	if a.Cap.MaxSendWR != 10 || a.Cap.MaxInlineData != 14 {
-		t.Errorf("caps %+v", a.Cap)
+	if a.Caps.MaxSendWR != 10 || a.Caps.MaxInlineData != 14 {
+		t.Errorf("caps %+v", a.Caps)
 	}
-	if mask != AttrMask(r.Qp_attr_mask) {
+	if mask != qp.AttrMask(r.Qp_attr_mask) {
 		t.Errorf("mask %v", mask)
 	}
-	if err := Validate(RC, StateRTR, StateRTS, mask); err != nil {
+	if err := qp.Validate(qp.RC, qp.StateRTR, qp.StateRTS, mask); err != nil {
 		t.Error(err)
 	}
 	if k := EncodeAHAttr(&a.AHAttr); k != r.Ah_attr {

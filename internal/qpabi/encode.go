@@ -1,7 +1,8 @@
-package qp
+package qpabi
 
 import (
-	"github.com/rdmago/rdma/uverbs/abi"
+	"github.com/rdmago/rdma/internal/abi"
+	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/wr"
 )
 
@@ -11,81 +12,81 @@ import (
 // are copied; the others stay zero. The legacy IB_USER_VERBS_CMD_MODIFY_QP
 // takes the Base part alone, and cannot carry AttrRateLimit (rdma-core
 // refuses it there with EOPNOTSUPP).
-func EncodeModify(handle uint32, a *Attr, mask AttrMask) abi.IbUverbsExModifyQp {
+func EncodeModify(handle uint32, a *qp.Attr, mask qp.AttrMask) abi.IbUverbsExModifyQp {
 	var cmd abi.IbUverbsExModifyQp
 	c := &cmd.Base
 	c.Qp_handle = handle
 	c.Attr_mask = uint32(mask)
-	if mask&AttrState != 0 {
+	if mask&qp.AttrState != 0 {
 		c.Qp_state = uint8(a.State)
 	}
-	if mask&AttrCurState != 0 {
+	if mask&qp.AttrCurState != 0 {
 		c.Cur_qp_state = uint8(a.CurState)
 	}
-	if mask&AttrEnSQDAsyncNotify != 0 {
+	if mask&qp.AttrEnSQDAsyncNotify != 0 {
 		c.En_sqd_async_notify = b2u(a.EnSQDAsyncNotify)
 	}
-	if mask&AttrAccessFlags != 0 {
+	if mask&qp.AttrAccessFlags != 0 {
 		c.Qp_access_flags = uint32(a.QPAccessFlags)
 	}
-	if mask&AttrPKeyIndex != 0 {
+	if mask&qp.AttrPKeyIndex != 0 {
 		c.Pkey_index = a.PKeyIndex
 	}
-	if mask&AttrPort != 0 {
+	if mask&qp.AttrPort != 0 {
 		c.Port_num = a.PortNum
 	}
-	if mask&AttrQKey != 0 {
+	if mask&qp.AttrQKey != 0 {
 		c.Qkey = a.QKey
 	}
-	if mask&AttrAV != 0 {
+	if mask&qp.AttrAV != 0 {
 		c.Dest = encodeDest(&a.AHAttr)
 	}
-	if mask&AttrPathMTU != 0 {
+	if mask&qp.AttrPathMTU != 0 {
 		c.Path_mtu = a.PathMTU
 	}
-	if mask&AttrTimeout != 0 {
+	if mask&qp.AttrTimeout != 0 {
 		c.Timeout = a.Timeout
 	}
-	if mask&AttrRetryCnt != 0 {
+	if mask&qp.AttrRetryCnt != 0 {
 		c.Retry_cnt = a.RetryCnt
 	}
-	if mask&AttrRNRRetry != 0 {
+	if mask&qp.AttrRNRRetry != 0 {
 		c.Rnr_retry = a.RNRRetry
 	}
-	if mask&AttrRQPSN != 0 {
+	if mask&qp.AttrRQPSN != 0 {
 		c.Rq_psn = a.RQPSN
 	}
-	if mask&AttrMaxQPRdAtomic != 0 {
+	if mask&qp.AttrMaxQPRdAtomic != 0 {
 		c.Max_rd_atomic = a.MaxRdAtomic
 	}
-	if mask&AttrAltPath != 0 {
+	if mask&qp.AttrAltPath != 0 {
 		c.Alt_pkey_index = a.AltPKeyIndex
 		c.Alt_port_num = a.AltPortNum
 		c.Alt_timeout = a.AltTimeout
 		c.Alt_dest = encodeDest(&a.AltAHAttr)
 	}
-	if mask&AttrMinRNRTimer != 0 {
+	if mask&qp.AttrMinRNRTimer != 0 {
 		c.Min_rnr_timer = a.MinRNRTimer
 	}
-	if mask&AttrSQPSN != 0 {
+	if mask&qp.AttrSQPSN != 0 {
 		c.Sq_psn = a.SQPSN
 	}
-	if mask&AttrMaxDestRdAtomic != 0 {
+	if mask&qp.AttrMaxDestRdAtomic != 0 {
 		c.Max_dest_rd_atomic = a.MaxDestRdAtomic
 	}
-	if mask&AttrPathMigState != 0 {
+	if mask&qp.AttrPathMigState != 0 {
 		c.Path_mig_state = uint8(a.PathMigState)
 	}
-	if mask&AttrDestQPN != 0 {
+	if mask&qp.AttrDestQPN != 0 {
 		c.Dest_qp_num = a.DestQPNum
 	}
-	if mask&AttrRateLimit != 0 {
+	if mask&qp.AttrRateLimit != 0 {
 		cmd.Rate_limit = a.RateLimit
 	}
 	return cmd
 }
 
-func encodeDest(ah *AHAttr) abi.IbUverbsQpDest {
+func encodeDest(ah *qp.AHAttr) abi.IbUverbsQpDest {
 	return abi.IbUverbsQpDest{
 		Dgid:          ah.DGID,
 		Flow_label:    ah.FlowLabel,
@@ -101,8 +102,8 @@ func encodeDest(ah *AHAttr) abi.IbUverbsQpDest {
 	}
 }
 
-func decodeDest(d *abi.IbUverbsQpDest) AHAttr {
-	return AHAttr{
+func decodeDest(d *abi.IbUverbsQpDest) qp.AHAttr {
+	return qp.AHAttr{
 		DLID:         d.Dlid,
 		SL:           d.Sl,
 		SrcPathBits:  d.Src_path_bits,
@@ -130,7 +131,7 @@ func b2u(b bool) uint8 {
 // UVERBS_ATTR_CORE_OUT attribute. The kernel has no extended query, so
 // AttrRateLimit cannot be asked for (rdma-core refuses it with EOPNOTSUPP);
 // drivers mostly ignore the mask and report everything.
-func EncodeQuery(handle uint32, mask AttrMask) abi.IbUverbsQueryQp {
+func EncodeQuery(handle uint32, mask qp.AttrMask) abi.IbUverbsQueryQp {
 	return abi.IbUverbsQueryQp{Qp_handle: handle, Attr_mask: uint32(mask)}
 }
 
@@ -138,24 +139,24 @@ func EncodeQuery(handle uint32, mask AttrMask) abi.IbUverbsQueryQp {
 // ibv_cmd_query_qp (libibverbs/cmd.c, v44.0) does. The response carries no
 // EnSQDAsyncNotify and no RateLimit; those stay zero. The capabilities come
 // back both in Attr.Cap and InitAttr.Cap.
-func DecodeQuery(resp *abi.IbUverbsQueryQpResp) (Attr, InitAttr) {
-	caps := InitAttr{SQSigAll: resp.Sq_sig_all != 0}
-	caps.Cap.MaxSendWR = resp.Max_send_wr
-	caps.Cap.MaxRecvWR = resp.Max_recv_wr
-	caps.Cap.MaxSendSGE = resp.Max_send_sge
-	caps.Cap.MaxRecvSGE = resp.Max_recv_sge
-	caps.Cap.MaxInlineData = resp.Max_inline_data
-	a := Attr{
-		State:           State(resp.Qp_state),
-		CurState:        State(resp.Cur_qp_state),
+func DecodeQuery(resp *abi.IbUverbsQueryQpResp) (qp.Attr, qp.InitAttr) {
+	caps := qp.InitAttr{SQSigAll: resp.Sq_sig_all != 0}
+	caps.Caps.MaxSendWR = resp.Max_send_wr
+	caps.Caps.MaxRecvWR = resp.Max_recv_wr
+	caps.Caps.MaxSendSGE = resp.Max_send_sge
+	caps.Caps.MaxRecvSGE = resp.Max_recv_sge
+	caps.Caps.MaxInlineData = resp.Max_inline_data
+	a := qp.Attr{
+		State:           qp.State(resp.Qp_state),
+		CurState:        qp.State(resp.Cur_qp_state),
 		PathMTU:         resp.Path_mtu,
-		PathMigState:    MigState(resp.Path_mig_state),
+		PathMigState:    qp.MigState(resp.Path_mig_state),
 		QKey:            resp.Qkey,
 		RQPSN:           resp.Rq_psn,
 		SQPSN:           resp.Sq_psn,
 		DestQPNum:       resp.Dest_qp_num,
 		QPAccessFlags:   wr.Access(resp.Qp_access_flags),
-		Cap:             caps.Cap,
+		Caps:            caps.Caps,
 		AHAttr:          decodeDest(&resp.Dest),
 		AltAHAttr:       decodeDest(&resp.Alt_dest),
 		PKeyIndex:       resp.Pkey_index,
