@@ -51,7 +51,7 @@ func BenchmarkDevicePostWrite(b *testing.B) {
 	bp := newBenchPair(b)
 	b.ReportAllocs()
 	for b.Loop() {
-		rdmatest.Must(b, bp.c.PostWrite(1, bp.cbuf[:64], bp.cmsg, wr.Signaled, bp.swrite.Addr(), bp.swrite.RKey))
+		rdmatest.Must(b, bp.c.PostWrite(1, bp.cbuf[:64], bp.cmsg, wr.Signaled, bp.swrite.Remote()))
 		bp.sendComp(b)
 	}
 }
@@ -64,7 +64,7 @@ func BenchmarkDevicePostWriteKeepAlive(b *testing.B) {
 	rdmatest.Must(b, bp.c.SetKeepAlive(time.Millisecond, 10*time.Second))
 	b.ReportAllocs()
 	for b.Loop() {
-		rdmatest.Must(b, bp.c.PostWrite(1, bp.cbuf[:64], bp.cmsg, wr.Signaled, bp.swrite.Addr(), bp.swrite.RKey))
+		rdmatest.Must(b, bp.c.PostWrite(1, bp.cbuf[:64], bp.cmsg, wr.Signaled, bp.swrite.Remote()))
 		bp.sendComp(b)
 	}
 }
@@ -73,7 +73,7 @@ func BenchmarkDevicePostRead(b *testing.B) {
 	bp := newBenchPair(b)
 	b.ReportAllocs()
 	for b.Loop() {
-		rdmatest.Must(b, bp.c.PostRead(1, bp.cbuf[:64], bp.cmsg, wr.Signaled, bp.sread.Addr(), bp.sread.RKey))
+		rdmatest.Must(b, bp.c.PostRead(1, bp.cbuf[:64], bp.cmsg, wr.Signaled, bp.sread.Remote()))
 		bp.sendComp(b)
 	}
 }

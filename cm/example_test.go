@@ -177,10 +177,10 @@ func ExampleID_PostRecvv() {
 // sent its address and rkey, here in the connection's private data.
 func ExampleID_PostWrite() {
 	ctx := context.Background()
-	peerAddr, peerRKey := uint64(0x7f0000001000), uint32(0x1234) // from the peer
+	peer := wr.Remote{Addr: 0x7f0000001000, RKey: 0x1234} // from the peer: its MR.Remote()
 	data := []byte("written remotely")
 	// Small writes can go inline, without registration.
-	if err := connected.PostWrite(1, data, nil, wr.Signaled|wr.Inline, peerAddr, peerRKey); err != nil {
+	if err := connected.PostWrite(1, data, nil, wr.Signaled|wr.Inline, peer); err != nil {
 		log.Fatal(err)
 	}
 	if _, err := connected.GetSendComp(ctx); err != nil {
@@ -207,17 +207,17 @@ func ExampleID_RegWrite() {
 // Read the peer's memory into a local buffer, and into two with PostReadv.
 func ExampleID_PostRead() {
 	ctx := context.Background()
-	peerAddr, peerRKey := uint64(0x7f0000001000), uint32(0x1234) // from the peer
+	peer := wr.Remote{Addr: 0x7f0000001000, RKey: 0x1234} // from the peer: its MR.Remote()
 	buf := make([]byte, 4096)
 	m, err := connected.RegMsgs(buf)
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer cm.DeregMR(m)
-	if err := connected.PostRead(1, buf[:100], m, wr.Signaled, peerAddr, peerRKey); err != nil {
+	if err := connected.PostRead(1, buf[:100], m, wr.Signaled, peer); err != nil {
 		log.Fatal(err)
 	}
-	if err := connected.PostReadv(2, []wr.SGE{m.SGE(200, 50), m.SGE(300, 50)}, wr.Signaled, peerAddr, peerRKey); err != nil {
+	if err := connected.PostReadv(2, []wr.SGE{m.SGE(200, 50), m.SGE(300, 50)}, wr.Signaled, peer); err != nil {
 		log.Fatal(err)
 	}
 	for range 2 {

@@ -115,7 +115,7 @@ func TestDeviceAsyncPeerGoneFlush(t *testing.T) {
 	s := <-srv
 	rdmatest.Must(t, s.err)
 	sm := rdmatest.Reg(t, s.id.RegWrite, sbuf)
-	raddr, rkey := sm.Addr(), sm.RKey
+	remote := sm.Remote()
 
 	// The peer goes: its QP, then its ID, which sends the DREQ.
 	rdmatest.Destroy(t, s.id)
@@ -124,7 +124,7 @@ func TestDeviceAsyncPeerGoneFlush(t *testing.T) {
 	cbuf := rdmatest.Alloc(t, 1<<16)
 	cmr := rdmatest.Reg(t, client.RegMsgs, cbuf)
 	for i := range n {
-		rdmatest.Must(t, client.PostWrite(uint64(i), cbuf[i*1024:(i+1)*1024], cmr, wr.Signaled, raddr+uint64(i*1024), rkey))
+		rdmatest.Must(t, client.PostWrite(uint64(i), cbuf[i*1024:(i+1)*1024], cmr, wr.Signaled, remote.Add(uint64(i*1024))))
 	}
 	nextEvent(ctx, t, ch, cm.EventDisconnected, client)
 	gone := time.Now()

@@ -409,7 +409,7 @@ func rcServer(ctx context.Context, t *testing.T, side pairSide) {
 	for next, done := 0, 0; done < rcReads; {
 		for ; next < rcReads && next-done < rcBigSlots; next++ {
 			slot := next % rcBigSlots
-			rdmatest.Must(t, s.PostRead(uint64(next), lbuf[slot*rcBig:(slot+1)*rcBig], lm, wr.Signaled, raddr+uint64(next*rcBig), rkey))
+			rdmatest.Must(t, s.PostRead(uint64(next), lbuf[slot*rcBig:(slot+1)*rcBig], lm, wr.Signaled, wr.Remote{Addr: raddr, RKey: rkey}.Add(uint64(next*rcBig))))
 		}
 		wc, err := s.GetSendComp(ctx)
 		wantComp(t, fmt.Sprintf("RDMA read %d", done), wc, err, uint64(done), wr.WCRDMARead)
@@ -490,7 +490,7 @@ func rcClient(ctx context.Context, t *testing.T, side pairSide) {
 					Opcode: wr.OpRDMAWriteWithImm, Flags: wr.Signaled, Imm: uint32(next), RemoteAddr: raddr, RKey: wkey}})
 				rdmatest.Must(t, err)
 			} else {
-				rdmatest.Must(t, c.PostWrite(uint64(next), b, wm, wr.Signaled, raddr, wkey))
+				rdmatest.Must(t, c.PostWrite(uint64(next), b, wm, wr.Signaled, wr.Remote{Addr: raddr, RKey: wkey}))
 			}
 		}
 		wc, err := c.GetSendComp(ctx)

@@ -19,14 +19,17 @@ import (
 // ibv_post_recv and ibv_poll_cq on the ID's QP and CQs; here they are
 // methods of ID with the same names and arguments, in the same order:
 //
-//	rdma_post_send(id, ctx, addr, len, mr, flags)  →  id.PostSend(ctx, buf, mr, flags)
+//	rdma_post_send(id, ctx, addr, len, mr, flags)  →  id.PostSend(wrID, buf, mr, flags)
+//	rdma_post_write(id, ctx, addr, len, mr, flags, remote_addr, rkey)
+//	                                               →  id.PostWrite(wrID, buf, mr, flags, remote)
 //
-// where buf is addr and len as one slice. The context value comes back as
-// the completion's ID (wr.Completion.ID). Flags are wr.SendFlags:
+// where buf is addr and len as one slice, and remote is the remote address
+// and rkey as one wr.Remote, which the peer's uverbs.MR.Remote gives. The
+// C calls' context is wrID here, the work request's ID, which comes back
+// as the completion's (wr.Completion.ID). Flags are wr.SendFlags:
 // wr.Signaled, wr.Inline, wr.Fence, wr.Solicited. With wr.Inline the data
 // is copied into the work request, so the buffer need not be registered
-// (mr may be nil) and may be reused at once. Remote buffers are named by
-// address and rkey, as the peer's uverbs.MR.Addr and MR.RKey give them.
+// (mr may be nil) and may be reused at once.
 //
 // A post is checked before anything reaches the queue: an ID without a QP
 // gets unix.EINVAL, one not connected (its QP not ready to send, or the
@@ -165,16 +168,16 @@ func wrapPost(op string, err error) error {
 
 // PostRecvv posts a receive of the buffers sgl names (rdma_post_recvv), to
 // the ID's SRQ when it has one.
-func (id *ID) PostRecvv(context uint64, sgl []wr.SGE) error {
+func (id *ID) PostRecvv(wrID uint64, sgl []wr.SGE) error {
 	s := &id.scratch
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return id.postRecv("post recv", context, sgl)
+	return id.postRecv("post recv", wrID, sgl)
 }
 
-func (id *ID) postRecv(op string, context uint64, sgl []wr.SGE) error {
+func (id *ID) postRecv(op string, wrID uint64, sgl []wr.SGE) error {
 	s := &id.scratch
-	s.recv[0] = wr.RecvWR{ID: context, SGList: sgl}
+	s.recv[0] = wr.RecvWR{ID: wrID, SGList: sgl}
 	q, err := id.recvQP(op)
 	if err != nil {
 		s.recv[0] = wr.RecvWR{}
@@ -195,7 +198,7 @@ func (id *ID) postRecv(op string, context uint64, sgl []wr.SGE) error {
 
 // PostRecv posts a receive into buf, which must lie inside mr
 // (rdma_post_recv). On a UD QP the first 40 bytes receive the GRH.
-func (id *ID) PostRecv(context uint64, buf []byte, mr *uverbs.MR) error {
+func (id *ID) PostRecv(wrID uint64, buf []byte, mr *uverbs.MR) error {
 	const op = "post recv"
 	if id.destroyed.Load() {
 		return ErrClosed
@@ -213,27 +216,27 @@ func (id *ID) PostRecv(context uint64, buf []byte, mr *uverbs.MR) error {
 		return err
 	}
 	s.sge[0] = sge
-	return id.postRecv(op, context, s.sge[:])
+	return id.postRecv(op, wrID, s.sge[:])
 }
 
 // PostSendv sends the buffers sgl names (rdma_post_sendv).
-func (id *ID) PostSendv(context uint64, sgl []wr.SGE, flags wr.SendFlags) error {
-	return id.postSendv("post send", context, sgl, flags, wr.OpSend, 0, 0)
+func (id *ID) PostSendv(wrID uint64, sgl []wr.SGE, flags wr.SendFlags) error {
+	return id.postSendv("post send", wrID, sgl, flags, wr.OpSend, wr.Remote{})
 }
 
-// PostReadv reads the remote buffer at remoteAddr with rkey into the
-// buffers sgl names (rdma_post_readv).
-func (id *ID) PostReadv(context uint64, sgl []wr.SGE, flags wr.SendFlags, remoteAddr uint64, rkey uint32) error {
-	return id.postSendv("post read", context, sgl, flags, wr.OpRDMARead, remoteAddr, rkey)
+// PostReadv reads the peer's memory at remote into the buffers sgl names
+// (rdma_post_readv).
+func (id *ID) PostReadv(wrID uint64, sgl []wr.SGE, flags wr.SendFlags, remote wr.Remote) error {
+	return id.postSendv("post read", wrID, sgl, flags, wr.OpRDMARead, remote)
 }
 
-// PostWritev writes the buffers sgl names to the remote buffer at
-// remoteAddr with rkey (rdma_post_writev).
-func (id *ID) PostWritev(context uint64, sgl []wr.SGE, flags wr.SendFlags, remoteAddr uint64, rkey uint32) error {
-	return id.postSendv("post write", context, sgl, flags, wr.OpRDMAWrite, remoteAddr, rkey)
+// PostWritev writes the buffers sgl names to the peer's memory at remote
+// (rdma_post_writev).
+func (id *ID) PostWritev(wrID uint64, sgl []wr.SGE, flags wr.SendFlags, remote wr.Remote) error {
+	return id.postSendv("post write", wrID, sgl, flags, wr.OpRDMAWrite, remote)
 }
 
-func (id *ID) postSendv(op string, context uint64, sgl []wr.SGE, flags wr.SendFlags, opcode wr.Opcode, remoteAddr uint64, rkey uint32) error {
+func (id *ID) postSendv(op string, wrID uint64, sgl []wr.SGE, flags wr.SendFlags, opcode wr.Opcode, remote wr.Remote) error {
 	s := &id.scratch
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -241,13 +244,13 @@ func (id *ID) postSendv(op string, context uint64, sgl []wr.SGE, flags wr.SendFl
 	if err != nil {
 		return err
 	}
-	s.send[0] = wr.SendWR{ID: context, SGList: sgl, Opcode: opcode, Flags: flags, RemoteAddr: remoteAddr, RKey: rkey}
+	s.send[0] = wr.SendWR{ID: wrID, SGList: sgl, Opcode: opcode, Flags: flags, RemoteAddr: remote.Addr, RKey: remote.RKey}
 	return id.postSend(op, q)
 }
 
 // post1 posts buf as a one-SGE send request of the given kind.
-func (id *ID) post1(op string, context uint64, buf []byte, mr *uverbs.MR, flags wr.SendFlags, opcode wr.Opcode,
-	remoteAddr uint64, rkey uint32, ah *uverbs.AH, remoteQPN uint32) error {
+func (id *ID) post1(op string, wrID uint64, buf []byte, mr *uverbs.MR, flags wr.SendFlags, opcode wr.Opcode,
+	remote wr.Remote, ah *uverbs.AH, remoteQPN uint32) error {
 	s := &id.scratch
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -262,7 +265,7 @@ func (id *ID) post1(op string, context uint64, buf []byte, mr *uverbs.MR, flags 
 		return err
 	}
 	s.sge[0] = sge
-	s.send[0] = wr.SendWR{ID: context, SGList: s.sge[:], Opcode: opcode, Flags: flags, RemoteAddr: remoteAddr, RKey: rkey}
+	s.send[0] = wr.SendWR{ID: wrID, SGList: s.sge[:], Opcode: opcode, Flags: flags, RemoteAddr: remote.Addr, RKey: remote.RKey}
 	if ah != nil {
 		s.send[0].AH = ah
 		s.send[0].RemoteQPN = remoteQPN
@@ -272,38 +275,38 @@ func (id *ID) post1(op string, context uint64, buf []byte, mr *uverbs.MR, flags 
 }
 
 // PostSend sends buf (rdma_post_send). mr may be nil with wr.Inline.
-func (id *ID) PostSend(context uint64, buf []byte, mr *uverbs.MR, flags wr.SendFlags) error {
-	return id.post1("post send", context, buf, mr, flags, wr.OpSend, 0, 0, nil, 0)
+func (id *ID) PostSend(wrID uint64, buf []byte, mr *uverbs.MR, flags wr.SendFlags) error {
+	return id.post1("post send", wrID, buf, mr, flags, wr.OpSend, wr.Remote{}, nil, 0)
 }
 
-// PostRead reads the remote buffer at remoteAddr with rkey into buf, which
-// must lie inside mr (rdma_post_read).
-func (id *ID) PostRead(context uint64, buf []byte, mr *uverbs.MR, flags wr.SendFlags, remoteAddr uint64, rkey uint32) error {
+// PostRead reads the peer's memory at remote into buf, which must lie
+// inside mr (rdma_post_read).
+func (id *ID) PostRead(wrID uint64, buf []byte, mr *uverbs.MR, flags wr.SendFlags, remote wr.Remote) error {
 	if id.destroyed.Load() {
 		return ErrClosed
 	}
 	if mr == nil {
 		return postErr("post read", unix.EINVAL, "a read needs an MR for its local buffer")
 	}
-	return id.post1("post read", context, buf, mr, flags, wr.OpRDMARead, remoteAddr, rkey, nil, 0)
+	return id.post1("post read", wrID, buf, mr, flags, wr.OpRDMARead, remote, nil, 0)
 }
 
-// PostWrite writes buf to the remote buffer at remoteAddr with rkey
-// (rdma_post_write). mr may be nil with wr.Inline.
-func (id *ID) PostWrite(context uint64, buf []byte, mr *uverbs.MR, flags wr.SendFlags, remoteAddr uint64, rkey uint32) error {
-	return id.post1("post write", context, buf, mr, flags, wr.OpRDMAWrite, remoteAddr, rkey, nil, 0)
+// PostWrite writes buf to the peer's memory at remote (rdma_post_write).
+// mr may be nil with wr.Inline.
+func (id *ID) PostWrite(wrID uint64, buf []byte, mr *uverbs.MR, flags wr.SendFlags, remote wr.Remote) error {
+	return id.post1("post write", wrID, buf, mr, flags, wr.OpRDMAWrite, remote, nil, 0)
 }
 
 // PostUDSend sends buf on a UD QP to the QP remoteQPN behind ah, with the
 // UDP port space's Q_Key (rdma_post_ud_send). mr may be nil with wr.Inline.
-func (id *ID) PostUDSend(context uint64, buf []byte, mr *uverbs.MR, flags wr.SendFlags, ah *uverbs.AH, remoteQPN uint32) error {
+func (id *ID) PostUDSend(wrID uint64, buf []byte, mr *uverbs.MR, flags wr.SendFlags, ah *uverbs.AH, remoteQPN uint32) error {
 	if id.destroyed.Load() {
 		return ErrClosed
 	}
 	if ah == nil {
 		return postErr("post UD send", unix.EINVAL, "no address handle")
 	}
-	return id.post1("post UD send", context, buf, mr, flags, wr.OpSend, 0, 0, ah, remoteQPN)
+	return id.post1("post UD send", wrID, buf, mr, flags, wr.OpSend, wr.Remote{}, ah, remoteQPN)
 }
 
 // GetSendComp waits for the next completion on the ID's send CQ

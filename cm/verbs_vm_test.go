@@ -87,19 +87,19 @@ func TestDeviceVerbsRC(t *testing.T) {
 
 	// RDMA write, write gather, inline write.
 	copy(cbuf[100:], "written")
-	rdmatest.Must(t, c.PostWrite(20, cbuf[100:107], cmsg, wr.Signaled, swrite.Addr()+10, swrite.RKey))
+	rdmatest.Must(t, c.PostWrite(20, cbuf[100:107], cmsg, wr.Signaled, swrite.Remote().Add(10)))
 	wc, err = c.GetSendComp(ctx)
 	wantComp(t, "write", wc, err, 20, wr.WCRDMAWrite)
 	if got := string(sbuf[8192+10 : 8192+17]); got != "written" {
 		t.Fatalf("write: %q", got)
 	}
-	rdmatest.Must(t, c.PostWritev(21, []wr.SGE{cmsg.SGE(1000, 4), cmsg.SGE(2000, 6)}, wr.Signaled, swrite.Addr()+100, swrite.RKey))
+	rdmatest.Must(t, c.PostWritev(21, []wr.SGE{cmsg.SGE(1000, 4), cmsg.SGE(2000, 6)}, wr.Signaled, swrite.Remote().Add(100)))
 	wc, err = c.GetSendComp(ctx)
 	wantComp(t, "writev", wc, err, 21, wr.WCRDMAWrite)
 	if got := string(sbuf[8192+100 : 8192+110]); got != "abcdefghij" {
 		t.Fatalf("writev: %q", got)
 	}
-	rdmatest.Must(t, c.PostWrite(22, []byte("inline write"), nil, wr.Signaled|wr.Inline, swrite.Addr()+200, swrite.RKey))
+	rdmatest.Must(t, c.PostWrite(22, []byte("inline write"), nil, wr.Signaled|wr.Inline, swrite.Remote().Add(200)))
 	wc, err = c.GetSendComp(ctx)
 	wantComp(t, "inline write", wc, err, 22, wr.WCRDMAWrite)
 	if got := string(sbuf[8192+200 : 8192+212]); got != "inline write" {
@@ -108,13 +108,13 @@ func TestDeviceVerbsRC(t *testing.T) {
 
 	// RDMA read and read scatter.
 	copy(sbuf[4096+50:], "read me please")
-	rdmatest.Must(t, c.PostRead(30, cbuf[3000:3014], cmsg, wr.Signaled, sread.Addr()+50, sread.RKey))
+	rdmatest.Must(t, c.PostRead(30, cbuf[3000:3014], cmsg, wr.Signaled, sread.Remote().Add(50)))
 	wc, err = c.GetSendComp(ctx)
 	wantComp(t, "read", wc, err, 30, wr.WCRDMARead)
 	if got := string(cbuf[3000:3014]); got != "read me please" {
 		t.Fatalf("read: %q", got)
 	}
-	rdmatest.Must(t, c.PostReadv(31, []wr.SGE{cmsg.SGE(3100, 5), cmsg.SGE(3200, 9)}, wr.Signaled, sread.Addr()+50, sread.RKey))
+	rdmatest.Must(t, c.PostReadv(31, []wr.SGE{cmsg.SGE(3100, 5), cmsg.SGE(3200, 9)}, wr.Signaled, sread.Remote().Add(50)))
 	wc, err = c.GetSendComp(ctx)
 	wantComp(t, "readv", wc, err, 31, wr.WCRDMARead)
 	if string(cbuf[3100:3105]) != "read " || string(cbuf[3200:3209]) != "me please" {
@@ -157,9 +157,9 @@ func TestDeviceVerbsErrors(t *testing.T) {
 	// Outside the MR, and no MR without inline.
 	wantErrno(t, "send outside MR", c.PostSend(1, buf[4000:4200], m, wr.Signaled), unix.EINVAL)
 	wantErrno(t, "recv outside MR", c.PostRecv(1, buf[5000:5100], m), unix.EINVAL)
-	wantErrno(t, "write outside MR", c.PostWrite(1, buf[4096:4100], m, 0, 0, 0), unix.EINVAL)
+	wantErrno(t, "write outside MR", c.PostWrite(1, buf[4096:4100], m, 0, wr.Remote{}), unix.EINVAL)
 	wantErrno(t, "send without MR", c.PostSend(1, buf[:10], nil, wr.Signaled), unix.EINVAL)
-	wantErrno(t, "read without MR", c.PostRead(1, buf[:10], nil, 0, 0, 0), unix.EINVAL)
+	wantErrno(t, "read without MR", c.PostRead(1, buf[:10], nil, 0, wr.Remote{}), unix.EINVAL)
 	wantErrno(t, "UD send without AH", c.PostUDSend(1, buf[:10], m, 0, nil, 1), unix.EINVAL)
 
 	// Beyond the receive queue's depth.
@@ -220,7 +220,7 @@ func TestDeviceNotConnected(t *testing.T) {
 	buf := rdmatest.Alloc(t, 4096)
 	m := rdmatest.Reg(t, id.RegMsgs, buf)
 	wantErrno(t, "send before connect", id.PostSend(1, buf[:8], m, wr.Signaled), unix.ENOTCONN)
-	wantErrno(t, "write before connect", id.PostWrite(1, buf[:8], m, wr.Signaled, 0, 0), unix.ENOTCONN)
+	wantErrno(t, "write before connect", id.PostWrite(1, buf[:8], m, wr.Signaled, wr.Remote{}), unix.ENOTCONN)
 	// Receives may be posted before the connection is up.
 	rdmatest.Must(t, id.PostRecv(1, buf[:64], m))
 }
@@ -259,10 +259,10 @@ func TestDeviceAllocs(t *testing.T) {
 		rdmatest.Must(t, s.PostRecvv(2, rsgl))
 		rdmatest.Must(t, c.PostSend(3, cbuf[:8], cmsg, wr.Signaled))
 		rdmatest.Must(t, c.PostSendv(4, sgl, wr.Signaled|wr.Inline))
-		rdmatest.Must(t, c.PostWrite(5, cbuf[:16], cmsg, wr.Signaled, swrite.Addr(), swrite.RKey))
-		rdmatest.Must(t, c.PostWritev(6, sgl, wr.Signaled, swrite.Addr(), swrite.RKey))
-		rdmatest.Must(t, c.PostRead(7, cbuf[200:216], cmsg, wr.Signaled, sread.Addr(), sread.RKey))
-		rdmatest.Must(t, c.PostReadv(8, sgl, wr.Signaled, sread.Addr(), sread.RKey))
+		rdmatest.Must(t, c.PostWrite(5, cbuf[:16], cmsg, wr.Signaled, swrite.Remote()))
+		rdmatest.Must(t, c.PostWritev(6, sgl, wr.Signaled, swrite.Remote()))
+		rdmatest.Must(t, c.PostRead(7, cbuf[200:216], cmsg, wr.Signaled, sread.Remote()))
+		rdmatest.Must(t, c.PostReadv(8, sgl, wr.Signaled, sread.Remote()))
 		drain(c.SendCQ(), 6)
 		drain(s.RecvCQ(), 2)
 	})

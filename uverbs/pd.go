@@ -123,6 +123,10 @@ func (m *MR) Buf() []byte { return m.buf }
 // peers name it.
 func (m *MR) Addr() uint64 { return uint64(uintptr(unsafe.Pointer(&m.buf[0]))) }
 
+// Remote returns the region as a peer names it in RDMA reads, writes and
+// atomics: its address and remote key.
+func (m *MR) Remote() wr.Remote { return wr.Remote{Addr: m.Addr(), RKey: m.RKey} }
+
 // SGE returns a scatter-gather element for buf[off:off+n].
 func (m *MR) SGE(off, n int) wr.SGE {
 	return wr.SGE{Addr: m.Addr() + uint64(off), Length: uint32(n), LKey: m.LKey}
