@@ -20,7 +20,7 @@ func nextEvent(ctx context.Context, t testing.TB, ch *cm.EventChannel, want cm.E
 	ev, err := ch.GetEvent(ctx)
 	rdmatest.Must(t, err)
 	if ev.Type != want || (id != nil && ev.ID != id) {
-		t.Fatalf("event %v for %v, want %v for %v", ev, ev.ID.Context(), want, id.Context())
+		t.Fatalf("event %v for %v, want %v for %v", ev, ev.ID.UserData(), want, id.UserData())
 	}
 	if err := ev.Err(); err != nil {
 		t.Fatalf("event %v: %v", ev, err)
@@ -63,7 +63,7 @@ func TestDeviceAsync(t *testing.T) {
 	rdmatest.Must(t, client.Connect(ctx, &p))
 
 	req := nextEvent(ctx, t, ch, cm.EventConnectRequest, nil)
-	if req.ListenID != listen || req.ID.Context() != "listener" || !strings.HasPrefix(string(req.Conn.PrivateData), "async hello") {
+	if req.ListenID != listen || req.ID.UserData() != "listener" || !strings.HasPrefix(string(req.Conn.PrivateData), "async hello") {
 		t.Fatalf("request %v listen %v private %q", req, req.ListenID, req.Conn.PrivateData)
 	}
 	server := req.ID

@@ -440,10 +440,10 @@ func (listen *ID) processConnReq(ev *Event, r *abi.RdmaUcmEventResp) bool {
 		return false
 	}
 	listen.eventsReported++
-	ch, sync, pd, qpInit := listen.ch, listen.sync, listen.pd, listen.qpInit
+	ch, sync, pd, qpInit, ud := listen.ch, listen.sync, listen.pd, listen.qpInit, listen.userData
 	listen.mu.Unlock()
 
-	id := newID(ch, false, listen.context, listen.ps, listen.qpType)
+	id := newID(ch, false, ud, listen.ps, listen.qpType)
 	id.handle = r.Id
 	if qpInit != nil {
 		// A passive endpoint's PD serves its connections too.

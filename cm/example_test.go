@@ -120,7 +120,7 @@ func ExampleID_PostSend() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer mem.Free()
+	defer mem.Close()
 	buf := mem.Bytes()
 	m, err := connected.RegMsgs(buf)
 	if err != nil {

@@ -82,9 +82,9 @@ type ID struct {
 	// release needs; an ID dropped without Destroy is released by a
 	// cleanup that gets the idRes alone.
 	*idRes
-	ps      PortSpace
-	qpType  qp.Type
-	context any
+	ps       PortSpace
+	qpType   qp.Type
+	userData any
 
 	mu    sync.Mutex
 	pd    *uverbs.PD // the PD for QPs and memory: dev.pd unless given
@@ -136,7 +136,7 @@ type idRes struct {
 
 // newID makes an ID on channel ch, not yet known to the kernel.
 func newID(ch *EventChannel, sync bool, userContext any, ps PortSpace, qpType qp.Type) *ID {
-	id := &ID{idRes: &idRes{uid: newUID(), ch: ch, sync: sync}, ps: ps, qpType: qpType, context: userContext}
+	id := &ID{idRes: &idRes{uid: newUID(), ch: ch, sync: sync}, ps: ps, qpType: qpType, userData: userContext}
 	id.self = weak.Make(id)
 	return id
 }
@@ -317,9 +317,23 @@ func (id *ID) Channel() *EventChannel {
 	return id.ch
 }
 
-// Context returns the value given to CreateID (for an ID from a connection
-// request, the listening ID's).
-func (id *ID) Context() any { return id.context }
+// UserData returns the program's value for the ID: the one given to
+// CreateID (for an ID from a connection request, the listening ID's, as
+// librdmacm copies its context), or the last SetUserData.
+func (id *ID) UserData() any {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	return id.userData
+}
+
+// SetUserData replaces the program's value for the ID (rdma_cm_id's
+// context, which C programs assign): an accepted ID can carry its
+// connection's state from then on.
+func (id *ID) SetUserData(v any) {
+	id.mu.Lock()
+	id.userData = v
+	id.mu.Unlock()
+}
 
 // PortSpace returns the ID's port space.
 func (id *ID) PortSpace() PortSpace { return id.ps }

@@ -16,6 +16,7 @@ import (
 	"github.com/rdmago/rdma/internal/abi"
 	"github.com/rdmago/rdma/internal/qpabi"
 	"github.com/rdmago/rdma/qp"
+	"github.com/rdmago/rdma/uverbs"
 	"github.com/rdmago/rdma/wr"
 )
 
@@ -117,8 +118,8 @@ func TestCreateBindDestroy(t *testing.T) {
 	if req.Uid == 0 || req.Uid != id.uid || req.Ps != abi.RDMA_PS_TCP || req.Qp_type != uint8(qp.RC) || c.Out != 4 {
 		t.Errorf("create id %+v out %d", req, c.Out)
 	}
-	if id.handle != k.nextID || id.Context() != "ctx" || id.QPType() != qp.RC || id.Channel() != ch {
-		t.Errorf("id handle %d context %v type %v", id.handle, id.Context(), id.QPType())
+	if id.handle != k.nextID || id.UserData() != "ctx" || id.QPType() != qp.RC || id.Channel() != ch {
+		t.Errorf("id handle %d context %v type %v", id.handle, id.UserData(), id.QPType())
 	}
 	mustT(t, id.BindAddr(vmTestAddr))
 	bind := body[abi.RdmaUcmBind](k.last(abi.RDMA_USER_CM_CMD_BIND))
@@ -283,7 +284,7 @@ func TestConnectAcceptEncoding(t *testing.T) {
 	ev, err := ch.GetEvent(ctxT(t))
 	mustT(t, err)
 	if ev.Type != EventConnectRequest || ev.ListenID != listen || ev.ID == nil || ev.ID.handle != 555 ||
-		string(ev.PrivateData()) != "hello" || ev.Conn.QPNum != 77 || ev.ID.Context() != "L" {
+		string(ev.PrivateData()) != "hello" || ev.Conn.QPNum != 77 || ev.ID.UserData() != "L" {
 		t.Fatalf("request %v %+v", ev, ev.Conn)
 	}
 	srv := ev.ID
@@ -673,5 +674,18 @@ func TestPrivateDataLength(t *testing.T) {
 	}
 	if err := id.connParamToKern("connect", &dst, &ConnParam{PrivateData: make([]byte, 256)}, 0, false); !errors.Is(err, unix.EINVAL) {
 		t.Errorf("256 bytes: %v, want EINVAL", err)
+	}
+}
+
+// A refused post names cm's operation once, with the errno still there to
+// test.
+func TestPostErrorText(t *testing.T) {
+	err := wrapPost("post send", &uverbs.PostError{Op: "post send", Index: 0,
+		Err: &uverbs.Error{Op: "post send", Err: unix.ENOMEM}})
+	if got, want := err.Error(), "cm: post send: cannot allocate memory"; got != want {
+		t.Errorf("%q, want %q", got, want)
+	}
+	if !errors.Is(err, unix.ENOMEM) {
+		t.Errorf("%v does not match ENOMEM", err)
 	}
 }

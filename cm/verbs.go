@@ -137,7 +137,7 @@ func sgeOf(op string, buf []byte, m *uverbs.MR, inline bool) (wr.SGE, error) {
 		return wr.SGE{Addr: addr, Length: uint32(len(buf))}, nil
 	}
 	if len(buf) > 0 {
-		mb := m.Buf()
+		mb := m.Bytes()
 		start := uint64(uintptr(unsafe.Pointer(unsafe.SliceData(mb))))
 		if addr < start || addr+uint64(len(buf)) > start+uint64(len(mb)) {
 			return wr.SGE{}, postErr(op, unix.EINVAL, "the buffer is not inside the MR")
@@ -159,9 +159,19 @@ func (id *ID) postSend(op string, q *uverbs.QP) error {
 	return nil
 }
 
+// wrapPost names cm's operation once: the verbs layer's own prefix and the
+// request's index (always 0 here) would only repeat it.
 func wrapPost(op string, err error) error {
 	if errors.Is(err, uverbs.ErrClosed) {
 		return postErr(op, unix.EINVAL, "the ID's QP was destroyed")
+	}
+	var pe *uverbs.PostError
+	if errors.As(err, &pe) {
+		err = pe.Err
+	}
+	var ue *uverbs.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
 	}
 	return &Error{Op: op, Err: err}
 }

@@ -64,10 +64,10 @@ func (m *Memory) Bytes() []byte {
 	return m.mem[:m.n]
 }
 
-// Free gives the memory back. It is idempotent. Slices obtained from Bytes
+// Close gives the memory back. It is idempotent. Slices obtained from Bytes
 // stay valid (the runtime frees the memory once nothing refers to it), and
 // so does a registration over it, which keeps it alive until it is closed.
-func (m *Memory) Free() error {
+func (m *Memory) Close() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.mem = nil
@@ -88,19 +88,16 @@ func New(pd *uverbs.PD, n int, access wr.Access) (*Region, error) {
 	}
 	r, err := pd.RegMR(m.Bytes(), access)
 	if err != nil {
-		m.Free()
+		m.Close()
 		return nil, err
 	}
 	return &Region{MR: r, mem: m}, nil
 }
-
-// Bytes returns the region's memory. It stays valid after Close.
-func (r *Region) Bytes() []byte { return r.MR.Buf() }
 
 // Close deregisters the region and frees its memory. It is idempotent.
 func (r *Region) Close() error {
 	if err := r.MR.Close(); err != nil {
 		return err
 	}
-	return r.mem.Free()
+	return r.mem.Close()
 }

@@ -22,10 +22,10 @@ func TestAlloc(t *testing.T) {
 		}
 	}
 	b[4999] = 1 // writable to the end
-	if err := m.Free(); err != nil {
+	if err := m.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.Free(); err != nil {
+	if err := m.Close(); err != nil {
 		t.Fatalf("second Free: %v", err)
 	}
 	if m.Bytes() != nil {

@@ -116,8 +116,8 @@ func (pd *PD) RegMR(buf []byte, access wr.Access) (*MR, error) {
 	return m, nil
 }
 
-// Buf returns the registered memory.
-func (m *MR) Buf() []byte { return m.buf }
+// Bytes returns the registered memory. It stays valid after Close.
+func (m *MR) Bytes() []byte { return m.buf }
 
 // Addr returns the address of the region's first byte, as SGEs and remote
 // peers name it.

@@ -54,7 +54,7 @@ func Alloc(t testing.TB, n int) []byte {
 	t.Helper()
 	m, err := mr.Alloc(n)
 	Must(t, err)
-	t.Cleanup(func() { m.Free() })
+	t.Cleanup(func() { m.Close() })
 	return m.Bytes()
 }
 

@@ -141,7 +141,7 @@ func (s *perfCMStream) close() {
 		s.id = nil
 	}
 	if s.mem != nil {
-		s.mem.Free()
+		s.mem.Close()
 		s.mem = nil
 	}
 }

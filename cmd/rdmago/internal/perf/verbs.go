@@ -2022,6 +2022,6 @@ func (r *perfRun) release() {
 		c.Close()
 	}
 	if r.mem != nil {
-		r.mem.Free()
+		r.mem.Close()
 	}
 }

@@ -721,6 +721,6 @@ func (r *ppRun) release() {
 		r.uctx.Close()
 	}
 	if r.mem != nil {
-		r.mem.Free()
+		r.mem.Close()
 	}
 }

@@ -178,7 +178,7 @@ func (b *rpBuf) free() {
 		b.mr.Close()
 	}
 	if b.mem != nil {
-		b.mem.Free()
+		b.mem.Close()
 	}
 	*b = rpBuf{}
 }
@@ -462,7 +462,7 @@ func (c *rpConn) alloc(b *rpBuf, name string, n int, access wr.Access, malloced 
 	}
 	m, err := c.pd.RegMR(mem.Bytes(), access)
 	if err != nil {
-		mem.Free()
+		mem.Close()
 		c.r.eprintf("%s reg_mr failed\n", name)
 		return clib.Errno(err)
 	}
