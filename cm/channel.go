@@ -151,7 +151,7 @@ func newEventChannel(f ucmaFile) *EventChannel {
 
 // Close closes the channel (rdma_destroy_event_channel). The kernel then
 // destroys every ID still on it; their methods fail with ErrClosed, and
-// their Destroy only releases what they hold in the process. A goroutine
+// their Close only releases what they hold in the process. A goroutine
 // waiting in GetEvent returns ErrClosed, as does every later GetEvent.
 // Closing twice is not an error. A channel dropped without Close is
 // closed once the garbage collector finds it and every ID on it
@@ -465,7 +465,7 @@ func (listen *ID) processConnReq(ev *Event, r *abi.RdmaUcmEventResp) bool {
 	}
 	id.mu.Unlock()
 	if err != nil {
-		id.Destroy()
+		id.Close()
 		listen.eventsAcked.Add(1)
 		return false
 	}

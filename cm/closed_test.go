@@ -40,7 +40,7 @@ func TestClosedID(t *testing.T) {
 		id, err := CreateID(ch, nil, PSTCP)
 		mustT(t, err)
 		mustT(t, id.BindAddr(vmTestAddr))
-		if _, err := id.Destroy(); err != nil {
+		if _, err := id.destroy(); err != nil {
 			t.Fatal(err)
 		}
 		k.mu.Lock()
@@ -110,7 +110,7 @@ func TestClosedID(t *testing.T) {
 		k.mu.Unlock()
 		// Destroy and Close stay idempotent, as Close is across the
 		// module.
-		if _, err := id.Destroy(); err != nil {
+		if _, err := id.destroy(); err != nil {
 			t.Errorf("second Destroy: %v", err)
 		}
 		if err := id.Close(); err != nil {
@@ -130,7 +130,7 @@ func TestClosedChannel(t *testing.T) {
 	ch := k.channel()
 	id, err := CreateID(nil, nil, PSTCP)
 	mustT(t, err)
-	defer id.Destroy()
+	defer id.destroy()
 	mustT(t, ch.Close())
 	k.mu.Lock()
 	before := len(k.cmds)

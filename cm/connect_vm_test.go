@@ -32,7 +32,7 @@ func TestDeviceSyncConnect(t *testing.T) {
 			done <- err
 			return
 		}
-		defer id.Destroy()
+		defer id.Close()
 		t.Logf("request: %v private %q", id.Event(), id.Event().PrivateData())
 		if err := id.CreateQP(nil, uverbs.QPInitAttr{Caps: caps}); err != nil {
 			done <- err
@@ -49,7 +49,7 @@ func TestDeviceSyncConnect(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer id.Destroy()
+	defer id.Close()
 	if err := id.ResolveAddr(ctx, netip.AddrPort{}, netip.AddrPortFrom(rdmatest.VMAddr, port), time.Second); err != nil {
 		t.Fatal(err)
 	}

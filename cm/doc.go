@@ -20,7 +20,8 @@
 //	rdma_connect, rdma_accept  ID.Connect, ID.Accept
 //	rdma_reject                ID.Reject
 //	rdma_disconnect            ID.Disconnect
-//	rdma_destroy_id            ID.Destroy
+//	rdma_destroy_id            ID.Close
+//	rdma_destroy_ep            ID.Close
 //	rdma_getaddrinfo           GetAddrInfo
 //	rdma_create_ep             CreateEP
 //	rdma_get_request           ID.GetRequest
@@ -40,7 +41,7 @@
 // Where this package differs from librdmacm, it is so that nothing waits
 // for ever on a connection that is gone:
 //
-//   - ID.Destroy does not wait for the ID's events to be acknowledged;
+//   - ID.Close does not wait for the ID's events to be acknowledged;
 //     Event.Ack only counts.
 //   - A synchronous operation answered by an event it does not expect
 //     fails (DISCONNECTED: ECONNRESET; others: EPROTO) instead of
@@ -50,8 +51,8 @@
 //     a second after it is processed, so outstanding work completes,
 //     flushed, instead of waiting for the transport's retries, even for a
 //     program that polls its CQs itself (see docs/rdma_verbs.md).
-//   - Destroy also destroys the QP, CQs and SRQ made on the ID.
-//   - An ID or event channel dropped without Destroy or Close is released
+//   - Close also destroys the QP, CQs and SRQ made on the ID.
+//   - An ID or event channel dropped without Close is released
 //     when the garbage collector finds it unreachable, and every method of
 //     a destroyed ID or closed channel returns ErrClosed, which matches
 //     net.ErrClosed.

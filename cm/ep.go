@@ -27,7 +27,7 @@ func CreateEP(ctx context.Context, res *AddrInfo, pd *uverbs.PD, qpInit *uverbs.
 		return nil, err
 	}
 	if err := id.initEP(ctx, res, pd, qpInit); err != nil {
-		id.DestroyEP()
+		id.Close()
 		return nil, err
 	}
 	return id, nil
@@ -78,18 +78,11 @@ func (id *ID) initEP(ctx context.Context, res *AddrInfo, pd *uverbs.PD, qpInit *
 	return nil
 }
 
-// DestroyEP destroys an endpoint and everything on it: its QP, CQs, SRQ
-// and the ID (rdma_destroy_ep). It is Destroy without the count.
-func (id *ID) DestroyEP() error {
-	_, err := id.Destroy()
-	return err
-}
-
 // GetRequest waits for the next connection request on a synchronous
 // listening ID (rdma_get_request) and returns the new, synchronous ID of
 // the connection, with a QP made from CreateEP's qpInit if one was given.
 // The request, with the peer's private data, is the new ID's Event. Accept
-// or Reject it, then Destroy it. A listener on a channel of its own only:
+// or Reject it, then Close it. A listener on a channel of its own only:
 // an asynchronous one gets unix.EINVAL.
 func (id *ID) GetRequest(ctx context.Context) (*ID, error) {
 	const op = "get request"
@@ -140,7 +133,7 @@ func (id *ID) GetRequest(ctx context.Context) (*ID, error) {
 		if err := nid.CreateQP(pd, *qpInit); err != nil {
 			// Nobody will ever answer this request: refuse it.
 			nid.Reject(nil)
-			nid.Destroy()
+			nid.Close()
 			ev.Ack()
 			return nil, err
 		}

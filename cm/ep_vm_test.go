@@ -35,7 +35,7 @@ func listenEP(ctx context.Context, t testing.TB) (*cm.ID, uint16) {
 	attr := epAttr()
 	l, err := cm.CreateEP(ctx, res, nil, &attr)
 	rdmatest.Must(t, err)
-	t.Cleanup(func() { rdmatest.Must(t, l.DestroyEP()) })
+	t.Cleanup(func() { rdmatest.Must(t, l.Close()) })
 	rdmatest.Must(t, l.Listen(0))
 	return l, l.SrcAddr().Port()
 }
@@ -49,7 +49,7 @@ func rdmaServer(ctx context.Context, t testing.TB, listen *cm.ID) error {
 	if err != nil {
 		return err
 	}
-	defer id.DestroyEP()
+	defer id.Close()
 	a, _, err := id.QP().Query(0)
 	if err != nil {
 		return err
@@ -150,7 +150,7 @@ func TestDeviceEndpoints(t *testing.T) {
 		t.Fatal("CreateEP made no QP")
 	}
 	err = rdmaClient(ctx, t, id)
-	rdmatest.Must(t, id.DestroyEP())
+	rdmatest.Must(t, id.Close())
 	rdmatest.Must(t, err)
 	rdmatest.Must(t, <-srv)
 }
@@ -185,12 +185,12 @@ func TestDeviceInteropCServer(t *testing.T) {
 		if err = rdmaClient(ctx, t, id); err == nil || !errors.Is(err, errRefused) {
 			break
 		}
-		id.DestroyEP()
+		id.Close()
 		id = nil
 		time.Sleep(100 * time.Millisecond)
 	}
 	rdmatest.Must(t, err)
-	rdmatest.Must(t, id.DestroyEP())
+	rdmatest.Must(t, id.Close())
 	if err := cmd.Wait(); err != nil {
 		t.Errorf("rdma_server: %v", err)
 	}

@@ -160,7 +160,7 @@ func (e *Event) PrivateData() []byte {
 }
 
 // Ack acknowledges the event (rdma_ack_cm_event). Go needs no
-// acknowledgment to free an event, and Destroy never waits for one, but an
+// acknowledgment to free an event, and Close never waits for one, but an
 // ID counts the events acknowledged (ID.EventsAcked) so ported code can
 // keep librdmacm's bookkeeping. Acking twice counts once.
 func (e *Event) Ack() error {

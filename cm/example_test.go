@@ -30,7 +30,7 @@ func ExampleCreateEP_server() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer listen.DestroyEP()
+	defer listen.Close()
 	if err := listen.Listen(0); err != nil {
 		log.Fatal(err)
 	}
@@ -38,7 +38,7 @@ func ExampleCreateEP_server() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer id.DestroyEP()
+	defer id.Close()
 
 	recvMsg := make([]byte, 16)
 	m, err := id.RegMsgs(recvMsg)
@@ -81,7 +81,7 @@ func ExampleCreateEP_client() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer id.DestroyEP()
+	defer id.Close()
 	recvMsg := make([]byte, 16)
 	m, err := id.RegMsgs(recvMsg)
 	if err != nil {
@@ -234,7 +234,7 @@ func ExampleID_PostUDSend() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer id.Destroy()
+	defer id.Close()
 	dst := netip.MustParseAddrPort("10.0.2.15:7174")
 	if err := id.ResolveAddr(ctx, netip.AddrPort{}, dst, 2*time.Second); err != nil {
 		log.Fatal(err)
@@ -275,7 +275,7 @@ func ExampleEventChannel_GetEvent() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer id.Destroy()
+	defer id.Close()
 	if err := id.ResolveAddr(ctx, netip.AddrPort{}, netip.MustParseAddrPort("10.0.2.15:7471"), 2*time.Second); err != nil {
 		log.Fatal(err)
 	}
@@ -327,7 +327,7 @@ func ExampleID_SetKeepAlive() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer id.DestroyEP()
+	defer id.Close()
 	reply := make([]byte, 16)
 	m, err := id.RegMsgs(reply)
 	if err != nil {

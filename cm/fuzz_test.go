@@ -88,14 +88,14 @@ func FuzzEvent(f *testing.F) {
 			}
 			ev.Ack()
 			if ev.ListenID != nil && ev.ID != rc && ev.ID != ud {
-				ev.ID.Destroy() // the ID a connection request made
+				ev.ID.destroy() // the ID a connection request made
 			}
 			if ev.ID == ud && ev.Type == EventTimewaitExit && ev.Status == 0 {
 				break
 			}
 		}
-		rc.Destroy()
-		ud.Destroy()
+		rc.destroy()
+		ud.destroy()
 		ch.Close()
 	})
 }

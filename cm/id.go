@@ -74,12 +74,12 @@ const (
 // channel of its own, and each such operation waits for its event and
 // returns its outcome as an error.
 //
-// Its methods are safe for concurrent use. Destroy releases it; an ID
-// dropped without Destroy is destroyed when the garbage collector finds
-// it unreachable, with what it holds (see Destroy).
+// Its methods are safe for concurrent use. Close releases it; an ID
+// dropped without Close is destroyed when the garbage collector finds
+// it unreachable, with what it holds (see Close).
 type ID struct {
 	// idRes is what the ID holds in the kernel and in files, and all its
-	// release needs; an ID dropped without Destroy is released by a
+	// release needs; an ID dropped without Close is released by a
 	// cleanup that gets the idRes alone.
 	*idRes
 	ps       PortSpace
@@ -149,7 +149,7 @@ func (id *ID) track() {
 }
 
 // dropped releases what an ID that was never destroyed held, once the
-// garbage collector found it unreachable: as Destroy, but nothing else
+// garbage collector found it unreachable: as Close, but nothing else
 // can reach the idRes, so no lock is taken.
 func (r *idRes) dropped() {
 	if !r.destroyed.Load() {
@@ -228,26 +228,9 @@ func destroyKernID(f ucmaFile, h uint32) (int, error) {
 	return int(resp.Events_reported), nil
 }
 
-// Destroy destroys the ID (rdma_destroy_id) and returns the number of
-// events the kernel reported for it. It also destroys the QP, CQs and
-// completion channels CreateQP made and the SRQ CreateSRQ made, which
-// librdmacm leaves to rdma_destroy_qp. The device's context and shared PD
-// stay open (see Verbs).
-//
-// Unlike rdma_destroy_id, Destroy does not wait for the ID's events to be
-// acknowledged, so it cannot hang on an event a program never acked: Go's
-// garbage collector keeps an event valid for as long as the program holds
-// it. Destroy waits only for an event of the ID that another goroutine's
-// GetEvent is processing. Events for the ID still queued in the kernel are
-// discarded. Destroying twice is not an error; every other method of a
-// destroyed ID returns ErrClosed.
-//
-// An ID dropped without Destroy is destroyed, as by Destroy, once the
-// garbage collector finds it unreachable, whatever its state: a connected
-// one disconnects, a listening one stops listening, and events still
-// queued for it are dropped. Destroy stays the way to release an ID at a
-// known time.
-func (id *ID) Destroy() (int, error) {
+// destroy is Close, returning the number of events the kernel reported
+// for the ID.
+func (id *ID) destroy() (int, error) {
 	id.mu.Lock()
 	defer id.mu.Unlock()
 	if id.destroyed.Load() {
@@ -271,7 +254,7 @@ func (id *ID) Destroy() (int, error) {
 
 // release destroys the QP, CQs, completion channels and SRQ, then the
 // kernel's ID, and lets go of the device and a synchronous ID's channel.
-// It is Destroy's work for an ID nothing else uses: the caller holds
+// It is Close's work for an ID nothing else uses: the caller holds
 // ID.mu, or is the cleanup of an unreachable ID.
 func (r *idRes) release() (int, error) {
 	r.destroyVerbs()
@@ -303,9 +286,27 @@ func (r *idRes) release() (int, error) {
 	return n, nil
 }
 
-// Close destroys the ID; it is Destroy for io.Closer.
+// Close destroys the ID (rdma_destroy_id, and rdma_destroy_ep for an ID
+// from CreateEP): it also destroys the QP, CQs and
+// completion channels CreateQP made and the SRQ CreateSRQ made, which
+// librdmacm leaves to rdma_destroy_qp. The device's context and shared PD
+// stay open (see Verbs).
+//
+// Unlike rdma_destroy_id, Close does not wait for the ID's events to be
+// acknowledged, so it cannot hang on an event a program never acked: Go's
+// garbage collector keeps an event valid for as long as the program holds
+// it. Close waits only for an event of the ID that another goroutine's
+// GetEvent is processing. Events for the ID still queued in the kernel are
+// discarded. Closeing twice is not an error; every other method of a
+// destroyed ID returns ErrClosed.
+//
+// An ID dropped without Close is destroyed, as by Close, once the
+// garbage collector finds it unreachable, whatever its state: a connected
+// one disconnects, a listening one stops listening, and events still
+// queued for it are dropped. Close stays the way to release an ID at a
+// known time.
 func (id *ID) Close() error {
-	_, err := id.Destroy()
+	_, err := id.destroy()
 	return err
 }
 
@@ -349,7 +350,7 @@ func (id *ID) PortNum() uint8 {
 }
 
 // Verbs returns the uverbs context of the device the ID is bound to, or
-// nil before it is and after Destroy. The context is shared by all IDs on
+// nil before it is and after Close. The context is shared by all IDs on
 // the device and, as librdmacm's, kept open for the life of the process:
 // PDs, CQs and memory regions a program makes on it stay valid after the
 // last ID on the device is gone, and serve the device's next IDs. Do not
@@ -366,7 +367,7 @@ func (id *ID) Verbs() *uverbs.Context {
 
 // PD returns the protection domain the ID's QP and memory use: the device's
 // shared one, or the one given to CreateEP or CreateQP. It is nil before the
-// ID is bound to a device and after Destroy, as Verbs is. The shared one is
+// ID is bound to a device and after Close, as Verbs is. The shared one is
 // kept open with the device's context (see Verbs): do not close it.
 func (id *ID) PD() *uverbs.PD {
 	id.mu.Lock()

@@ -37,7 +37,7 @@ func TestDeviceIPv6(t *testing.T) {
 	attr := epAttr()
 	listen, err := cm.CreateEP(ctx, res, nil, &attr)
 	rdmatest.Must(t, err)
-	defer listen.DestroyEP()
+	defer listen.Close()
 	rdmatest.Must(t, listen.Listen(0))
 	src := listen.SrcAddr()
 	t.Logf("listening on %v", src)
@@ -55,7 +55,7 @@ func TestDeviceIPv6(t *testing.T) {
 		t.Errorf("route %+v", r)
 	}
 	err = rdmaClient(ctx, t, id)
-	rdmatest.Must(t, id.DestroyEP())
+	rdmatest.Must(t, id.Close())
 	rdmatest.Must(t, err)
 	rdmatest.Must(t, <-srv)
 }

@@ -21,7 +21,7 @@ func bindID(t testing.TB) *cm.ID {
 	id, err := cm.CreateID(nil, nil, cm.PSTCP)
 	rdmatest.Must(t, err)
 	if err := id.BindAddr(netip.AddrPortFrom(rdmatest.VMAddr, 0)); err != nil {
-		id.Destroy()
+		id.Close()
 		t.Fatal(err)
 	}
 	return id
@@ -105,7 +105,7 @@ func TestDeviceAsyncPeerGoneFlush(t *testing.T) {
 				err = id.Accept(ctx, nil)
 			}
 			if err != nil {
-				id.Destroy()
+				id.Close()
 			}
 		}
 		srv <- accepted{id, err}

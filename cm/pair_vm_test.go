@@ -170,7 +170,7 @@ func pairDial(ctx context.Context, t *testing.T, s pairSide, ps cm.PortSpace, po
 			t.Cleanup(func() { rdmatest.Destroy(t, id) })
 			return id
 		}
-		if _, derr := id.Destroy(); derr != nil {
+		if derr := id.Close(); derr != nil {
 			t.Errorf("destroying a failed attempt's ID: %v", derr)
 		}
 		if time.Since(start) > pairConnectWait || ctx.Err() != nil {
@@ -841,7 +841,7 @@ func TestPairLostDREQ(t *testing.T) {
 			start := time.Now()
 			if wait {
 				rdmatest.Must(t, c.Disconnect(ctx))
-			} else if _, err := c.Destroy(); err != nil {
+			} else if err := c.Close(); err != nil {
 				t.Fatal(err)
 			}
 			t.Logf("%s: the client's side ended after %.1f s", name, time.Since(start).Seconds())

@@ -299,7 +299,7 @@ func (id *ID) RecvCompChannel() *uverbs.CompChannel {
 
 // CreateSRQ creates a shared receive queue for the ID's QP
 // (rdma_create_srq): CreateQP then receives through it, and PostRecv posts
-// to it. pd nil means the ID's PD. Destroy destroys it.
+// to it. pd nil means the ID's PD. Close destroys it.
 func (id *ID) CreateSRQ(pd *uverbs.PD, attr uverbs.SRQAttr) error {
 	id.mu.Lock()
 	defer id.mu.Unlock()

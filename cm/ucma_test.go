@@ -129,14 +129,14 @@ func TestCreateBindDestroy(t *testing.T) {
 	if k.count(abi.RDMA_USER_CM_CMD_QUERY_ROUTE) != 1 {
 		t.Error("bind did not query the route")
 	}
-	n, err := id.Destroy()
+	n, err := id.destroy()
 	if err != nil || n != 3 {
 		t.Errorf("destroy: %d, %v", n, err)
 	}
 	if d := body[abi.RdmaUcmDestroyId](k.last(abi.RDMA_USER_CM_CMD_DESTROY_ID)); d.Id != id.handle {
 		t.Errorf("destroyed %d", d.Id)
 	}
-	if n, err := id.Destroy(); n != 0 || err != nil {
+	if n, err := id.destroy(); n != 0 || err != nil {
 		t.Errorf("second destroy: %d %v", n, err)
 	}
 	if err := id.BindAddr(vmTestAddr); !errors.Is(err, ErrClosed) {
@@ -154,7 +154,7 @@ func TestCreateBindDestroy(t *testing.T) {
 		t.Errorf("UDP ID: type %v sync %v", ud.QPType(), ud.sync)
 	}
 	own := ud.Channel().f.(*fakeFile)
-	ud.Destroy()
+	ud.destroy()
 	if !own.closed {
 		t.Error("a synchronous ID's channel outlives it")
 	}
@@ -169,7 +169,7 @@ func TestSyncResolve(t *testing.T) {
 	k.install(t)
 	id, err := CreateID(nil, nil, PSTCP)
 	mustT(t, err)
-	defer id.Destroy()
+	defer id.destroy()
 	f := id.Channel().f.(*fakeFile)
 	k.handle(abi.RDMA_USER_CM_CMD_RESOLVE_ADDR, func(ff *fakeFile, c *fakeCmd) error {
 		f.queue(event(id, EventAddrResolved, 0))
@@ -231,7 +231,7 @@ func TestUnexpectedEvents(t *testing.T) {
 	k.withDevice(t)
 	id, err := CreateID(nil, nil, PSTCP)
 	mustT(t, err)
-	defer id.Destroy()
+	defer id.destroy()
 	f := id.Channel().f.(*fakeFile)
 	mustT(t, id.BindAddr(vmTestAddr))
 	for _, tc := range []struct {
@@ -264,7 +264,7 @@ func TestConnectAcceptEncoding(t *testing.T) {
 	f := ch.f.(*fakeFile)
 	listen, err := CreateID(ch, "L", PSTCP)
 	mustT(t, err)
-	defer listen.Destroy()
+	defer listen.destroy()
 	mustT(t, listen.BindAddr(vmTestAddr))
 	mustT(t, listen.Listen(0))
 	if l := body[abi.RdmaUcmListen](k.last(abi.RDMA_USER_CM_CMD_LISTEN)); l.Id != listen.handle || l.Backlog != 0 {
@@ -288,7 +288,7 @@ func TestConnectAcceptEncoding(t *testing.T) {
 		t.Fatalf("request %v %+v", ev, ev.Conn)
 	}
 	srv := ev.ID
-	defer srv.Destroy()
+	defer srv.destroy()
 	if srv.Verbs() != nil || srv.dev == nil {
 		t.Error("the request's ID has no device")
 	}
@@ -329,7 +329,7 @@ func TestConnectAcceptEncoding(t *testing.T) {
 	// Connect: the defaults without a parameter.
 	cli, err := CreateID(ch, nil, PSTCP)
 	mustT(t, err)
-	defer cli.Destroy()
+	defer cli.destroy()
 	if err := cli.Connect(ctxT(t), nil); !errors.Is(err, unix.EINVAL) {
 		t.Errorf("connect without device: %v", err)
 	}
@@ -386,14 +386,14 @@ func TestEventDispatch(t *testing.T) {
 	mustT(t, err)
 	b, err := CreateID(ch, nil, PSUDP)
 	mustT(t, err)
-	defer b.Destroy()
+	defer b.destroy()
 
 	// Events of a destroyed ID are dropped; uid 0 is looked up by handle
 	// for ESTABLISHED only.
 	gone := event(a, EventDisconnected, 0)
 	orphan := event(a, EventConnectRequest, 0)
 	orphan.Id = 4242
-	a.Destroy()
+	a.destroy()
 	f.queue(gone)
 	f.queue(orphan)
 	zero := event(b, EventAddrChange, 0)
@@ -439,7 +439,7 @@ func TestInitQPAttrAndOptions(t *testing.T) {
 	k.install(t)
 	id, err := CreateID(k.channel(), nil, PSTCP)
 	mustT(t, err)
-	defer id.Destroy()
+	defer id.destroy()
 	k.handle(abi.RDMA_USER_CM_CMD_INIT_QP_ATTR, func(f *fakeFile, c *fakeCmd) error {
 		req := body[abi.RdmaUcmInitQpAttr](c)
 		if req.Qp_state != uint32(qp.StateRTR) || c.Out != abi.SizeofIbUverbsQpAttr {
@@ -501,7 +501,7 @@ func TestMulticastAndMigrate(t *testing.T) {
 	f := ch.f.(*fakeFile)
 	id, err := CreateID(ch, nil, PSUDP)
 	mustT(t, err)
-	defer id.Destroy()
+	defer id.destroy()
 	group := netip.MustParseAddr("239.1.2.3")
 	k.handle(abi.RDMA_USER_CM_CMD_JOIN_MCAST, func(ff *fakeFile, c *fakeCmd) error {
 		j := body[abi.RdmaUcmJoinMcast](c)
@@ -569,7 +569,7 @@ func TestGetRequest(t *testing.T) {
 	k.withDevice(t)
 	l, err := CreateID(nil, nil, PSTCP)
 	mustT(t, err)
-	defer l.Destroy()
+	defer l.destroy()
 	mustT(t, l.BindAddr(vmTestAddr))
 	f := l.Channel().f.(*fakeFile)
 	migrated := 0
@@ -583,7 +583,7 @@ func TestGetRequest(t *testing.T) {
 	f.queue(req)
 	id, err := l.GetRequest(ctxT(t))
 	mustT(t, err)
-	defer id.Destroy()
+	defer id.destroy()
 	if id.handle != 900 || !id.sync || migrated != 1 || id.Event().Type != EventConnectRequest {
 		t.Errorf("request ID %d sync %v migrated %d", id.handle, id.sync, migrated)
 	}
@@ -598,7 +598,7 @@ func TestGetRequest(t *testing.T) {
 	}
 	a, err := CreateID(k.channel(), nil, PSTCP)
 	mustT(t, err)
-	defer a.Destroy()
+	defer a.destroy()
 	if _, err := a.GetRequest(ctxT(t)); !errors.Is(err, unix.EINVAL) {
 		t.Errorf("GetRequest on an asynchronous ID: %v", err)
 	}
@@ -635,7 +635,7 @@ func TestSyncConnectWithoutQP(t *testing.T) {
 	k.withDevice(t)
 	id, err := CreateID(nil, nil, PSTCP)
 	mustT(t, err)
-	defer id.Destroy()
+	defer id.destroy()
 	mustT(t, id.BindAddr(vmTestAddr))
 	f := id.Channel().f.(*fakeFile)
 	k.handle(abi.RDMA_USER_CM_CMD_CONNECT, func(*fakeFile, *fakeCmd) error {

@@ -43,7 +43,7 @@ func Context(t testing.TB) context.Context {
 // Destroy destroys id and reports an error as a failure.
 func Destroy(t testing.TB, id *cm.ID) {
 	t.Helper()
-	if _, err := id.Destroy(); err != nil {
+	if err := id.Close(); err != nil {
 		t.Errorf("destroy: %v", err)
 	}
 }
@@ -101,7 +101,7 @@ func Dial(ctx context.Context, t testing.TB, ps cm.PortSpace, port uint16, caps 
 		err = id.Connect(ctx, param)
 	}
 	if err != nil {
-		id.Destroy()
+		id.Close()
 		return nil, err
 	}
 	return id, nil
@@ -138,7 +138,7 @@ func ConnectCM(t testing.TB, ps cm.PortSpace, caps qp.Caps, prep func(*cm.ID)) *
 			err = id.Accept(ctx, nil)
 		}
 		if err != nil {
-			id.Destroy()
+			id.Close()
 			id = nil
 		}
 		srv <- res{id, err}
@@ -147,10 +147,10 @@ func ConnectCM(t testing.TB, ps cm.PortSpace, caps qp.Caps, prep func(*cm.ID)) *
 	s := <-srv
 	if err != nil || s.err != nil {
 		if c != nil {
-			c.Destroy()
+			c.Close()
 		}
 		if s.id != nil {
-			s.id.Destroy()
+			s.id.Close()
 		}
 		t.Fatalf("connect: client %v, server %v", err, s.err)
 	}

@@ -137,7 +137,7 @@ func (s *perfCMStream) close() {
 		s.mr = nil
 	}
 	if s.id != nil {
-		s.id.Destroy()
+		s.id.Close()
 		s.id = nil
 	}
 	if s.mem != nil {
@@ -203,7 +203,7 @@ func (r *perfRun) establishCM(ctx context.Context) int {
 		}
 		r.cmComm.id, err = listen.GetRequest(ctx)
 		// Gone before the test's connections listen on the same port.
-		listen.Destroy()
+		listen.Close()
 		if err == nil {
 			if err = r.cmComm.setup(); err == nil {
 				err = r.cmComm.id.Accept(ctx, &cm.ConnParam{RetryCount: perfCMRetryCount, RNRRetryCount: 7})
@@ -225,11 +225,11 @@ func perfCMListen(port, backlog int) (*cm.ID, error) {
 		return nil, err
 	}
 	if err := id.BindAddr(netip.AddrPortFrom(netip.IPv4Unspecified(), uint16(port))); err != nil {
-		id.Destroy()
+		id.Close()
 		return nil, err
 	}
 	if err := id.Listen(backlog); err != nil {
-		id.Destroy()
+		id.Close()
 		return nil, err
 	}
 	return id, nil
@@ -277,7 +277,7 @@ func (r *perfRun) connectCM(ctx context.Context) int {
 			fmt.Fprintf(r.stderr, "Failed to listen on RDMA CM server listen ID: %v\n", err)
 			return r.failf("Failed to create RDMA CM connection.\nFailed to create RDMA CM connection with resources.")
 		}
-		defer listen.Destroy()
+		defer listen.Close()
 	}
 	if status := r.cmSync("before"); status != 0 {
 		return status
@@ -299,7 +299,7 @@ func (r *perfRun) connectCM(ctx context.Context) int {
 			var id *cm.ID
 			err := perfCMRetry(ctx, func() error {
 				if id != nil {
-					id.Destroy()
+					id.Close()
 				}
 				var err error
 				if id, err = cm.CreateID(nil, nil, cm.PSTCP); err != nil {
@@ -370,7 +370,7 @@ func (r *perfRun) disconnectCM() {
 // the last of them.
 func (r *perfRun) releaseCM() {
 	for _, id := range r.cmIDs {
-		id.Destroy()
+		id.Close()
 	}
 	r.cmIDs = nil
 	if r.cmComm != nil {

@@ -259,7 +259,7 @@ func (r *rsRun) server(ctx context.Context) int {
 		r.perror("rdma_create_ep", err)
 		return -1
 	}
-	defer listen.DestroyEP()
+	defer listen.Close()
 	if err := listen.Listen(0); err != nil {
 		r.perror("rdma_listen", err)
 		return -1
@@ -269,7 +269,7 @@ func (r *rsRun) server(ctx context.Context) int {
 		r.perror("rdma_get_request", err)
 		return -1
 	}
-	defer id.DestroyEP()
+	defer id.Close()
 	_, init, err := id.QP().Query(qp.AttrCap)
 	if err != nil {
 		r.perror("ibv_query_qp", err)
@@ -359,7 +359,7 @@ func (r *rsRun) client(ctx context.Context) int {
 		r.perror("rdma_create_ep", err)
 		return -1
 	}
-	defer id.DestroyEP()
+	defer id.Close()
 	recvMsg, sendMsg, sendMR, release, ok := r.setUpMsgs(id, sendFlags)
 	if !ok {
 		return -1

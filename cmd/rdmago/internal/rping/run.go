@@ -136,7 +136,7 @@ func (r *rpRun) run() int {
 	cmStop()
 	<-cmDone
 	r.cancel() // persistent connections still running stop too
-	id.Destroy()
+	id.Close()
 	return ret
 }
 
@@ -930,7 +930,7 @@ func (c *rpConn) serve(persistent bool) int {
 	defer r.unregister(c.id)
 	id := c.id
 	if ret := r.prepare(c, id); ret != 0 {
-		id.Destroy()
+		id.Close()
 		return ret
 	}
 	c.startCQ()
@@ -939,7 +939,7 @@ func (c *rpConn) serve(persistent bool) int {
 		c.joinCQ(0)
 		c.freeBuffers()
 		c.freeQP()
-		id.Destroy()
+		id.Close()
 		return ret
 	}
 	ret := c.testServer()
@@ -950,7 +950,7 @@ func (c *rpConn) serve(persistent bool) int {
 	c.joinCQ(2 * time.Second)
 	c.freeBuffers()
 	c.freeQP()
-	id.Destroy()
+	id.Close()
 	return ret
 }
 
