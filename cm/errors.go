@@ -3,21 +3,17 @@ package cm
 import (
 	"errors"
 	"fmt"
-	"net"
 
+	"github.com/rdmago/rdma/uverbs"
 	"golang.org/x/sys/unix"
 )
 
-// ErrClosed is returned by every method of an ID or EventChannel after it
-// was destroyed or closed, before anything reaches the kernel, and by
-// calls given a closed EventChannel. It matches net.ErrClosed too, so
-// errors.Is(err, net.ErrClosed) holds for it, as for a closed socket.
-var ErrClosed error = closedError{}
-
-type closedError struct{}
-
-func (closedError) Error() string { return "cm: use of destroyed ID or closed event channel" }
-func (closedError) Unwrap() error { return net.ErrClosed }
+// ErrClosed is returned by every method of an ID or EventChannel after its
+// Close, before anything reaches the kernel, and by calls given a closed
+// EventChannel. It is uverbs.ErrClosed, one value for every closed object
+// of the module, and matches net.ErrClosed too, so errors.Is(err,
+// net.ErrClosed) holds for it, as for a closed socket.
+var ErrClosed = uverbs.ErrClosed
 
 // Error is a failed rdma_cm operation. It wraps the errno, so callers test
 // it with errors.Is(err, unix.ECONNREFUSED) and the like:

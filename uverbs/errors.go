@@ -7,13 +7,16 @@ import (
 )
 
 // ErrClosed is returned by every method of an object after its Close, and
-// by calls given a closed object as an argument. It matches net.ErrClosed
-// under errors.Is, so code that handles closed connections handles it too.
+// by calls given a closed object as an argument; cm.ErrClosed is the same
+// value, for IDs and event channels. It matches net.ErrClosed under
+// errors.Is, so code that handles closed connections handles it too.
 var ErrClosed error = closedError{}
 
 type closedError struct{}
 
-func (closedError) Error() string { return "uverbs: use of closed object" }
+// As net's "use of closed network connection", the text names no package:
+// the same value comes from uverbs and cm.
+func (closedError) Error() string { return "use of closed RDMA object" }
 func (closedError) Unwrap() error { return net.ErrClosed }
 
 // Error is a failed kernel call. It wraps the errno, so callers test it with
