@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unsafe"
 	"weak"
@@ -169,9 +170,20 @@ func (ch *EventChannel) Close() error {
 	return ch.f.close()
 }
 
-// Fd returns the channel's file descriptor, readable while events are
-// queued, for callers that poll it themselves; -1 after Close.
-func (ch *EventChannel) Fd() int { return ch.f.fd() }
+// SyscallConn gives the channel's descriptor to a program that polls it
+// itself (syscall.Conn, as os.File does): it is readable while events are
+// queued, stays non-blocking and belongs to the channel. After Close the
+// channel answers ErrClosed.
+func (ch *EventChannel) SyscallConn() (syscall.RawConn, error) {
+	if err := ch.check(); err != nil {
+		return nil, err
+	}
+	rc, ok := ch.f.(interface{ rawConn() syscall.RawConn })
+	if !ok {
+		return nil, fmt.Errorf("cm: this channel's file has no descriptor: %w", errors.ErrUnsupported)
+	}
+	return rc.rawConn(), nil
+}
 
 // GetEvent waits for the next event (rdma_get_cm_event) until ctx is done.
 // As librdmacm does before returning an event, it completes the work the

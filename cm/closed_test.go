@@ -135,6 +135,9 @@ func TestClosedChannel(t *testing.T) {
 	k.mu.Lock()
 	before := len(k.cmds)
 	k.mu.Unlock()
+	if _, err := ch.SyscallConn(); !errors.Is(err, ErrClosed) {
+		t.Errorf("SyscallConn after Close: %v", err)
+	}
 	if _, err := ch.GetEvent(context.Background()); !errors.Is(err, net.ErrClosed) {
 		t.Errorf("GetEvent after Close: %v", err)
 	}

@@ -156,6 +156,8 @@ func (d *devFile) waitReadable(ctx context.Context) error {
 	})
 }
 
+func (d *devFile) rawConn() syscall.RawConn { return d.rc }
+
 func (d *devFile) fd() int {
 	fd := -1
 	d.rc.Control(func(f uintptr) { fd = int(f) })

@@ -551,8 +551,8 @@ func TestMulticastAndMigrate(t *testing.T) {
 		return nil
 	})
 	mustT(t, id.Migrate(ch2))
-	if id.Channel() != ch2 || from != ch.Fd() || to != ch2.Fd() {
-		t.Errorf("migrated from %d to %d, want %d to %d", from, to, ch.Fd(), ch2.Fd())
+	if id.Channel() != ch2 || from != ch.f.fd() || to != ch2.f.fd() {
+		t.Errorf("migrated from %d to %d, want %d to %d", from, to, ch.f.fd(), ch2.f.fd())
 	}
 	mustT(t, id.Migrate(nil))
 	if !id.sync || id.Channel() == ch2 {

@@ -227,9 +227,19 @@ func (ch *CompChannel) readDirect(ctx context.Context) error {
 	}
 }
 
-// Fd returns the channel's file descriptor, for callers that poll it
-// themselves. The descriptor stays non-blocking and owned by the channel.
-func (ch *CompChannel) Fd() int {
+// SyscallConn gives the channel's descriptor to a program that polls it
+// itself (syscall.Conn, as os.File does): it is readable while events are
+// queued, stays non-blocking and belongs to the channel. After Close the
+// channel answers ErrClosed.
+func (ch *CompChannel) SyscallConn() (syscall.RawConn, error) {
+	if ch.closed.Load() {
+		return nil, ErrClosed
+	}
+	return ch.conn, nil
+}
+
+// fd is the channel's descriptor, -1 once it is closed.
+func (ch *CompChannel) fd() int {
 	fd := -1
 	if ch.conn.Control(func(f uintptr) { fd = int(f) }) != nil {
 		return -1
@@ -347,7 +357,7 @@ func (c *Context) CreateCQ(attr CQAttr) (*CQ, error) {
 	cmd.constIn(abi.UVERBS_ATTR_CREATE_CQ_USER_HANDLE, id)
 	cmd.u32In(abi.UVERBS_ATTR_CREATE_CQ_COMP_VECTOR, uint32(attr.CompVector))
 	if attr.Channel != nil {
-		cmd.fdIn(abi.UVERBS_ATTR_CREATE_CQ_COMP_CHANNEL, attr.Channel.Fd())
+		cmd.fdIn(abi.UVERBS_ATTR_CREATE_CQ_COMP_CHANNEL, attr.Channel.fd())
 	}
 	if c.asyncFD >= 0 {
 		cmd.fdIn(abi.UVERBS_ATTR_CREATE_CQ_EVENT_FD, c.asyncFD)

@@ -293,8 +293,8 @@ func TestDeviceGetEventDirect(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("closing the channel did not end the wait")
 	}
-	if c2.Fd() != -1 {
-		t.Errorf("closed channel's Fd is %d, want -1", c2.Fd())
+	if _, err := c2.SyscallConn(); !errors.Is(err, uverbs.ErrClosed) {
+		t.Errorf("closed channel's SyscallConn: %v, want ErrClosed", err)
 	}
 }
 
