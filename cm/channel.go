@@ -318,7 +318,7 @@ func processEvent(ch *EventChannel, r *abi.RdmaUcmEventResp) *Event {
 		}
 		id.eventsReported++
 		ev.ID = id
-		ev.Context = mc.context
+		ev.UserData = mc.userData
 		copyUD(&ev.UD, udParamOf(r))
 		if ev.Type == EventMulticastJoin {
 			if err := id.processJoin(mc, &ev.UD); err != nil {

@@ -74,9 +74,9 @@ func TestClosedID(t *testing.T) {
 			"CreateSRQ":     func() error { return id.CreateSRQ(nil, uverbs.SRQAttr{}) },
 			"DestroySRQ":    func() error { return id.DestroySRQ() },
 			"CreateAH":      func() error { _, err := id.CreateAH(qp.AHAttr{}); return err },
-			"JoinMulticast": func() error { return id.JoinMulticast(ctx, addr, nil) },
+			"JoinMulticast": func() error { return id.JoinMulticast(ctx, addr, JoinFullMember, nil) },
 			"JoinMulticastEx": func() error {
-				return id.JoinMulticastEx(ctx, addr, JoinFlags(99), nil)
+				return id.JoinMulticast(ctx, addr, JoinFlags(99), nil)
 			},
 			"LeaveMulticast": func() error { return id.LeaveMulticast(addr) },
 			"PostRecvv":      func() error { return id.PostRecvv(1, sgl) },
@@ -144,7 +144,7 @@ func TestClosedChannel(t *testing.T) {
 	if _, err := CreateID(ch, nil, PSTCP); !errors.Is(err, net.ErrClosed) {
 		t.Errorf("CreateID on a closed channel: %v", err)
 	}
-	if _, err := CreateIDQPType(ch, nil, PSIB, qp.UD); !errors.Is(err, net.ErrClosed) {
+	if _, err := CreateID(ch, nil, PSIB, WithQPType(qp.UD)); !errors.Is(err, net.ErrClosed) {
 		t.Errorf("CreateIDQPType on a closed channel: %v", err)
 	}
 	if err := id.Migrate(ch); !errors.Is(err, net.ErrClosed) {
@@ -189,7 +189,7 @@ func TestDroppedIDs(t *testing.T) {
 			case 1:
 				id.ch.keep(&Event{Type: EventDisconnected, ID: id})
 			case 2:
-				mustT(t, id.JoinMulticast(context.Background(), netip.MustParseAddr("239.1.1.1"), nil))
+				mustT(t, id.JoinMulticast(context.Background(), netip.MustParseAddr("239.1.1.1"), JoinFullMember, nil))
 			}
 		}
 	}()

@@ -128,8 +128,8 @@ type Event struct {
 	// IDs and multicast events.
 	Conn ConnParam
 	UD   UDParam
-	// Context is, for multicast events, the value given to JoinMulticast.
-	Context any
+	// UserData is, for multicast events, the value given to JoinMulticast.
+	UserData any
 
 	acked atomic.Bool
 }

@@ -161,17 +161,26 @@ func (id *ID) setState(s connState) { id.state.Store(uint32(s)) }
 func (id *ID) getState() connState  { return connState(id.state.Load()) }
 
 // CreateID creates an ID in port space ps (rdma_create_id): PSTCP for RC
-// connections, PSUDP for UD. userContext is returned by Context. With a nil
-// channel the ID is synchronous (see ID).
-func CreateID(ch *EventChannel, userContext any, ps PortSpace) (*ID, error) {
-	return createID(ch, userContext, ps, qpTypeOf(ps))
+// connections, PSUDP for UD. userData is returned by UserData. With a nil
+// channel the ID is synchronous (see ID). The port space implies the QP
+// type; WithQPType sets another, as the PSIB port space needs.
+func CreateID(ch *EventChannel, userData any, ps PortSpace, opts ...IDOption) (*ID, error) {
+	o := idOptions{qpType: qpTypeOf(ps)}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return createID(ch, userData, ps, o.qpType)
 }
 
-// CreateIDQPType is CreateID with an explicit QP type, for the PSIB port
-// space, where the kernel cannot infer it.
-func CreateIDQPType(ch *EventChannel, userContext any, ps PortSpace, qpType qp.Type) (*ID, error) {
-	return createID(ch, userContext, ps, qpType)
-}
+// IDOption is an option of CreateID.
+type IDOption func(*idOptions)
+
+type idOptions struct{ qpType qp.Type }
+
+// WithQPType gives the ID QPs of type t, where its port space does not
+// say: PSIB carries RC and UD alike (librdmacm's rdma_create_id2 with a
+// QP type).
+func WithQPType(t qp.Type) IDOption { return func(o *idOptions) { o.qpType = t } }
 
 // newChannel opens the channel of a synchronous ID; tests replace it.
 var newChannel = NewEventChannel

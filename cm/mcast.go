@@ -25,15 +25,15 @@ const (
 
 // multicast is one group an ID joined (librdmacm's struct cma_multicast).
 type multicast struct {
-	id      weak.Pointer[ID] // weak: the ID's idRes holds the group
-	uid     uint64
-	handle  uint32
-	context any
-	addr    netip.Addr
-	flags   JoinFlags
-	joined  bool // the JOIN event came and the QP was attached
-	mgid    uverbs.GID
-	mlid    uint16
+	id       weak.Pointer[ID] // weak: the ID's idRes holds the group
+	uid      uint64
+	handle   uint32
+	userData any
+	addr     netip.Addr
+	flags    JoinFlags
+	joined   bool // the JOIN event came and the QP was attached
+	mgid     uverbs.GID
+	mlid     uint16
 }
 
 func registerMulticast(mc *multicast) {
@@ -62,14 +62,11 @@ func lookupMulticast(uid uint64) *multicast {
 // ResolveAddr of the group). When the MULTICAST_JOIN event comes, the
 // ID's QP, if it has one, is attached to the group; the event's UDParam
 // gives the group's address vector, QP number (0xffffff) and Q_Key for
-// sending to it. userContext comes back as the event's Context. A
-// synchronous ID waits for the join.
-func (id *ID) JoinMulticast(ctx context.Context, addr netip.Addr, userContext any) error {
-	return id.JoinMulticastEx(ctx, addr, JoinFullMember, userContext)
-}
-
-// JoinMulticastEx is JoinMulticast with join flags (rdma_join_multicast_ex).
-func (id *ID) JoinMulticastEx(ctx context.Context, addr netip.Addr, flags JoinFlags, userContext any) error {
+// sending to it. flags say how to join (JoinFullMember, the zero value, as
+// rdma_join_multicast; JoinSendOnlyFullMember as rdma_join_multicast_ex
+// allows). userData comes back as the event's UserData. A synchronous ID
+// waits for the join.
+func (id *ID) JoinMulticast(ctx context.Context, addr netip.Addr, flags JoinFlags, userData any) error {
 	const op = "join multicast"
 	if id.destroyed.Load() {
 		return ErrClosed
@@ -83,7 +80,7 @@ func (id *ID) JoinMulticastEx(ctx context.Context, addr netip.Addr, flags JoinFl
 		id.mu.Unlock()
 		return err
 	}
-	mc := &multicast{id: id.self, uid: newUID(), context: userContext, addr: addr, flags: flags}
+	mc := &multicast{id: id.self, uid: newUID(), userData: userData, addr: addr, flags: flags}
 	resp := new(abi.RdmaUcmCreateIdResp)
 	c := newCmd[abi.RdmaUcmJoinMcast](abi.RDMA_USER_CM_CMD_JOIN_MCAST, int(unsafe.Sizeof(*resp)))
 	c.body.Response = ptr(resp)

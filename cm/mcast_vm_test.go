@@ -25,10 +25,10 @@ func TestDeviceMulticast(t *testing.T) {
 		t.Cleanup(func() { rdmatest.Destroy(t, id) })
 		rdmatest.Must(t, id.ResolveAddr(ctx, netip.AddrPortFrom(rdmatest.VMAddr, 0), netip.AddrPortFrom(group, 0), 2*time.Second))
 		rdmatest.Must(t, id.CreateQP(nil, uverbs.QPInitAttr{Caps: rdmatest.Caps}))
-		rdmatest.Must(t, id.JoinMulticast(ctx, group, name+" joined"))
+		rdmatest.Must(t, id.JoinMulticast(ctx, group, cm.JoinFullMember, name+" joined"))
 		ev := id.Event()
-		if ev.Type != cm.EventMulticastJoin || ev.Context != name+" joined" || ev.UD.QPNum != 0xffffff {
-			t.Fatalf("%s: join event %v %+v context %v", name, ev, ev.UD, ev.Context)
+		if ev.Type != cm.EventMulticastJoin || ev.UserData != name+" joined" || ev.UD.QPNum != 0xffffff {
+			t.Fatalf("%s: join event %v %+v context %v", name, ev, ev.UD, ev.UserData)
 		}
 		return id, ev
 	}

@@ -512,17 +512,17 @@ func TestMulticastAndMigrate(t *testing.T) {
 		f.queue(ev)
 		return nil
 	})
-	mustT(t, id.JoinMulticast(ctxT(t), group, "grp"))
+	mustT(t, id.JoinMulticast(ctxT(t), group, JoinFullMember, "grp"))
 	j := body[abi.RdmaUcmJoinMcast](k.last(abi.RDMA_USER_CM_CMD_JOIN_MCAST))
 	if j.Id != id.handle || j.Join_flags != 0 || j.Addr_size != 16 || sockaddr(j.Addr.Anon0[:]).Addr() != group {
 		t.Errorf("join %+v", j)
 	}
 	ev, err := ch.GetEvent(ctxT(t))
 	mustT(t, err)
-	if ev.Type != EventMulticastJoin || ev.ID != id || ev.Context != "grp" || ev.UD.QPNum != 0xffffff {
+	if ev.Type != EventMulticastJoin || ev.ID != id || ev.UserData != "grp" || ev.UD.QPNum != 0xffffff {
 		t.Errorf("join event %v %+v", ev, ev.UD)
 	}
-	if err := id.JoinMulticastEx(ctxT(t), group, 5, nil); !errors.Is(err, unix.EINVAL) {
+	if err := id.JoinMulticast(ctxT(t), group, 5, nil); !errors.Is(err, unix.EINVAL) {
 		t.Errorf("bad join flags: %v", err)
 	}
 	k.handle(abi.RDMA_USER_CM_CMD_LEAVE_MCAST, func(ff *fakeFile, c *fakeCmd) error {
