@@ -106,34 +106,39 @@ func (a AtomicCap) String() string {
 	return "invalid atomic capability"
 }
 
-// Device capability flags (enum ibv_device_cap_flags and the 64-bit extensions).
+// DeviceCaps are a device's capability flags (enum ibv_device_cap_flags
+// and its 64-bit extension): DeviceAttr.DeviceCapFlags has the first 32,
+// DeviceCapFlagsEx all of them.
+type DeviceCaps uint64
+
+// Device capability flags.
 const (
-	DeviceResizeMaxWR         uint64 = 1 << 0
-	DeviceBadPKeyCntr         uint64 = 1 << 1
-	DeviceBadQKeyCntr         uint64 = 1 << 2
-	DeviceRawMulti            uint64 = 1 << 3
-	DeviceAutoPathMig         uint64 = 1 << 4
-	DeviceChangePhyPort       uint64 = 1 << 5
-	DeviceUDAVPortEnforce     uint64 = 1 << 6
-	DeviceCurrQPStateMod      uint64 = 1 << 7
-	DeviceShutdownPort        uint64 = 1 << 8
-	DeviceInitType            uint64 = 1 << 9
-	DevicePortActiveEvent     uint64 = 1 << 10
-	DeviceSysImageGUID        uint64 = 1 << 11
-	DeviceRCRNRNAKGen         uint64 = 1 << 12
-	DeviceSRQResize           uint64 = 1 << 13
-	DeviceNNotifyCQ           uint64 = 1 << 14
-	DeviceMemWindow           uint64 = 1 << 17
-	DeviceUDIPCsum            uint64 = 1 << 18
-	DeviceXRC                 uint64 = 1 << 20
-	DeviceMemMgtExtensions    uint64 = 1 << 21
-	DeviceMemWindowType2A     uint64 = 1 << 23
-	DeviceMemWindowType2B     uint64 = 1 << 24
-	DeviceRCIPCsum            uint64 = 1 << 25
-	DeviceRawIPCsum           uint64 = 1 << 26
-	DeviceManagedFlowSteering uint64 = 1 << 29
-	DeviceRawScatterFCS       uint64 = 1 << 34
-	DevicePCIWriteEndPadding  uint64 = 1 << 36
+	DeviceResizeMaxWR         DeviceCaps = 1 << 0
+	DeviceBadPKeyCntr         DeviceCaps = 1 << 1
+	DeviceBadQKeyCntr         DeviceCaps = 1 << 2
+	DeviceRawMulti            DeviceCaps = 1 << 3
+	DeviceAutoPathMig         DeviceCaps = 1 << 4
+	DeviceChangePhyPort       DeviceCaps = 1 << 5
+	DeviceUDAVPortEnforce     DeviceCaps = 1 << 6
+	DeviceCurrQPStateMod      DeviceCaps = 1 << 7
+	DeviceShutdownPort        DeviceCaps = 1 << 8
+	DeviceInitType            DeviceCaps = 1 << 9
+	DevicePortActiveEvent     DeviceCaps = 1 << 10
+	DeviceSysImageGUID        DeviceCaps = 1 << 11
+	DeviceRCRNRNAKGen         DeviceCaps = 1 << 12
+	DeviceSRQResize           DeviceCaps = 1 << 13
+	DeviceNNotifyCQ           DeviceCaps = 1 << 14
+	DeviceMemWindow           DeviceCaps = 1 << 17
+	DeviceUDIPCsum            DeviceCaps = 1 << 18
+	DeviceXRC                 DeviceCaps = 1 << 20
+	DeviceMemMgtExtensions    DeviceCaps = 1 << 21
+	DeviceMemWindowType2A     DeviceCaps = 1 << 23
+	DeviceMemWindowType2B     DeviceCaps = 1 << 24
+	DeviceRCIPCsum            DeviceCaps = 1 << 25
+	DeviceRawIPCsum           DeviceCaps = 1 << 26
+	DeviceManagedFlowSteering DeviceCaps = 1 << 29
+	DeviceRawScatterFCS       DeviceCaps = 1 << 34
+	DevicePCIWriteEndPadding  DeviceCaps = 1 << 36
 )
 
 // ODPCaps are the on-demand-paging capabilities (struct ibv_odp_caps).
@@ -201,7 +206,7 @@ type DeviceAttr struct {
 	HWVer                 uint32
 	MaxQP                 int
 	MaxQPWR               int
-	DeviceCapFlags        uint32
+	DeviceCapFlags        DeviceCaps // the 32 bits of ibv_query_device
 	MaxSGE                int
 	MaxSGERd              int
 	MaxCQ                 int
@@ -238,7 +243,7 @@ type DeviceAttr struct {
 	ODPCaps                 ODPCaps
 	CompletionTimestampMask uint64
 	HCACoreClock            uint64 // kHz
-	DeviceCapFlagsEx        uint64
+	DeviceCapFlagsEx        DeviceCaps
 	TSOCaps                 TSOCaps
 	RSSCaps                 RSSCaps
 	MaxWQTypeRQ             uint32

@@ -481,7 +481,7 @@ func decodeDeviceAttr(a *DeviceAttr, r *abi.IbUverbsExQueryDeviceResp) {
 	a.HWVer = b.Hw_ver
 	a.MaxQP = int(int32(b.Max_qp))
 	a.MaxQPWR = int(int32(b.Max_qp_wr))
-	a.DeviceCapFlags = b.Device_cap_flags
+	a.DeviceCapFlags = DeviceCaps(b.Device_cap_flags)
 	a.MaxSGE = int(int32(b.Max_sge))
 	a.MaxSGERd = int(int32(b.Max_sge_rd))
 	a.MaxCQ = int(int32(b.Max_cq))
@@ -530,7 +530,7 @@ func decodeDeviceAttr(a *DeviceAttr, r *abi.IbUverbsExQueryDeviceResp) {
 		a.HCACoreClock = r.Hca_core_clock
 	}
 	if has(unsafe.Offsetof(r.Device_cap_flags_ex) + 8) {
-		a.DeviceCapFlagsEx = r.Device_cap_flags_ex
+		a.DeviceCapFlagsEx = DeviceCaps(r.Device_cap_flags_ex)
 	}
 	if has(unsafe.Offsetof(r.Rss_caps) + unsafe.Sizeof(r.Rss_caps)) {
 		a.RSSCaps.SupportedQPTs = r.Rss_caps.Supported_qpts

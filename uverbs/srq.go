@@ -105,14 +105,18 @@ func (s *SRQ) PostRecv(wrs []wr.RecvWR) (int, error) {
 	return n, nil
 }
 
-// SRQ attribute mask bits (enum ibv_srq_attr_mask).
+// SRQAttrMask says which SRQAttr fields a Modify sets (enum
+// ibv_srq_attr_mask).
+type SRQAttrMask uint32
+
+// SRQ attribute mask bits.
 const (
-	SRQMaxWR = 1 << 0 // resize
-	SRQLimit = 1 << 1 // arm the limit event
+	SRQMaxWR SRQAttrMask = 1 << 0 // resize
+	SRQLimit SRQAttrMask = 1 << 1 // arm the limit event
 )
 
 // Modify resizes the SRQ or arms its limit event (ibv_modify_srq).
-func (s *SRQ) Modify(attr SRQAttr, mask int) error {
+func (s *SRQ) Modify(attr SRQAttr, mask SRQAttrMask) error {
 	if s == nil {
 		return errNil
 	}

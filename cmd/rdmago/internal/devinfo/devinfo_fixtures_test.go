@@ -85,7 +85,7 @@ func rxeDevice() *fakeDevice {
 			HWVer:                 0,
 			MaxQP:                 1048560,
 			MaxQPWR:               1048576,
-			DeviceCapFlags:        uint32(caps),
+			DeviceCapFlags:        uverbs.DeviceCaps(uint32(caps)),
 			MaxSGE:                32,
 			MaxSGERd:              32,
 			MaxCQ:                 1048576,
@@ -137,7 +137,7 @@ func rxeDevice() *fakeDevice {
 // mlx5IBDevice is like a two-port ConnectX InfiniBand adapter, with a few
 // bits no name exists for.
 func mlx5IBDevice() *fakeDevice {
-	caps := uint64(0xed721c36) | 1<<15 | 1<<31
+	caps := uverbs.DeviceCaps(0xed721c36) | 1<<15 | 1<<31
 	ibPort := uverbs.PortAttr{
 		State:         uverbs.PortActive,
 		MaxMTU:        uverbs.MTU4096,
@@ -175,7 +175,7 @@ func mlx5IBDevice() *fakeDevice {
 			HWVer:                   0x0,
 			MaxQP:                   262144,
 			MaxQPWR:                 32768,
-			DeviceCapFlags:          uint32(caps),
+			DeviceCapFlags:          uverbs.DeviceCaps(uint32(caps)),
 			MaxSGE:                  30,
 			MaxSGERd:                30,
 			MaxCQ:                   16777216,

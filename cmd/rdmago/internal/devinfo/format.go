@@ -163,7 +163,7 @@ func writeDeviceVerbose(p printer, a *uverbs.DeviceAttr, numCompVectors int) {
 	// Only the upper 32 bits are decoded here: the lower ones are the
 	// device_cap_flags decoded above.
 	p("\tdevice_cap_flags_ex:\t\t0x%X\n", a.DeviceCapFlagsEx)
-	writeFlags(p, a.DeviceCapFlagsEx&0xffffffff00000000, deviceCapFlagExNames, ^uint64(0))
+	writeFlags(p, uint64(a.DeviceCapFlagsEx)&0xffffffff00000000, deviceCapFlagExNames, ^uint64(0))
 
 	p("\ttso_caps:\n")
 	p("\t\tmax_tso:\t\t\t%d\n", int32(a.TSOCaps.MaxTSO))
@@ -361,35 +361,35 @@ func writeODPTransport(p printer, v uint32) {
 }
 
 var deviceCapFlagNames = []namedBit{
-	{uverbs.DeviceResizeMaxWR, "RESIZE_MAX_WR"},
-	{uverbs.DeviceBadPKeyCntr, "BAD_PKEY_CNTR"},
-	{uverbs.DeviceBadQKeyCntr, "BAD_QKEY_CNTR"},
-	{uverbs.DeviceRawMulti, "RAW_MULTI"},
-	{uverbs.DeviceAutoPathMig, "AUTO_PATH_MIG"},
-	{uverbs.DeviceChangePhyPort, "CHANGE_PHY_PORT"},
-	{uverbs.DeviceUDAVPortEnforce, "UD_AV_PORT_ENFORCE"},
-	{uverbs.DeviceCurrQPStateMod, "CURR_QP_STATE_MOD"},
-	{uverbs.DeviceShutdownPort, "SHUTDOWN_PORT"},
-	{uverbs.DeviceInitType, "INIT_TYPE"},
-	{uverbs.DevicePortActiveEvent, "PORT_ACTIVE_EVENT"},
-	{uverbs.DeviceSysImageGUID, "SYS_IMAGE_GUID"},
-	{uverbs.DeviceRCRNRNAKGen, "RC_RNR_NAK_GEN"},
-	{uverbs.DeviceSRQResize, "SRQ_RESIZE"},
-	{uverbs.DeviceNNotifyCQ, "N_NOTIFY_CQ"},
-	{uverbs.DeviceMemWindow, "MEM_WINDOW"},
-	{uverbs.DeviceUDIPCsum, "UD_IP_CSUM"},
-	{uverbs.DeviceXRC, "XRC"},
-	{uverbs.DeviceMemMgtExtensions, "MEM_MGT_EXTENSIONS"},
-	{uverbs.DeviceMemWindowType2A, "MEM_WINDOW_TYPE_2A"},
-	{uverbs.DeviceMemWindowType2B, "MEM_WINDOW_TYPE_2B"},
-	{uverbs.DeviceRCIPCsum, "RC_IP_CSUM"},
-	{uverbs.DeviceRawIPCsum, "RAW_IP_CSUM"},
-	{uverbs.DeviceManagedFlowSteering, "MANAGED_FLOW_STEERING"},
+	{uint64(uverbs.DeviceResizeMaxWR), "RESIZE_MAX_WR"},
+	{uint64(uverbs.DeviceBadPKeyCntr), "BAD_PKEY_CNTR"},
+	{uint64(uverbs.DeviceBadQKeyCntr), "BAD_QKEY_CNTR"},
+	{uint64(uverbs.DeviceRawMulti), "RAW_MULTI"},
+	{uint64(uverbs.DeviceAutoPathMig), "AUTO_PATH_MIG"},
+	{uint64(uverbs.DeviceChangePhyPort), "CHANGE_PHY_PORT"},
+	{uint64(uverbs.DeviceUDAVPortEnforce), "UD_AV_PORT_ENFORCE"},
+	{uint64(uverbs.DeviceCurrQPStateMod), "CURR_QP_STATE_MOD"},
+	{uint64(uverbs.DeviceShutdownPort), "SHUTDOWN_PORT"},
+	{uint64(uverbs.DeviceInitType), "INIT_TYPE"},
+	{uint64(uverbs.DevicePortActiveEvent), "PORT_ACTIVE_EVENT"},
+	{uint64(uverbs.DeviceSysImageGUID), "SYS_IMAGE_GUID"},
+	{uint64(uverbs.DeviceRCRNRNAKGen), "RC_RNR_NAK_GEN"},
+	{uint64(uverbs.DeviceSRQResize), "SRQ_RESIZE"},
+	{uint64(uverbs.DeviceNNotifyCQ), "N_NOTIFY_CQ"},
+	{uint64(uverbs.DeviceMemWindow), "MEM_WINDOW"},
+	{uint64(uverbs.DeviceUDIPCsum), "UD_IP_CSUM"},
+	{uint64(uverbs.DeviceXRC), "XRC"},
+	{uint64(uverbs.DeviceMemMgtExtensions), "MEM_MGT_EXTENSIONS"},
+	{uint64(uverbs.DeviceMemWindowType2A), "MEM_WINDOW_TYPE_2A"},
+	{uint64(uverbs.DeviceMemWindowType2B), "MEM_WINDOW_TYPE_2B"},
+	{uint64(uverbs.DeviceRCIPCsum), "RC_IP_CSUM"},
+	{uint64(uverbs.DeviceRawIPCsum), "RAW_IP_CSUM"},
+	{uint64(uverbs.DeviceManagedFlowSteering), "MANAGED_FLOW_STEERING"},
 }
 
 var deviceCapFlagExNames = []namedBit{
-	{uverbs.DeviceRawScatterFCS, "RAW_SCATTER_FCS"},
-	{uverbs.DevicePCIWriteEndPadding, "PCI_WRITE_END_PADDING"},
+	{uint64(uverbs.DeviceRawScatterFCS), "RAW_SCATTER_FCS"},
+	{uint64(uverbs.DevicePCIWriteEndPadding), "PCI_WRITE_END_PADDING"},
 }
 
 // ODP capability bits (enum ibv_odp_general_caps, enum ibv_odp_transport_cap_bits).
