@@ -7,7 +7,7 @@ import (
 
 	"github.com/rdmago/rdma/cm"
 	"github.com/rdmago/rdma/internal/rdmatest"
-	"github.com/rdmago/rdma/uverbs"
+	"github.com/rdmago/rdma/qp"
 )
 
 // linkLocal returns dummy0's IPv6 link-local address, with its zone.
@@ -51,7 +51,7 @@ func TestDeviceIPv6(t *testing.T) {
 	cres.DstAddr = netip.AddrPortFrom(cres.DstAddr.Addr(), src.Port())
 	id, err := cm.CreateEP(ctx, cres, nil, &attr)
 	rdmatest.Must(t, err)
-	if r := id.Route(); !r.DstAddr.Addr().Is6() || uverbs.GID(r.DGID).Addr() != src.Addr().WithZone("") {
+	if r := id.Route(); !r.DstAddr.Addr().Is6() || qp.GID(r.DGID).Addr() != src.Addr().WithZone("") {
 		t.Errorf("route %+v", r)
 	}
 	err = rdmaClient(ctx, t, id)

@@ -9,7 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rdmago/rdma/internal/abi"
-	"github.com/rdmago/rdma/uverbs"
+	"github.com/rdmago/rdma/qp"
 )
 
 // JoinFlags say how a UD ID joins a multicast group (RDMA_MC_JOIN_FLAG_*).
@@ -32,7 +32,7 @@ type multicast struct {
 	addr     netip.Addr
 	flags    JoinFlags
 	joined   bool // the JOIN event came and the QP was attached
-	mgid     uverbs.GID
+	mgid     qp.GID
 	mlid     uint16
 }
 

@@ -9,6 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/rdmago/rdma/internal/abi"
+	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/uverbs"
 )
 
@@ -18,7 +19,7 @@ type Route struct {
 	DstAddr netip.AddrPort
 	// SGID and DGID are the source and destination GIDs; on RoCE, the
 	// IP addresses as GIDs.
-	SGID, DGID uverbs.GID
+	SGID, DGID qp.GID
 	PKey       uint16
 	Paths      []PathRec
 }
@@ -26,12 +27,12 @@ type Route struct {
 // PathRec is one path of a resolved route (struct ibv_sa_path_rec, from the
 // kernel's struct ib_user_path_rec).
 type PathRec struct {
-	DGID, SGID     uverbs.GID
+	DGID, SGID     qp.GID
 	DLID, SLID     uint16
 	RawTraffic     bool
 	FlowLabel      uint32
 	Reversible     bool
-	MTU            uverbs.MTU
+	MTU            qp.MTU
 	PKey           uint16
 	HopLimit       uint8
 	TrafficClass   uint8
@@ -113,7 +114,7 @@ func pathRec(p *abi.IbUserPathRec) PathRec {
 		RawTraffic:     p.Raw_traffic != 0,
 		FlowLabel:      be.Uint32(bytesOf(&p.Flow_label)),
 		Reversible:     p.Reversible != 0,
-		MTU:            uverbs.MTU(p.Mtu),
+		MTU:            qp.MTU(p.Mtu),
 		PKey:           be.Uint16(bytesOf(&p.Pkey)),
 		HopLimit:       p.Hop_limit,
 		TrafficClass:   p.Traffic_class,

@@ -247,7 +247,7 @@ func TestDeviceUDConnectRequest(t *testing.T) {
 
 // wantSGID checks that GID table index idx of the ID's port holds gid as a
 // RoCE v2 GID.
-func wantSGID(t *testing.T, id *cm.ID, idx uint8, gid uverbs.GID) {
+func wantSGID(t *testing.T, id *cm.ID, idx uint8, gid qp.GID) {
 	t.Helper()
 	gids, err := id.Verbs().QueryGIDTable()
 	rdmatest.Must(t, err)

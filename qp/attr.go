@@ -158,7 +158,7 @@ type AHAttr struct {
 	IsGlobal    bool
 	PortNum     uint8
 	// The GRH, for RoCE and routed IB.
-	DGID         [16]byte
+	DGID         GID
 	FlowLabel    uint32
 	SGIDIndex    uint8
 	HopLimit     uint8
@@ -170,7 +170,7 @@ type AHAttr struct {
 type Attr struct {
 	State        State    // AttrState: the state to move to (modify) or the current one (query)
 	CurState     State    // AttrCurState: the state the caller believes the QP is in
-	PathMTU      uint8    // AttrPathMTU: an ibv_mtu code (1 = 256 … 5 = 4096 bytes)
+	PathMTU      MTU      // AttrPathMTU
 	PathMigState MigState // AttrPathMigState
 	QKey         uint32   // AttrQKey (UD)
 	RQPSN        uint32   // AttrRQPSN: first PSN expected from the peer

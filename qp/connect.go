@@ -6,10 +6,10 @@ import "github.com/rdmago/rdma/wr"
 // RTR (rdma-core's pingpong examples send it over TCP), together with the
 // local choices the path needs.
 type Remote struct {
-	QPN uint32   // the peer's QP number
-	PSN uint32   // the peer's first send PSN: our RQ PSN
-	LID uint16   // the peer's LID (0 on RoCE)
-	GID [16]byte // the peer's GID; global routing is used when its interface ID is not zero
+	QPN uint32 // the peer's QP number
+	PSN uint32 // the peer's first send PSN: our RQ PSN
+	LID uint16 // the peer's LID (0 on RoCE)
+	GID GID    // the peer's GID; global routing is used when its interface ID is not zero
 	// SGIDIndex is the local GID table index to send from when GID is used
 	// (on RoCE v2, the index of a RoCE v2 entry).
 	SGIDIndex uint8
@@ -50,7 +50,7 @@ func ToInit(t Type, port uint8, pkeyIndex uint16, access wr.Access, qkey uint32)
 // uc_pingpong.c and ud_pingpong.c does: RC also sets one responder
 // resource (max_dest_rd_atomic) and min_rnr_timer 12 (0.64 ms); UD needs
 // the state alone.
-func ToRTR(t Type, r Remote, mtu uint8) (Attr, AttrMask) {
+func ToRTR(t Type, r Remote, mtu MTU) (Attr, AttrMask) {
 	if t == UD {
 		return Attr{State: StateRTR}, AttrState
 	}

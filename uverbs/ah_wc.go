@@ -40,7 +40,7 @@ type GRH struct {
 	HopLimit uint8
 	// SGID and DGID are the sender's and the receiver's addresses; IPv4
 	// addresses in their IPv4-mapped form, as RoCE v2 GIDs hold them.
-	SGID, DGID GID
+	SGID, DGID qp.GID
 }
 
 // ParseGRH decodes the GRH at the start of a UD receive buffer. It needs
@@ -96,8 +96,8 @@ func ipv4Checksum(h []byte) uint16 {
 }
 
 // ipv4GID returns the IPv4-mapped GID of an IPv4 address.
-func ipv4GID(a []byte) GID {
-	var g GID
+func ipv4GID(a []byte) qp.GID {
+	var g qp.GID
 	g[10], g[11] = 0xff, 0xff
 	copy(g[12:], a)
 	return g
@@ -105,7 +105,7 @@ func ipv4GID(a []byte) GID {
 
 // isMulticast reports whether a GID is a multicast one: IPv6 (and IB)
 // multicast, or an IPv4-mapped 224.0.0.0/4 address.
-func (g GID) isMulticast() bool {
+func isMulticast(g qp.GID) bool {
 	if g[0] == 0xff {
 		return true
 	}
@@ -177,7 +177,7 @@ func initAHFromWC(src ahSource, port uint8, wc *wr.Completion, grh []byte) (qp.A
 	if err != nil {
 		return qp.AHAttr{}, err
 	}
-	if h.DGID.isMulticast() {
+	if isMulticast(h.DGID) {
 		return fail(unix.EINVAL, "the datagram was sent to multicast group %v, which no local GID answers for", h.DGID)
 	}
 	// The kinds of GID table entry the packet can have been sent to.

@@ -31,7 +31,7 @@ func (s *tableSource) QueryGIDTable() ([]GIDEntry, error) {
 	return s.gids, s.err
 }
 
-func gidOf(s string) GID { return GID(netip.MustParseAddr(s).As16()) }
+func gidOf(s string) qp.GID { return qp.GID(netip.MustParseAddr(s).As16()) }
 
 // roceTable is an rxe port with an IPv6 link-local and an IPv4 address,
 // each as a RoCE v1 and a RoCE v2 GID, and a second port holding the same

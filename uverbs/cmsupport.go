@@ -7,6 +7,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rdmago/rdma/internal/abi"
+	"github.com/rdmago/rdma/qp"
 )
 
 // What package cm (rdma_cm) needs of the verbs beyond the rest of the API.
@@ -31,16 +32,16 @@ func DeviceByGUID(guid GUID, index uint32) (Device, error) {
 
 // AttachMcast attaches the QP, which must be UD, to the multicast group gid
 // with LID lid (ibv_attach_mcast): it then receives the group's messages.
-func (q *QP) AttachMcast(gid GID, lid uint16) error {
+func (q *QP) AttachMcast(gid qp.GID, lid uint16) error {
 	return q.mcast(abi.IB_USER_VERBS_CMD_ATTACH_MCAST, gid, lid, "attach mcast")
 }
 
 // DetachMcast undoes AttachMcast (ibv_detach_mcast).
-func (q *QP) DetachMcast(gid GID, lid uint16) error {
+func (q *QP) DetachMcast(gid qp.GID, lid uint16) error {
 	return q.mcast(abi.IB_USER_VERBS_CMD_DETACH_MCAST, gid, lid, "detach mcast")
 }
 
-func (q *QP) mcast(cmdID uint32, gid GID, lid uint16, op string) error {
+func (q *QP) mcast(cmdID uint32, gid qp.GID, lid uint16, op string) error {
 	if q == nil {
 		return errNil
 	}

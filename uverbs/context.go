@@ -17,6 +17,7 @@ import (
 
 	"github.com/rdmago/rdma/internal/abi"
 	"github.com/rdmago/rdma/provider"
+	"github.com/rdmago/rdma/qp"
 )
 
 // Context is an open device (struct ibv_context): the uverbs command file,
@@ -607,8 +608,8 @@ func (c *Context) QueryPort(port uint8) (PortAttr, error) {
 	r := &resp.Legacy_resp
 	a = PortAttr{
 		State:         PortState(r.State),
-		MaxMTU:        MTU(r.Max_mtu),
-		ActiveMTU:     MTU(r.Active_mtu),
+		MaxMTU:        qp.MTU(r.Max_mtu),
+		ActiveMTU:     qp.MTU(r.Active_mtu),
 		GIDTblLen:     int(r.Gid_tbl_len),
 		PortCapFlags:  r.Port_cap_flags,
 		MaxMsgSz:      r.Max_msg_sz,
@@ -739,8 +740,8 @@ func netInterfaceIndex(name string) (uint32, error) {
 }
 
 // parseGIDString parses sysfs's "fe80:0000:...:0001".
-func parseGIDString(s string) (GID, bool) {
-	var g GID
+func parseGIDString(s string) (qp.GID, bool) {
+	var g qp.GID
 	parts := strings.Split(s, ":")
 	if len(parts) != 8 {
 		return g, false

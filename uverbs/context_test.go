@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rdmago/rdma/internal/abi"
+	"github.com/rdmago/rdma/qp"
 )
 
 var testDev = Device{Name: "rxe0", Driver: "rxe", DriverID: abi.RDMA_DRIVER_RXE}
@@ -122,7 +123,7 @@ func TestQueryPort(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := PortAttr{State: PortActive, MaxMTU: MTU4096, ActiveMTU: MTU1024, GIDTblLen: 1024,
+	want := PortAttr{State: PortActive, MaxMTU: qp.MTU4096, ActiveMTU: qp.MTU1024, GIDTblLen: 1024,
 		PortCapFlags: 0x00890000, MaxMsgSz: 0x800000, PKeyTblLen: 1, MaxVLNum: 1, ActiveWidth: 1,
 		ActiveSpeed: 1, PhysState: 5, LinkLayer: LinkLayerEthernet, PortCapFlags2: 0x21}
 	if d := cmp.Diff(want, got); d != "" {

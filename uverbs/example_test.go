@@ -84,7 +84,7 @@ func ExamplePD_CreateQP() {
 		remote.QPN = peer.Num()
 		for _, step := range []func() (qp.Attr, qp.AttrMask){
 			func() (qp.Attr, qp.AttrMask) { return qp.ToInit(qp.RC, 1, 0, wr.RemoteWrite, 0) },
-			func() (qp.Attr, qp.AttrMask) { return qp.ToRTR(qp.RC, remote, uint8(uverbs.MTU1024)) },
+			func() (qp.Attr, qp.AttrMask) { return qp.ToRTR(qp.RC, remote, qp.MTU1024) },
 			func() (qp.Attr, qp.AttrMask) { return qp.ToRTS(qp.RC, 0) },
 		} {
 			attr, mask := step()

@@ -130,7 +130,7 @@ func TestClosedObjectsStayClosed(t *testing.T) {
 	wantClosed(t, "Modify of a closed QP", deadQP.Modify(&qp.Attr{State: qp.StateErr}, qp.AttrState))
 	_, _, err = deadQP.Query(qp.AttrState)
 	wantClosed(t, "Query of a closed QP", err)
-	wantClosed(t, "AttachMcast of a closed QP", deadQP.AttachMcast(GID{}, 0))
+	wantClosed(t, "AttachMcast of a closed QP", deadQP.AttachMcast(qp.GID{}, 0))
 
 	if calls, _ := k.snapshot(); len(calls) != before {
 		t.Errorf("closed objects reached the kernel: %+v", calls[before:])

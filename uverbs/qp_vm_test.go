@@ -162,7 +162,7 @@ func TestDeviceQueryQP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a.State != qp.StateRTS || a.DestQPNum != r.B.QP.Num() || a.PathMTU != uint8(uverbs.MTU1024) || a.Timeout != rdmatest.QPTimeout {
+	if a.State != qp.StateRTS || a.DestQPNum != r.B.QP.Num() || a.PathMTU != qp.MTU1024 || a.Timeout != rdmatest.QPTimeout {
 		t.Errorf("query: state %v dest %d mtu %d timeout %d; want RTS, %d, 3, %d", a.State, a.DestQPNum, a.PathMTU, a.Timeout, r.B.QP.Num(), rdmatest.QPTimeout)
 	}
 	if !a.AHAttr.IsGlobal || a.AHAttr.DGID != r.GID || init.Caps.MaxSendWR < 8 {

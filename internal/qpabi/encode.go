@@ -42,7 +42,7 @@ func EncodeModify(handle uint32, a *qp.Attr, mask qp.AttrMask) abi.IbUverbsExMod
 		c.Dest = encodeDest(&a.AHAttr)
 	}
 	if mask&qp.AttrPathMTU != 0 {
-		c.Path_mtu = a.PathMTU
+		c.Path_mtu = uint8(a.PathMTU)
 	}
 	if mask&qp.AttrTimeout != 0 {
 		c.Timeout = a.Timeout
@@ -88,7 +88,7 @@ func EncodeModify(handle uint32, a *qp.Attr, mask qp.AttrMask) abi.IbUverbsExMod
 
 func encodeDest(ah *qp.AHAttr) abi.IbUverbsQpDest {
 	return abi.IbUverbsQpDest{
-		Dgid:          ah.DGID,
+		Dgid:          [16]byte(ah.DGID),
 		Flow_label:    ah.FlowLabel,
 		Dlid:          ah.DLID,
 		Sgid_index:    ah.SGIDIndex,
@@ -110,7 +110,7 @@ func decodeDest(d *abi.IbUverbsQpDest) qp.AHAttr {
 		StaticRate:   d.Static_rate,
 		IsGlobal:     d.Is_global != 0,
 		PortNum:      d.Port_num,
-		DGID:         d.Dgid,
+		DGID:         qp.GID(d.Dgid),
 		FlowLabel:    d.Flow_label,
 		SGIDIndex:    d.Sgid_index,
 		HopLimit:     d.Hop_limit,
@@ -149,7 +149,7 @@ func DecodeQuery(resp *abi.IbUverbsQueryQpResp) (qp.Attr, qp.InitAttr) {
 	a := qp.Attr{
 		State:           qp.State(resp.Qp_state),
 		CurState:        qp.State(resp.Cur_qp_state),
-		PathMTU:         resp.Path_mtu,
+		PathMTU:         qp.MTU(resp.Path_mtu),
 		PathMigState:    qp.MigState(resp.Path_mig_state),
 		QKey:            resp.Qkey,
 		RQPSN:           resp.Rq_psn,

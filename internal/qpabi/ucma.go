@@ -15,7 +15,7 @@ func DecodeUverbsAttr(r *abi.IbUverbsQpAttr) (qp.Attr, qp.AttrMask) {
 	a := qp.Attr{
 		State:        qp.State(r.Qp_state),
 		CurState:     qp.State(r.Cur_qp_state),
-		PathMTU:      uint8(r.Path_mtu),
+		PathMTU:      qp.MTU(r.Path_mtu),
 		PathMigState: qp.MigState(r.Path_mig_state),
 		QKey:         r.Qkey,
 		RQPSN:        r.Rq_psn,
@@ -49,7 +49,7 @@ func DecodeUverbsAttr(r *abi.IbUverbsQpAttr) (qp.Attr, qp.AttrMask) {
 // The GRH fields are copied whether or not IsGlobal is set.
 func DecodeAHAttr(k *abi.IbUverbsAhAttr) qp.AHAttr {
 	return qp.AHAttr{
-		DGID:         k.Grh.Dgid,
+		DGID:         qp.GID(k.Grh.Dgid),
 		FlowLabel:    k.Grh.Flow_label,
 		SGIDIndex:    k.Grh.Sgid_index,
 		HopLimit:     k.Grh.Hop_limit,
@@ -66,7 +66,7 @@ func DecodeAHAttr(k *abi.IbUverbsAhAttr) qp.AHAttr {
 // EncodeAHAttr is the inverse of DecodeAHAttr.
 func EncodeAHAttr(a *qp.AHAttr) abi.IbUverbsAhAttr {
 	var k abi.IbUverbsAhAttr
-	k.Grh.Dgid = a.DGID
+	k.Grh.Dgid = [16]byte(a.DGID)
 	k.Grh.Flow_label = a.FlowLabel
 	k.Grh.Sgid_index = a.SGIDIndex
 	k.Grh.Hop_limit = a.HopLimit

@@ -62,7 +62,7 @@ func ConnectQP(t testing.TB, q *uverbs.QP, remote qp.Remote) {
 	}
 	for _, step := range []func() (qp.Attr, qp.AttrMask){
 		func() (qp.Attr, qp.AttrMask) { return qp.ToInit(typ, 1, 0, AllAccess, QKey) },
-		func() (qp.Attr, qp.AttrMask) { return qp.ToRTR(typ, remote, uint8(uverbs.MTU1024)) },
+		func() (qp.Attr, qp.AttrMask) { return qp.ToRTR(typ, remote, qp.MTU1024) },
 		func() (qp.Attr, qp.AttrMask) { return rtsAttrs(typ) },
 	} {
 		attr, mask := step()

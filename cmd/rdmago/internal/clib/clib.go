@@ -16,7 +16,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/rdmago/rdma/uverbs"
+	"github.com/rdmago/rdma/qp"
 )
 
 // Strtol converts s as C's strtol(s, NULL, 0) does: leading white space,
@@ -88,18 +88,18 @@ func DigitVal(c byte) uint64 {
 }
 
 // MTUEnum is pp_mtu_to_enum: a path MTU in bytes to its code, 0 if invalid.
-func MTUEnum(bytes int32) uverbs.MTU {
+func MTUEnum(bytes int32) qp.MTU {
 	switch bytes {
 	case 256:
-		return uverbs.MTU256
+		return qp.MTU256
 	case 512:
-		return uverbs.MTU512
+		return qp.MTU512
 	case 1024:
-		return uverbs.MTU1024
+		return qp.MTU1024
 	case 2048:
-		return uverbs.MTU2048
+		return qp.MTU2048
 	case 4096:
-		return uverbs.MTU4096
+		return qp.MTU4096
 	}
 	return 0
 }

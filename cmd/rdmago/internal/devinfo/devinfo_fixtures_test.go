@@ -11,6 +11,7 @@ import (
 	"sort"
 	"syscall"
 
+	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/uverbs"
 )
 
@@ -36,8 +37,8 @@ type fakeFixture struct {
 	ListErr syscall.Errno // listing the devices fails with this errno
 }
 
-func mustGID(s string) uverbs.GID {
-	return uverbs.GID(netip.MustParseAddr(s).As16())
+func mustGID(s string) qp.GID {
+	return qp.GID(netip.MustParseAddr(s).As16())
 }
 
 func guid(v uint64) uverbs.GUID {
@@ -112,8 +113,8 @@ func rxeDevice() *fakeDevice {
 		NumCompVectors: 1,
 		Ports: []uverbs.PortAttr{{
 			State:        uverbs.PortActive,
-			MaxMTU:       uverbs.MTU4096,
-			ActiveMTU:    uverbs.MTU1024,
+			MaxMTU:       qp.MTU4096,
+			ActiveMTU:    qp.MTU1024,
 			GIDTblLen:    1024,
 			PortCapFlags: 0x00010000,
 			MaxMsgSz:     0x800000,
@@ -140,8 +141,8 @@ func mlx5IBDevice() *fakeDevice {
 	caps := uverbs.DeviceCaps(0xed721c36) | 1<<15 | 1<<31
 	ibPort := uverbs.PortAttr{
 		State:         uverbs.PortActive,
-		MaxMTU:        uverbs.MTU4096,
-		ActiveMTU:     uverbs.MTU4096,
+		MaxMTU:        qp.MTU4096,
+		ActiveMTU:     qp.MTU4096,
 		GIDTblLen:     128,
 		PortCapFlags:  0x2659e848,
 		MaxMsgSz:      0x40000000,
@@ -160,7 +161,7 @@ func mlx5IBDevice() *fakeDevice {
 		PortCapFlags2: 0x0032,
 	}
 	down := ibPort
-	down.State, down.ActiveMTU, down.LID, down.SMLID = uverbs.PortDown, uverbs.MTU4096, 0xffff, 0
+	down.State, down.ActiveMTU, down.LID, down.SMLID = uverbs.PortDown, qp.MTU4096, 0xffff, 0
 	down.LMC, down.ActiveSpeed, down.PhysState, down.BadPKeyCntr, down.QKeyViolCntr = 2, 1, 2, 0, 0
 	return &fakeDevice{
 		Dev: uverbs.Device{Name: "mlx5_0", NodeType: uverbs.NodeCA, Transport: uverbs.TransportIB, Driver: "mlx5"},
@@ -237,7 +238,7 @@ func mlx5RoCEDevice() *fakeDevice {
 	p := d.Ports[0]
 	p.LID, p.SMLID, p.MaxVLNum, p.ActiveWidth, p.ActiveSpeed = 0, 0, 0, 2, 64
 	p.PortCapFlags, p.PortCapFlags2, p.PKeyTblLen, p.GIDTblLen = 0x04010000, 0, 1, 255
-	p.ActiveMTU, p.BadPKeyCntr, p.QKeyViolCntr = uverbs.MTU1024, 0, 0
+	p.ActiveMTU, p.BadPKeyCntr, p.QKeyViolCntr = qp.MTU1024, 0, 0
 	p.LinkLayer = uverbs.LinkLayerEthernet
 	d.Ports = []uverbs.PortAttr{p}
 	d.GIDs = concat(
@@ -299,7 +300,7 @@ func oddDevice() *fakeDevice {
 				BadPKeyCntr: 0xffffffff, QKeyViolCntr: 0xffff, PKeyTblLen: 0xffff, LID: 0xffff, SMLID: 0xfffe,
 				LMC: 7, MaxVLNum: 0, SMSL: 15, SubnetTimeout: 31, InitTypeReply: 9, ActiveWidth: 3,
 				ActiveSpeed: 0, PhysState: 9, LinkLayer: 3, PortCapFlags2: 0xffff},
-			{State: 5, MaxMTU: uverbs.MTU256, ActiveMTU: uverbs.MTU512, GIDTblLen: 16, MaxVLNum: 5,
+			{State: 5, MaxMTU: qp.MTU256, ActiveMTU: qp.MTU512, GIDTblLen: 16, MaxVLNum: 5,
 				ActiveWidth: 16, ActiveSpeed: 128, PhysState: 3, LinkLayer: uverbs.LinkLayerUnspecified},
 		},
 		GIDs: []uverbs.GIDEntry{

@@ -20,6 +20,7 @@ import (
 	"strings"
 
 	"github.com/rdmago/rdma/cmd/rdmago/internal/clib"
+	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/uverbs"
 )
 
@@ -305,7 +306,7 @@ func gidLines(entries []uverbs.GIDEntry, port uint32, tblLen int, ll uverbs.Link
 
 // nullGID reports whether ibv_devinfo skips the GID: its interface ID (the
 // last eight bytes) is zero.
-func nullGID(g uverbs.GID) bool {
+func nullGID(g qp.GID) bool {
 	for _, b := range g[8:] {
 		if b != 0 {
 			return false

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rdmago/rdma/internal/abi"
+	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/uverbs"
 )
 
@@ -66,7 +67,7 @@ func fakeEnv(t *testing.T) *doctorEnv {
 	return env
 }
 
-func gid(s string) uverbs.GID { return uverbs.GID(netip.MustParseAddr(s).As16()) }
+func gid(s string) qp.GID { return qp.GID(netip.MustParseAddr(s).As16()) }
 
 func mustAddr(s string) netip.Addr { return netip.MustParseAddr(s) }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/rdmago/rdma/cmd/rdmago/internal/tooltest"
+	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/uverbs"
 )
 
@@ -750,8 +751,8 @@ func TestPerfNextAddr(t *testing.T) {
 }
 
 func TestPerfBestGIDIndex(t *testing.T) {
-	link := uverbs.GID{0: 0xfe, 1: 0x80, 8: 0x50, 9: 0x54, 10: 0x00, 11: 0xff, 12: 0xfe, 13: 0x12, 14: 0x34, 15: 0x56}
-	v4 := uverbs.GID(tooltest.RoCEGID)
+	link := qp.GID{0: 0xfe, 1: 0x80, 8: 0x50, 9: 0x54, 10: 0x00, 11: 0xff, 12: 0xfe, 13: 0x12, 14: 0x34, 15: 0x56}
+	v4 := qp.GID(tooltest.RoCEGID)
 	rxe := []uverbs.GIDEntry{
 		{GID: link, Index: 0, Port: 1, Type: uverbs.GIDTypeRoCEv2},
 		{GID: v4, Index: 1, Port: 1, Type: uverbs.GIDTypeRoCEv2},

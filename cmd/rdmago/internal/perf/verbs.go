@@ -868,7 +868,7 @@ func (r *perfRun) connect() int {
 		a := qp.Attr{State: qp.StateRTR, AHAttr: ah}
 		mask := qp.AttrState
 		if o.conn != perfUD {
-			a.PathMTU = uint8(o.curMTU)
+			a.PathMTU = qp.MTU(o.curMTU)
 			a.DestQPNum = dest.QPN
 			a.RQPSN = dest.PSN
 			mask |= qp.AttrAV | qp.AttrPathMTU | qp.AttrDestQPN | qp.AttrRQPSN

@@ -20,7 +20,7 @@ import (
 	"github.com/rdmago/rdma/cmd/rdmago/internal/clib"
 	"github.com/rdmago/rdma/cmd/rdmago/internal/command"
 	"github.com/rdmago/rdma/cmd/rdmago/internal/getopt"
-	"github.com/rdmago/rdma/uverbs"
+	"github.com/rdmago/rdma/qp"
 )
 
 // ppKind is which of the four C programs to be.
@@ -84,7 +84,7 @@ type ppOptions struct {
 	port     uint32 // TCP port
 	ibPort   int32
 	size     uint32
-	mtu      uverbs.MTU
+	mtu      qp.MTU
 	numQP    uint32 // srq
 	rxDepth  uint32
 	iters    uint32
@@ -103,7 +103,7 @@ type ppOptions struct {
 }
 
 func ppDefaults(k ppKind) ppOptions {
-	o := ppOptions{kind: k, port: 18515, ibPort: 1, size: 4096, mtu: uverbs.MTU1024,
+	o := ppOptions{kind: k, port: 18515, ibPort: 1, size: 4096, mtu: qp.MTU1024,
 		numQP: 16, rxDepth: 500, iters: 1000, gidIdx: -1}
 	if k == ppUD {
 		o.size = 1024 // whatever its usage says

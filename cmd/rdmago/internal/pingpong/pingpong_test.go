@@ -17,7 +17,7 @@ import (
 	"github.com/rdmago/rdma/cmd/rdmago/internal/clib"
 	"github.com/rdmago/rdma/cmd/rdmago/internal/command"
 	"github.com/rdmago/rdma/cmd/rdmago/internal/tooltest"
-	"github.com/rdmago/rdma/uverbs"
+	"github.com/rdmago/rdma/qp"
 )
 
 func msgOf(s string) [ppMsgSize]byte {
@@ -375,12 +375,12 @@ func TestPingpongOptions(t *testing.T) {
 		{ppAll, []string{"-q", "4", "--type=srq"}, def(ppSRQ, func(o *ppOptions) { o.numQP = 4 })},
 		{ppRC, []string{"-p", "0x4000", "-drxe0", "-i1", "-s", "64", "-m", "2048", "-r", "10", "-n50", "-l", "3", "-ecg", "1", "10.0.2.15"},
 			def(ppRC, func(o *ppOptions) {
-				o.port, o.devName, o.devSet, o.size, o.mtu, o.rxDepth, o.iters, o.sl = 0x4000, "rxe0", true, 64, uverbs.MTU2048, 10, 50, 3
+				o.port, o.devName, o.devSet, o.size, o.mtu, o.rxDepth, o.iters, o.sl = 0x4000, "rxe0", true, 64, qp.MTU2048, 10, 50, 3
 				o.events, o.chk, o.gidIdx, o.server = true, true, 1, "10.0.2.15"
 			})},
 		{ppUC, []string{"host", "--port=7", "--ib-dev", "rxe1", "--gid-idx=-1", "--iters", "5", "--events", "--chk", "--mtu=256"},
 			def(ppUC, func(o *ppOptions) {
-				o.server, o.port, o.devName, o.devSet, o.iters, o.events, o.chk, o.mtu = "host", 7, "rxe1", true, 5, true, true, uverbs.MTU256
+				o.server, o.port, o.devName, o.devSet, o.iters, o.events, o.chk, o.mtu = "host", 7, "rxe1", true, 5, true, true, qp.MTU256
 			})},
 		{ppRC, []string{"-oPN", "--rx-d", "9"}, def(ppRC, func(o *ppOptions) { o.odp, o.prefetch, o.newSend, o.rxDepth = true, true, true, 9 })},
 		{ppRC, []string{"-i", "257"}, def(ppRC, func(o *ppOptions) { o.ibPort = 257 })},

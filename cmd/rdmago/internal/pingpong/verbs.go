@@ -522,7 +522,7 @@ func (r *ppRun) connect(local, remote []ppDest) error {
 		if o.kind == ppSRQ {
 			suffix = fmt.Sprintf("[%d]", i)
 		}
-		a, m := qp.ToRTR(q.Type(), rem, uint8(o.mtu))
+		a, m := qp.ToRTR(q.Type(), rem, qp.MTU(o.mtu))
 		if err := q.Modify(&a, m); err != nil {
 			return ppMsg("Failed to modify QP" + suffix + " to RTR")
 		}
