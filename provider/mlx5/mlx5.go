@@ -309,12 +309,15 @@ func (c *Context) Close() error {
 
 var errClosed = errors.New("mlx5: object closed")
 
-// The provider's objects implement the core's interfaces.
+// The provider's objects implement the core's interfaces, the optional
+// ones included (docs/providers.md lists which provider has which).
 var (
-	_ provider.Driver  = Driver{}
-	_ provider.Context = (*Context)(nil)
-	_ provider.CQ      = (*CQ)(nil)
-	_ provider.QP      = (*QP)(nil)
-	_ provider.SRQ     = (*SRQ)(nil)
-	_ provider.AH      = (*AH)(nil)
+	_ provider.Driver         = Driver{}
+	_ provider.Context        = (*Context)(nil)
+	_ provider.CQ             = (*CQ)(nil)
+	_ provider.QP             = (*QP)(nil)
+	_ provider.SRQ            = (*SRQ)(nil)
+	_ provider.AH             = (*AH)(nil)
+	_ provider.SingleThreader = (*QP)(nil)
+	_ provider.SingleThreader = (*CQ)(nil)
 )

@@ -160,3 +160,19 @@ func (cq *CQ) Close() error {
 	defer cq.mu.Unlock()
 	return cq.q.unmap(cq.k)
 }
+
+// The provider's objects implement the core's interfaces, the optional
+// ones included (docs/providers.md lists which provider has which).
+var (
+	_ provider.Driver         = Driver{}
+	_ provider.Context        = (*Context)(nil)
+	_ provider.CQ             = (*CQ)(nil)
+	_ provider.QP             = (*QP)(nil)
+	_ provider.SRQ            = (*SRQ)(nil)
+	_ provider.AH             = (*AH)(nil)
+	_ provider.Drainer        = (*QP)(nil)
+	_ provider.SendRetirer    = (*QP)(nil)
+	_ provider.SingleThreader = (*QP)(nil)
+	_ provider.SingleThreader = (*CQ)(nil)
+	_ provider.SRQModifier    = (*SRQ)(nil)
+)
