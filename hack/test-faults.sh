@@ -7,19 +7,23 @@
 # buffer, RDMA write back, and sends in both directions), so a case passes
 # only when every ping arrived intact.
 #
-#   hack/test-faults.sh [all|short|targeted|cm|measure]   (KERNEL, VM: as in the Makefile)
+#   hack/test-faults.sh [all|short|targeted|cm|measure|death]   (KERNEL, VM: as in the Makefile)
 #
 # measure is no pass/fail set: it times a clean run for comparison, and
 # retry exhaustion (everything the client receives dropped from 2 s on),
 # which rxe does not report within 70 s on 6.1 or 6.12 (docs/reliability.md).
+# death is none either: how long a server takes to notice that its client
+# died (kill -9, SIGSTOP, link down, power-off; while pinging and idle),
+# for rdma-core's rping, rdmago's, and rdmago's with -K 2000 (keepalive).
 #
 # Faults spare QP1 (-data) except where the CM is the subject: a lost MAD is
 # retried on the CM's timeouts (seconds), which would hide the data path's
 # recovery time.
 set -uo pipefail
 set_=${1:-all}
-# want SET: whether this run includes SET (all includes every one but measure).
-want() { [ "$set_" = "$1" ] || { [ "$set_" = all ] && [ "$1" != measure ]; }; }
+# want SET: whether this run includes SET (all includes every one but
+# measure and death).
+want() { [ "$set_" = "$1" ] || { [ "$set_" = all ] && [ "$1" != measure ] && [ "$1" != death ]; }; }
 KERNEL=${KERNEL:-bookworm}
 VM=${VM:-bin/vm}
 R=$PWD/bin/rdmago F=$PWD/bin/faultrun C=/usr/bin/rping A=10.0.5.1
@@ -87,6 +91,123 @@ if [ "$set_" = measure ]; then
 		"/usr/bin/ib_write_bw -R --retry_count 6 -D 60" \
 		"$F -data -after 3s -timeout 80s -- /usr/bin/ib_write_bw -R --retry_count 6 -D 60 $A"
 	echo "== test-faults measure ($KERNEL): $n cases, $(($(date +%s) - t0)) s; output in $log"
+	exit 0
+fi
+
+# Peer death: the server (the survivor, a) pings a client (the peer, b) of
+# the same program, and the peer dies one of four ways 2 s into the pings
+# (traffic) or, idle, 3 s after being SIGSTOPped at its first ping line:
+#   kill    kill -9: its kernel destroys its cm_id and QP (a DREQ goes out)
+#   stop    SIGSTOP: its kernel goes on answering (idle: stopped from the
+#           first ping on, the stop is the fault)
+#   down    ip link set eth0 down in b; idle, the client is continued
+#           (SIGCONT) after that, to see whether its own tool notices
+#   off     b's command exits while the client runs, and the VM's init
+#           powers off at once (poweroff -f: reboot(2), kernel_power_off,
+#           the path of sysrq o) and vm pair kills b's QEMU. Not sysrq
+#           itself: a VM whose command never exits counts as failed, and
+#           vm pair would stop a 3 s later.
+# Detection is timed on a's clock: each line of both sides is stamped with
+# its guest's /proc/uptime (the programs run under stdbuf -oL), detection
+# is the survivor's first line after its last ping line, and the fault is
+# b's fault line moved to a's clock by the offset between the two clocks
+# at the first ping (death_report). The survivor is stopped 48 s after it
+# started, about 42 s after the fault. a ends with status 3, so that vm pair
+# stops b 3 s later instead of waiting out b's schedule (b must stay up
+# longer than a's limit for stop and down).
+if [ "$set_" = death ]; then
+	# Perl puts the guest's /proc/uptime before each line, unbuffered. A
+	# shell loop (read, echo) fell up to 2 s behind 200 ping lines a
+	# second when the host was busy, and its stamps with it.
+	stamp='BEGIN { $| = 1 } open U, "/proc/uptime"; print +(split / /, <U>)[0], " ", $_;'
+	# death_report reads a run's output. The survivor: its last ping line,
+	# and the first two lines after it (or "exit 124": stopped at the
+	# limit). The fault's time on a's clock: b's fault line plus the offset of the
+	# two clocks at the first ping (a prints a ping's line a few
+	# milliseconds before b does; later lines may queue behind others).
+	# Not the last ping line itself: pings can pause (rdmago -K 2000
+	# paused for 0.8 s at times), and idle, b's 3 s sleep starts late. The
+	# peer: what it printed after the fault, on its own clock.
+	death_report() {
+		awk '
+			function num(s) { sub(/.*rdma-ping-/, "", s); sub(/:.*/, "", s); return s + 0 }
+			/^\[a\] [0-9.]+ / { t = $2; l = substr($0, length($2) + 6)
+				if (l ~ /ping data: rdma-ping-/) { n++; last = t; if (first == "") first = t; at[num(l)] = t; det = det2 = ""; next }
+				if (l ~ /^exit [0-9]+$/) ex = l
+				if (n && det == "") { det = l; dt = t }
+				else if (n && det2 == "" && l !~ /^exit /) det2 = " | " l
+				next }
+			/^\[b\] [0-9.]+ .*ping data: rdma-ping-/ { bt[num($0)] = $2; next }
+			/^\[b\] [0-9.]+ fault: / { bf = $2; print "   " $0; next }
+			/^\[b\] [0-9.]+ / && bf != "" { printf "   peer   +%.2f s: %s\n", $2 - bf, substr($0, length($2) + 6) }
+			END {
+				if (!n) { print "   survivor: no ping"; exit }
+				for (k in at) if ((k in bt) && (best == "" || k + 0 < best + 0)) best = k
+				if (best == "" || bf == "") { print "   survivor: no ping or no fault on b"; exit }
+				f = bf + at[best] - bt[best]
+				printf "   survivor: %d pings in %.2f s, the last at %.2f; fault at %.2f (offset from ping %d)\n", n, last - first, last, f, best
+				if (det ~ /^exit 124$/) printf "   survivor: not detected within %.1f s (stopped at its limit)\n", dt - f
+				else printf "   survivor: +%.2f s: %s%s (%s)\n", dt - f, det, det2, ex
+			}'
+	}
+	# death FAULT MODE SURVIVOR (c, r, or k: rdmago with -K 2000)
+	death() {
+		local f=$1 m=$2 s=$3 srv cli what fault mark wait=2 idle="" a b out t1 try
+		case $s in
+		c) srv=$C cli=$C what="rping server, rping client" ;;
+		r) srv="$R rping" cli="$R rping" what="rdmago server, rdmago client" ;;
+		k) srv="$R rping -K 2000" cli="$R rping" what="rdmago -K 2000 server, rdmago client" ;;
+		esac
+		case $f in
+		kill) fault='kill -9 $p' ;;
+		stop) fault='kill -STOP $p' ;;
+		down) fault='/usr/sbin/ip link set eth0 down' ;;
+		off) fault='exit 0' ;;
+		esac
+		if [ "$m" = idle ]; then
+			idle='open P, "/tmp/pid"; chomp($p = <P>); kill "STOP", $p; ' wait=3
+			[ "$f" = stop ] && wait=0 fault=:
+			[ "$f" = down ] && fault="$fault; kill -CONT \$p"
+		fi
+		a="{ stdbuf -oL timeout 48 $srv -s -v -V -a $A -C 100000 -S 64 2>&1; echo \"exit \$?\"; } | /usr/bin/perl -ne '$stamp'; exit 3"
+		# b's stamping also marks the first ping line, and idle stops the
+		# client there. The client starts 1 s after it, so that the first
+		# ping line, the one the clocks are matched at, finds Perl running.
+		b="{ sleep 1; stdbuf -oL $cli -c -v -V -a $A -C 100000 -S 64 2>&1 & echo \$! >/tmp/pid; wait \$!; echo \"client exit \$?\"; } |"
+		b="$b /usr/bin/perl -ne '$stamp"' if (!$f && /ping data/) { $f = 1; '"$idle"'open F, ">/tmp/first"; close F }'"' &"
+		b="$b"' i=0; until [ -e /tmp/first ]; do i=$((i + 1)); [ $i -le 300 ] || exit 0; sleep 0.05; done; read -r p </tmp/pid;'
+		# The fault line comes once the fault is done (ip, a process
+		# started over 9p, took up to 0.3 s), but before the power-off.
+		mark="read -r up _ </proc/uptime; echo \"\$up fault: $f ($m)\""
+		if [ "$f" = off ]; then fault="$mark; $fault"; else fault="$fault; $mark"; fi
+		b="$b sleep $wait; $fault; sleep 55; kill -CONT \$p; kill -9 \$p; exit 0"
+		t1=$(date +%s) n=$((n + 1))
+		echo "== death ($KERNEL) $f, $m: $what"
+		for try in 1 2; do
+			out=$($VM pair --kernel "$KERNEL" --timeout 100s -- /bin/sh -c "$a" ::: /bin/sh -c "sleep 2; $b" 2>&1)
+			{ echo "== death $f $m $s"; echo "   [a] $a"; echo "   [b] sleep 2; $b"; printf '%s\n' "$out"; } >>"$log"
+			# On a busy host the client has come before the server
+			# listened (REJECTED): once more.
+			printf '%s\n' "$out" | grep -q '^\[a\] [0-9.]* server ping data' && break
+			[ $try = 1 ] && echo "   no ping: again"
+		done
+		printf '%s\n' "$out" | death_report
+		printf '%s\n' "$out" | grep -E '^vm: pair failed' | grep -v '^vm: pair failed: \[a\] exit status 3 (/bin/sh); \[b\] stopped' | sed 's/^/   /'
+		echo "done $f $m $s ($(($(date +%s) - t1)) s)"
+	}
+	# SURVIVORS, FAULTS and MODES choose a part of the set (all of it by
+	# default).
+	sv=${SURVIVORS:-c r k}
+	if [[ " $sv " = *" k "* ]] && ! "$R" rping -h 2>&1 | grep -q -- '-K'; then
+		echo "skip rdmago rping -K 2000: this bin/rdmago has no -K"
+		sv=${sv//k/}
+	fi
+	for f in ${FAULTS:-kill stop down off}; do
+		for m in ${MODES:-traffic idle}; do
+			for s in $sv; do death $f $m $s; done
+		done
+	done
+	echo "== test-faults death ($KERNEL): $n cases, $(($(date +%s) - t0)) s; output in $log"
 	exit 0
 fi
 
