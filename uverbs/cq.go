@@ -405,12 +405,12 @@ func (cq *CQ) Poll(wc []wr.Completion) (int, error) {
 	if cq == nil {
 		return 0, errNil
 	}
-	var n, k int
+	var n int
 	if cq.single {
 		if cq.dead.Load() {
 			return 0, ErrClosed
 		}
-		n = cq.prov.Poll(wc)
+		n = cq.pollDevice(wc)
 	} else {
 		cq.rw.RLock()
 		if cq.dead.Load() {
@@ -418,20 +418,11 @@ func (cq *CQ) Poll(wc []wr.Completion) (int, error) {
 			return 0, ErrClosed
 		}
 		if cq.aheadN.Load() > 0 {
-			k = cq.takeAhead(wc)
+			n = cq.takeAhead(wc)
 		}
-		n = cq.prov.Poll(wc[k:])
+		n += cq.pollDevice(wc[n:])
 		cq.rw.RUnlock()
 	}
-	for i := range wc[k : k+n] {
-		if wc[k+i].Status != wr.Success {
-			cq.ctx.noteFailed(wc[k+i].QPNum)
-		}
-	}
-	if cq.probing.Load() > 0 {
-		n = cq.dropProbes(wc[k : k+n])
-	}
-	n += k
 	if n < len(wc) && cq.softN.Load() > 0 {
 		n += cq.takeSoft(wc[n:])
 	}
@@ -439,6 +430,32 @@ func (cq *CQ) Poll(wc []wr.Completion) (int, error) {
 		return 0, ErrCQOverrun
 	}
 	return n, nil
+}
+
+// pollDevice moves the provider's completions into wc, noting failed QPs
+// and taking the keepalive's probes out. Room a probe leaves is filled from
+// the device again, so that fewer than len(wc) still means the CQ is
+// empty: a program that stops polling on a short count and waits for the
+// next event must not leave a completion behind a probe.
+func (cq *CQ) pollDevice(wc []wr.Completion) int {
+	n := 0
+	for n < len(wc) {
+		m := cq.prov.Poll(wc[n:])
+		for i := range wc[n : n+m] {
+			if wc[n+i].Status != wr.Success {
+				cq.ctx.noteFailed(wc[n+i].QPNum)
+			}
+		}
+		got := m
+		if cq.probing.Load() > 0 {
+			got = cq.dropProbes(wc[n : n+m])
+		}
+		n += got
+		if got == m {
+			break // nothing taken out: the device had no more, or wc is full
+		}
+	}
+	return n
 }
 
 // takeSoft moves the library's own completions into wc.

@@ -310,7 +310,14 @@ func (r *rpRun) cmEvent(ev *cm.Event) int {
 		}
 		r.eprintf("%s DISCONNECT EVENT...\n", side)
 		if err := ev.Err(); err != nil {
-			r.eprintf("%s: %v\n", side, err) // the keepalive's
+			// The keepalive's (-K): the peer stopped answering. rping
+			// exits 0 on a peer's disconnect; this is a failure, and
+			// the status says so, as for the other error events.
+			r.eprintf("%s: %v\n", side, err)
+			r.exit(-1)
+			c.setState(rpError)
+			c.sem.post()
+			return -1
 		}
 		c.setState(rpDisconnected)
 		c.sem.post()
