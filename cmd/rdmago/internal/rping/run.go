@@ -309,10 +309,12 @@ func (r *rpRun) cmEvent(ev *cm.Event) int {
 			side = "server"
 		}
 		r.eprintf("%s DISCONNECT EVENT...\n", side)
-		if err := ev.Err(); err != nil {
+		if err := ev.Err(); r.o.keepAlive > 0 && errors.Is(err, unix.ETIMEDOUT) {
 			// The keepalive's (-K): the peer stopped answering. rping
 			// exits 0 on a peer's disconnect; this is a failure, and
-			// the status says so, as for the other error events.
+			// the status says so, as for the other error events. (The
+			// kernel's own DISCONNECTED after an unanswered DREQ also
+			// carries ETIMEDOUT; without -K it goes as in rping.)
 			r.eprintf("%s: %v\n", side, err)
 			r.exit(-1)
 			c.setState(rpError)
