@@ -7,7 +7,7 @@
 # buffer, RDMA write back, and sends in both directions), so a case passes
 # only when every ping arrived intact.
 #
-#   hack/test-faults.sh [all|short|targeted|cm|measure|death]   (KERNEL, VM: as in the Makefile)
+#   hack/test-faults.sh [all|short|targeted|cm|keepalive|egress|measure|death]   (KERNEL, VM: as in the Makefile)
 #
 # measure is no pass/fail set: it times a clean run for comparison, and
 # retry exhaustion (everything the client receives dropped from 2 s on),
@@ -304,7 +304,9 @@ fi
 # the server) lost. The CM resends it after its response timeout and the
 # connection comes up. A lost DREQ is not here: rping (rdma-core's and
 # rdmago's) destroys its ID right after disconnecting, which stops the CM
-# resending the DREQ, so the server is never told (docs/reliability.md).
+# resending the DREQ, so the server is never told (docs/reliability.md);
+# make test-pair's TestPairLostDREQ shows the CM resending it to a client
+# that waits, and the keepalive ending the server's side otherwise.
 if want cm; then
 	for t in "a REQ" "b REP" "a RTU"; do
 		set -- $t
@@ -314,6 +316,40 @@ if want cm; then
 			"$fa $R rping -s -v -V -a $A -C 5" "$fb $R rping -c -v -V -a $A -C 5" \
 			5 "$pa" 5 "$pb" 1 "^\\[$1\\] faultrun: eth0: .* dropped 1 "
 	done
+fi
+
+# The keepalive bounds what rxe does not: everything a side receives dropped
+# from some point on (its link gone, as it sees it). An RDMA write stream
+# (perftest's -D mode, rdmago's ib_write_bw with --keepalive 2000) fails
+# flushed within the bound, where without it the stream waits for ever
+# (docs/reliability.md, Retry exhaustion); so does rping's server with -K,
+# which exits 255. faultrun's time after the fault must stay under 4 s.
+within4='command exited [0-9]+ after [0-9.]+s, [0-3][.][0-9]+s after the fault began'
+# Both ends fail here, as they should: each command's status is printed
+# instead of returned, for vm pair not to count it (b's through a shell of
+# its own: pair execs b's command).
+if want keepalive; then
+	pair "keepalive: all dropped at an ib_write_bw -R -D 30 --keepalive 2000 client from 4 s" 90s \
+		"$R ib_write_bw -R -D 30; echo \"server status \$?\"" \
+		"/bin/sh -c '$F -after 4s -timeout 60s -- $R ib_write_bw -R -D 30 --keepalive 2000 $A; echo client status \$?'" \
+		1 '^\[b\]  Keepalive: .*connection timed out' 1 "^\\[b\\] faultrun: $within4" 1 '^\[b\] client status 1$'
+	pair "keepalive: all dropped at an rping -K 2000 server from 4 s, rdmago client" 90s \
+		"$F -after 4s -timeout 60s -- $R rping -s -v -V -a $A -C 100000 -S 64 -K 2000; echo \"server status \$?\"" \
+		"/bin/sh -c '$R rping -c -V -a $A -C 100000 -S 64; echo client status \$?'" \
+		1 '^\[a\] server: cm: .*connection timed out' 1 "^\\[a\\] faultrun: $within4" 1 '^\[a\] server status 255$'
+fi
+
+# Drops on the sending side (TCX egress, Linux 6.6 and later): the client's
+# own last packet of a 64 KiB RDMA read response, once.
+if want egress; then
+	if [ "$KERNEL" != bookworm ]; then
+		pair "egress: the client's first read_response_last dropped as it leaves, rping -S 65535 -C 5: rdmago both" 90s \
+			"$R rping -s -V -a $A -C 5 -S 65535" \
+			"$F -egress -opcode read_response_last -limit 1 -timeout 80s -- $R rping -c -V -a $A -C 5 -S 65535" \
+			1 '^\[b\] faultrun: fault on eth0 [(]TCX egress[)]' 1 '^\[b\] faultrun: eth0: .* dropped 1 ' 1 '^\[b\] faultrun: command exited 0'
+	else
+		echo "skip egress on bookworm: TCX came with Linux 6.6 (faults.AttachEgress says so)"
+	fi
 fi
 
 echo "== test-faults ($KERNEL): $n cases, $fails failed, $(($(date +%s) - t0)) s; output in $log"
