@@ -6,7 +6,7 @@
 // page boundary and is a whole number of pages.
 //
 // The memory is Go memory, so it follows Go's rules: it stays valid for as
-// long as anything refers to it, a slice kept after Free or Close included,
+// long as anything refers to it, a slice kept after Close included,
 // and the device can reach it only while a registration covers it (a
 // registration keeps it alive). Nothing a program does with this package's
 // values can make an access fault or let a peer write into memory the
@@ -54,7 +54,7 @@ func Alloc(n int) (*Memory, error) {
 	return &Memory{mem: raw[off : off+size : off+size], n: n}, nil
 }
 
-// Bytes returns the n bytes asked for; nil after Free.
+// Bytes returns the n bytes asked for; nil after Close.
 func (m *Memory) Bytes() []byte {
 	m.mu.Lock()
 	defer m.mu.Unlock()
