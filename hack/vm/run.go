@@ -182,12 +182,14 @@ func runVM(o runOptions, argv []string, interactive bool) int {
 		}
 		code, kvmFailed := s.wait(sigs)
 		q.Kill()
-		if s.bootStuck && bootRetries < 1 {
+		if s.bootStuck && bootRetries < maxBootRetries {
 			// Nothing of the command ran. A guest that hangs or crashes
 			// while booting (seen rarely under TCG on a loaded 2-core
-			// machine) gets one fresh start.
+			// machine: QEMU itself segfaulting, or the guest oopsing on
+			// an int3 in code the kernel was patching on the other vCPU,
+			// twice in a row once in CI) gets a fresh start.
 			bootRetries++
-			logf("retrying the boot once")
+			logf("retrying the boot (%d of %d)", bootRetries, maxBootRetries)
 			if err := resetIODir(p.ioDir); err != nil {
 				logf("%v", err)
 				return exitVMError
@@ -207,6 +209,10 @@ func runVM(o runOptions, argv []string, interactive bool) int {
 		p.cfg.accel = "tcg"
 	}
 }
+
+// maxBootRetries bounds the fresh starts of a guest that never started
+// its command: each costs a boot, about 4 s.
+const maxBootRetries = 3
 
 // vmPlan is one VM ready to start: its kernel, its I/O folder with the
 // request in it, and its QEMU configuration (less the accelerator, which
