@@ -380,9 +380,7 @@ func (id *ID) Disconnect(ctx context.Context) error {
 		id.mu.Unlock()
 		return wrapErr("disconnect", err)
 	}
-	c := newCmd[abi.RdmaUcmDisconnect](abi.RDMA_USER_CM_CMD_DISCONNECT, 0)
-	c.body.Id = id.handle
-	err = exec(f, c, nil)
+	err = id.sendDisconnect(f)
 	id.setState(stateDisconnected)
 	id.disconnected = err == nil
 	peerDead, peerLeft := id.kaErr != nil, !id.peerGone.IsZero()
@@ -402,4 +400,13 @@ func (id *ID) Disconnect(ctx context.Context) error {
 		return nil
 	}
 	return id.complete(ctx, "disconnect", EventDisconnected)
+}
+
+// sendDisconnect sends the disconnect command (rdma_disconnect's write):
+// the kernel sends the DREQ, or the DREP to a peer's. The caller holds
+// id.mu.
+func (id *ID) sendDisconnect(f ucmaFile) error {
+	c := newCmd[abi.RdmaUcmDisconnect](abi.RDMA_USER_CM_CMD_DISCONNECT, 0)
+	c.body.Id = id.handle
+	return exec(f, c, nil)
 }

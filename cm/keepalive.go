@@ -8,7 +8,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/rdmago/rdma/internal/abi"
 	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/uverbs"
 )
@@ -91,9 +90,7 @@ func (id *ID) keepAliveDead(q *uverbs.QP, why error) {
 	// then ends its side. The DREQ's fate is the kernel's; its
 	// DISCONNECTED, when the resends give up, is not reported again.
 	if f, err := id.file(); err == nil && !id.disconnected {
-		c := newCmd[abi.RdmaUcmDisconnect](abi.RDMA_USER_CM_CMD_DISCONNECT, 0)
-		c.body.Id = id.handle
-		id.disconnected = exec(f, c, nil) == nil
+		id.disconnected = id.sendDisconnect(f) == nil
 	}
 	ch := id.ch
 	id.mu.Unlock()
