@@ -104,9 +104,11 @@ type perfRun struct {
 	ccnt      []uint64
 	wc        []wr.Completion
 	rposted   int
-	// Time stamps, in nanoseconds since base (perftest's tposted and
-	// tcompleted, in cycles).
+	// Time stamps in ticks (perftest's tposted and tcompleted, in
+	// cycles): now's counter, turned into nanoseconds by nanos once a
+	// run is over. base and baseTicks are the same moment.
 	base       time.Time
+	baseTicks  uint64
 	tposted    []uint64
 	tcompleted []uint64
 	clock      *perfClock
@@ -118,8 +120,27 @@ type perfRun struct {
 	countAllocs bool
 }
 
-// now is the time stamp of this moment.
-func (r *perfRun) now() uint64 { return uint64(time.Since(r.base)) }
+// now is the time stamp of this moment, in ticks. Stamps start at
+// tickOffset, never 0, which the reports would read as unset.
+func (r *perfRun) now() uint64 { return ticks() - r.baseTicks + tickOffset }
+
+const tickOffset = 1 << 30
+
+// nanos turns stamps into nanoseconds, scaling by the ticks counted
+// against the monotonic clock since the run began.
+func (r *perfRun) nanos(stamps []uint64) []uint64 {
+	out := make([]uint64, len(stamps))
+	scale := 1.0
+	if haveTicks {
+		if n := ticks() - r.baseTicks; n > 0 {
+			scale = float64(time.Since(r.base)) / float64(n)
+		}
+	}
+	for i, t := range stamps {
+		out[i] = uint64(float64(t) * scale)
+	}
+	return out
+}
 
 // failf prints a perftest message on stderr; the run then ends with
 // status 1.
@@ -144,7 +165,7 @@ func (r *perfRun) full() bool { return r.o.output == perfOutFull && !r.o.json }
 func (r *perfRun) main(ctx context.Context) int {
 	o := &r.o
 	t := o.test
-	r.base = time.Now().Add(-time.Second)
+	r.base, r.baseTicks = time.Now(), ticks()
 	r.countAllocs = os.Getenv(perfAllocsEnv) == "1"
 	defer r.release()
 
@@ -1399,7 +1420,7 @@ func (r *perfRun) bwReport() perfBWReport {
 	return perfComputeBW(perfBWInput{
 		size: o.size, iters: iters, numQPs: o.numQPs, postList: o.postList,
 		cqMod: o.cqMod, noPeak: o.noPeak, duration: o.durationOn, gbits: o.reportG,
-		tposted: tposted, tcompleted: tcompleted,
+		tposted: r.nanos(tposted), tcompleted: r.nanos(tcompleted),
 	})
 }
 
@@ -1573,7 +1594,8 @@ func (r *perfRun) rttFactor() int {
 func (r *perfRun) printLat() {
 	o := &r.o
 	if o.durationOn {
-		rep := perfComputeLatDur(o.size, r.measured, r.clock.end.Load()-r.clock.start.Load(), r.rttFactor())
+		span := r.nanos([]uint64{r.clock.end.Load() - r.clock.start.Load()})[0]
+		rep := perfComputeLatDur(o.size, r.measured, span, r.rttFactor())
 		if r.json != nil {
 			r.json.addLatDur(rep)
 		} else {
@@ -1581,7 +1603,7 @@ func (r *perfRun) printLat() {
 		}
 		return
 	}
-	rep := perfComputeLat(o.size, r.tposted[:o.iters], r.rttFactor())
+	rep := perfComputeLat(o.size, r.nanos(r.tposted[:o.iters]), r.rttFactor())
 	if r.json != nil {
 		r.json.addLat(rep)
 	} else {
