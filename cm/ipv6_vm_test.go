@@ -54,7 +54,7 @@ func TestDeviceIPv6(t *testing.T) {
 	if r := id.Route(); !r.DstAddr.Addr().Is6() || qp.GID(r.DGID).Addr() != src.Addr().WithZone("") {
 		t.Errorf("route %+v", r)
 	}
-	err = rdmaClient(ctx, t, id)
+	err = rdmaClient(ctx, t, id, goServerMsg)
 	rdmatest.Must(t, id.Close())
 	rdmatest.Must(t, err)
 	rdmatest.Must(t, <-srv)
