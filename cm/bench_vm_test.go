@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/rdmago/rdma/cm"
 	"github.com/rdmago/rdma/internal/rdmatest"
@@ -53,6 +54,64 @@ func BenchmarkDevicePostWrite(b *testing.B) {
 	for b.Loop() {
 		rdmatest.Must(b, bp.c.PostWrite(1, bp.cbuf[:64], bp.cmsg, wr.Signaled, bp.swrite.Remote()))
 		bp.sendComp(b)
+	}
+}
+
+// BenchmarkDevicePostWriteInline is uverbs' BenchmarkDeviceWriteRoundTrip
+// through the rdma_verbs.h calls: one 64-byte inline write and its
+// completion. Under the instruction-counting clock the difference between
+// the two is what cm adds per message (docs/performance.md).
+func BenchmarkDevicePostWriteInline(b *testing.B) {
+	bp := newBenchPair(b)
+	b.ReportAllocs()
+	for b.Loop() {
+		rdmatest.Must(b, bp.c.PostWrite(1, bp.cbuf[:64], nil, wr.Signaled|wr.Inline, bp.swrite.Remote()))
+		bp.sendComp(b)
+	}
+}
+
+// pollOne busy-polls cq for one successful completion.
+func pollOne(b *testing.B, cq *uverbs.CQ, out []wr.Completion) {
+	for {
+		n, err := cq.Poll(out)
+		rdmatest.Must(b, err)
+		if n > 0 {
+			rdmatest.Must(b, out[0].Err())
+			return
+		}
+	}
+}
+
+// BenchmarkDeviceQPPostWritePoll posts BenchmarkDevicePostWritePoll's
+// write on the same QP through uverbs.QP.PostSend: the difference between
+// the two is what cm's call adds.
+func BenchmarkDeviceQPPostWritePoll(b *testing.B) {
+	bp := newBenchPair(b)
+	out := make([]wr.Completion, 4)
+	cq, q := bp.c.SendCQ(), bp.c.QP()
+	r := bp.swrite.Remote()
+	send := []wr.SendWR{{ID: 1, Opcode: wr.OpRDMAWrite, Flags: wr.Signaled | wr.Inline,
+		SGList: []wr.SGE{{Addr: uint64(uintptr(unsafe.Pointer(&bp.cbuf[0]))), Length: 64}}, RemoteAddr: r.Addr, RKey: r.RKey}}
+	b.ReportAllocs()
+	for b.Loop() {
+		_, err := q.PostSend(send)
+		rdmatest.Must(b, err)
+		pollOne(b, cq, out)
+	}
+}
+
+// BenchmarkDevicePostWritePoll is BenchmarkDevicePostWriteInline with the
+// completion busy-polled from the ID's send CQ, as uverbs'
+// BenchmarkDeviceWriteRoundTrip polls: the difference between the two is
+// cm's post call alone.
+func BenchmarkDevicePostWritePoll(b *testing.B) {
+	bp := newBenchPair(b)
+	out := make([]wr.Completion, 4)
+	cq := bp.c.SendCQ()
+	b.ReportAllocs()
+	for b.Loop() {
+		rdmatest.Must(b, bp.c.PostWrite(1, bp.cbuf[:64], nil, wr.Signaled|wr.Inline, bp.swrite.Remote()))
+		pollOne(b, cq, out)
 	}
 }
 

@@ -102,9 +102,7 @@ func (id *ID) CreateQP(pd *uverbs.PD, attr uverbs.QPInitAttr) error {
 	}
 	id.verbs = v
 	id.pd = pd
-	id.scratch.mu.Lock()
-	id.scratch.reset(attr.SRQ)
-	id.scratch.mu.Unlock()
+	id.scratch.reset(attr.SRQ, attr.SingleThreaded)
 	id.qp.Store(q)
 	return nil
 }
@@ -216,9 +214,7 @@ func (id *ID) destroyVerbsLocked() error {
 // waitPosts waits for a post in progress, which holds the QP, and clears
 // the scratch's references to caller memory.
 func (id *ID) waitPosts() {
-	id.scratch.mu.Lock()
-	id.scratch.reset(nil)
-	id.scratch.mu.Unlock()
+	id.scratch.reset(nil, false)
 }
 
 // destroyVerbs destroys the QP, then the CQs and completion channels

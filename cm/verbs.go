@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -35,36 +36,73 @@ import (
 // gets unix.EINVAL, one not connected (its QP not ready to send, or the
 // connection gone) unix.ENOTCONN, a buffer outside its MR unix.EINVAL, a
 // full queue unix.ENOMEM. Posting allocates nothing: each ID keeps its own
-// work request and scatter-gather element, used under a mutex.
+// work request and scatter-gather element for sends and for receives,
+// each used under a mutex, which a single-threaded QP
+// (uverbs.QPInitAttr.SingleThreaded) does without.
 
 // scratch is an ID's preallocated work requests.
 type scratch struct {
-	mu   sync.Mutex
-	send [1]wr.SendWR
-	recv [1]wr.RecvWR
-	sge  [1]wr.SGE
-	// keep holds the caller's buffer during a post. Storing it here makes
-	// the compiler treat buffers passed to the posting calls as escaping,
-	// so none lives on a goroutine stack, which may move while the
-	// provider copies inline data from the address in the SGE.
-	keep unsafe.Pointer
-	// srq is the SRQ the ID's QP receives from, set with the QP.
+	sendMu  postLock
+	send    [1]wr.SendWR
+	sendSGE [1]wr.SGE
+	// sendKeep and recvKeep hold the caller's buffer during a post.
+	// Storing it here makes the compiler treat buffers passed to the
+	// posting calls as escaping, so none lives on a goroutine stack,
+	// which may move while the provider copies inline data from the
+	// address in the SGE.
+	sendKeep unsafe.Pointer
+
+	recvMu   postLock
+	recv     [1]wr.RecvWR
+	recvSGE  [1]wr.SGE
+	recvKeep unsafe.Pointer
+	// srq is the SRQ the ID's QP receives from, set with the QP (under
+	// both locks).
 	srq *uverbs.SRQ
 
-	sendMu sync.Mutex
-	sendWC [1]wr.Completion
-	recvMu sync.Mutex
-	recvWC [1]wr.Completion
+	sendCompMu sync.Mutex
+	sendWC     [1]wr.Completion
+	recvCompMu sync.Mutex
+	recvWC     [1]wr.Completion
+}
+
+// postLock serializes the posts of one kind (sends, or receives) through
+// an ID's scratch. It is off while the ID's QP is single-threaded: its
+// user then posts from one goroutine at a time, and the post takes no lock
+// of cm's (nor of the provider's).
+type postLock struct {
+	mu  sync.Mutex
+	off atomic.Bool
+}
+
+// lock takes l unless it is off, and reports whether it did, for unlock.
+func (l *postLock) lock() bool {
+	if l.off.Load() {
+		return false
+	}
+	l.mu.Lock()
+	return true
+}
+
+func (l *postLock) unlock(locked bool) {
+	if locked {
+		l.mu.Unlock()
+	}
 }
 
 // reset clears the work requests, dropping references to caller memory,
-// and sets the SRQ of the QP. The caller holds s.mu.
-func (s *scratch) reset(srq *uverbs.SRQ) {
+// and sets the SRQ of the QP and whether posts lock. It waits for posts
+// under way.
+func (s *scratch) reset(srq *uverbs.SRQ, single bool) {
+	s.sendMu.mu.Lock()
+	s.recvMu.mu.Lock()
 	s.srq = srq
-	s.send[0] = wr.SendWR{}
-	s.recv[0] = wr.RecvWR{}
-	s.sge[0] = wr.SGE{}
-	s.keep = nil
+	s.send[0], s.sendSGE[0], s.sendKeep = wr.SendWR{}, wr.SGE{}, nil
+	s.recv[0], s.recvSGE[0], s.recvKeep = wr.RecvWR{}, wr.SGE{}, nil
+	s.sendMu.off.Store(single)
+	s.recvMu.off.Store(single)
+	s.recvMu.mu.Unlock()
+	s.sendMu.mu.Unlock()
 }
 
 // postErr is a refused post: the errno, with why.
@@ -147,12 +185,12 @@ func sgeOf(op string, buf []byte, m *uverbs.MR, inline bool) (wr.SGE, error) {
 }
 
 // postSend posts the scratch send request, which the caller filled under
-// s.mu, and clears it.
+// s.sendMu, and clears it.
 func (id *ID) postSend(op string, q *uverbs.QP) error {
 	s := &id.scratch
 	_, err := q.PostSend(s.send[:])
 	s.send[0] = wr.SendWR{}
-	s.keep = nil
+	s.sendKeep = nil
 	if err != nil {
 		return wrapPost(op, err)
 	}
@@ -180,8 +218,7 @@ func wrapPost(op string, err error) error {
 // the ID's SRQ when it has one.
 func (id *ID) PostRecvv(wrID uint64, sgl []wr.SGE) error {
 	s := &id.scratch
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.recvMu.unlock(s.recvMu.lock())
 	return id.postRecv("post recv", wrID, sgl)
 }
 
@@ -199,7 +236,7 @@ func (id *ID) postRecv(op string, wrID uint64, sgl []wr.SGE) error {
 		_, err = q.PostRecv(s.recv[:])
 	}
 	s.recv[0] = wr.RecvWR{}
-	s.keep = nil
+	s.recvKeep = nil
 	if err != nil {
 		return wrapPost(op, err)
 	}
@@ -217,16 +254,15 @@ func (id *ID) PostRecv(wrID uint64, buf []byte, mr *uverbs.MR) error {
 		return postErr(op, unix.EINVAL, "a receive needs an MR")
 	}
 	s := &id.scratch
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.keep = unsafe.Pointer(unsafe.SliceData(buf))
+	defer s.recvMu.unlock(s.recvMu.lock())
+	s.recvKeep = unsafe.Pointer(unsafe.SliceData(buf))
 	sge, err := sgeOf(op, buf, mr, false)
 	if err != nil {
-		s.keep = nil
+		s.recvKeep = nil
 		return err
 	}
-	s.sge[0] = sge
-	return id.postRecv(op, wrID, s.sge[:])
+	s.recvSGE[0] = sge
+	return id.postRecv(op, wrID, s.recvSGE[:])
 }
 
 // PostSendv sends the buffers sgl names (rdma_post_sendv).
@@ -248,8 +284,7 @@ func (id *ID) PostWritev(wrID uint64, sgl []wr.SGE, flags wr.SendFlags, remote w
 
 func (id *ID) postSendv(op string, wrID uint64, sgl []wr.SGE, flags wr.SendFlags, opcode wr.Opcode, remote wr.Remote) error {
 	s := &id.scratch
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.sendMu.unlock(s.sendMu.lock())
 	q, err := id.sendQP(op)
 	if err != nil {
 		return err
@@ -262,20 +297,19 @@ func (id *ID) postSendv(op string, wrID uint64, sgl []wr.SGE, flags wr.SendFlags
 func (id *ID) post1(op string, wrID uint64, buf []byte, mr *uverbs.MR, flags wr.SendFlags, opcode wr.Opcode,
 	remote wr.Remote, ah *uverbs.AH, remoteQPN uint32) error {
 	s := &id.scratch
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.sendMu.unlock(s.sendMu.lock())
 	q, err := id.sendQP(op)
 	if err != nil {
 		return err
 	}
-	s.keep = unsafe.Pointer(unsafe.SliceData(buf))
+	s.sendKeep = unsafe.Pointer(unsafe.SliceData(buf))
 	sge, err := sgeOf(op, buf, mr, flags&wr.Inline != 0 && opcode != wr.OpRDMARead)
 	if err != nil {
-		s.keep = nil
+		s.sendKeep = nil
 		return err
 	}
-	s.sge[0] = sge
-	s.send[0] = wr.SendWR{ID: wrID, SGList: s.sge[:], Opcode: opcode, Flags: flags, RemoteAddr: remote.Addr, RKey: remote.RKey}
+	s.sendSGE[0] = sge
+	s.send[0] = wr.SendWR{ID: wrID, SGList: s.sendSGE[:], Opcode: opcode, Flags: flags, RemoteAddr: remote.Addr, RKey: remote.RKey}
 	if ah != nil {
 		s.send[0].AH = ah
 		s.send[0].RemoteQPN = remoteQPN
@@ -340,9 +374,9 @@ func (id *ID) GetRecvComp(ctx context.Context) (wr.Completion, error) {
 
 func (id *ID) getComp(ctx context.Context, op string, send bool) (wr.Completion, error) {
 	s := &id.scratch
-	mu, wc := &s.recvMu, &s.recvWC
+	mu, wc := &s.recvCompMu, &s.recvWC
 	if send {
-		mu, wc = &s.sendMu, &s.sendWC
+		mu, wc = &s.sendCompMu, &s.sendWC
 	}
 	id.mu.Lock()
 	cq, ch := id.verbs.recvCQ, id.verbs.recvCh

@@ -22,6 +22,8 @@
 package provider
 
 import (
+	"errors"
+
 	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/wr"
 )
@@ -38,6 +40,13 @@ type Kernel interface {
 	// only: it is issued as a raw system call, which keeps the calling
 	// thread's P for the duration (see docs/performance.md).
 	Write(b []byte) error
+	// Doorbell is Write for a QP's send doorbell, without Write's guard
+	// against a closed command file: the provider rings it only for a QP
+	// that is not stopped, under the send queue's lock (or from the one
+	// goroutine a single-threaded QP allows), and the core stops every QP
+	// (QP.Stop, QP.Close) before it closes the file. The guard would be a
+	// second lock on every post.
+	Doorbell(b []byte) error
 	// Invoke calls one driver-specific method of the ioctl interface
 	// (RDMA_VERBS_IOCTL): object and method are ids in the driver's
 	// namespace (mlx5's MLX5_IB_OBJECT_UAR and MLX5_IB_METHOD_UAR_OBJ_ALLOC,
@@ -170,9 +179,20 @@ type QP interface {
 	PostSend(wrs []wr.SendWR) (int, error)
 	// PostRecv posts receive requests, with the same contract.
 	PostRecv(wrs []wr.RecvWR) (int, error)
-	// Close releases the provider's mappings and buffers.
+	// Stop makes every later post return ErrStopped, and returns once no
+	// post is under way: the core calls it before it destroys the kernel
+	// object, so no post rings a doorbell with a destroyed QP's handle or
+	// touches the rings after they are unmapped, without a lock of its
+	// own around every post. Resume undoes it when the destroy failed.
+	Stop()
+	Resume()
+	// Close stops the QP and releases the provider's mappings and buffers.
 	Close() error
 }
+
+// ErrStopped is what a stopped QP's posts return (QP.Stop); the core
+// reports it as its own closed-object error.
+var ErrStopped = errors.New("provider: the queue pair is stopped")
 
 // SRQInitAttr sizes a shared receive queue.
 type SRQInitAttr struct {

@@ -52,11 +52,12 @@ type Context struct {
 // holds only weak pointers: the async event reader keeps it, and must keep
 // neither the objects nor, through them, the Context alive.
 type registry struct {
-	mu    sync.Mutex
-	cqs   map[uint64]entry[CQ]
-	qps   map[uint64]entry[QP]
-	srqs  map[uint64]entry[SRQ]
-	byQPN map[uint32]weak.Pointer[QP] // completions name QPs by number
+	mu     sync.Mutex
+	closed bool // the context's Close has begun
+	cqs    map[uint64]entry[CQ]
+	qps    map[uint64]entry[QP]
+	srqs   map[uint64]entry[SRQ]
+	byQPN  map[uint32]weak.Pointer[QP] // completions name QPs by number
 }
 
 // entry is a registered object: its object, for the context's Close and
@@ -196,10 +197,29 @@ func (c *Context) providerContext(op string) (provider.Context, error) {
 	return c.prov, nil
 }
 
-func register[T any](r *registry, m map[uint64]entry[T], o *object, v *T) {
+// register adds a new object, unless the context's Close has begun: then
+// it reports false, and the caller releases the object's provider side
+// (the kernel object goes with the command file). Close releases every
+// registered object before it closes the file, which is what lets QPs ring
+// their doorbells without a guard (devFile.doorbell).
+func register[T any](r *registry, m map[uint64]entry[T], o *object, v *T) bool {
 	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return false
+	}
 	m[o.id] = entry[T]{o: weak.Make(o), w: weak.Make(v)}
-	r.mu.Unlock()
+	return true
+}
+
+// registered ends the creation of an object: it is registered and tracked,
+// or, when the context is closing, released and ErrClosed returned.
+func registered(ok bool, o *object, op string) error {
+	if ok {
+		return nil
+	}
+	o.finish()
+	return &Error{Op: op, Err: ErrClosed}
 }
 
 func lookup[T any](r *registry, m map[uint64]entry[T], id uint64) *T {
@@ -208,12 +228,15 @@ func lookup[T any](r *registry, m map[uint64]entry[T], id uint64) *T {
 	return m[id].w.Value()
 }
 
-func registerCQ(c *Context, cq *CQ) { register(c.reg, c.reg.cqs, cq.object, cq) }
-func registerQP(c *Context, q *QP) {
-	register(c.reg, c.reg.qps, q.object, q)
+func registerCQ(c *Context, cq *CQ) bool { return register(c.reg, c.reg.cqs, cq.object, cq) }
+func registerQP(c *Context, q *QP) bool {
+	if !register(c.reg, c.reg.qps, q.object, q) {
+		return false
+	}
 	c.reg.mu.Lock()
 	c.reg.byQPN[q.num] = weak.Make(q)
 	c.reg.mu.Unlock()
+	return true
 }
 
 // qpByNum returns the live QP with number n, or nil.
@@ -222,7 +245,7 @@ func (c *Context) qpByNum(n uint32) *QP {
 	defer c.reg.mu.Unlock()
 	return c.reg.byQPN[n].Value()
 }
-func registerSRQ(c *Context, s *SRQ)      { register(c.reg, c.reg.srqs, s.object, s) }
+func registerSRQ(c *Context, s *SRQ) bool { return register(c.reg, c.reg.srqs, s.object, s) }
 func (c *Context) cqByID(id uint64) *CQ   { return lookup(c.reg, c.reg.cqs, id) }
 func (c *Context) qpByID(id uint64) *QP   { return lookup(c.reg, c.reg.qps, id) }
 func (c *Context) srqByID(id uint64) *SRQ { return lookup(c.reg, c.reg.srqs, id) }
@@ -243,10 +266,12 @@ func (c *Context) forget(o *object) {
 	}
 }
 
-// objects returns the registered objects still alive, QPs first.
-func (r *registry) objects() []*object {
+// close refuses later registrations and returns the registered objects
+// still alive, QPs first.
+func (r *registry) close() []*object {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.closed = true
 	var out []*object
 	add := func(w weak.Pointer[object]) {
 		if o := w.Value(); o != nil {
@@ -286,6 +311,8 @@ func (k kernelPort) Mmap(offset int64, length int, prot int) ([]byte, error) {
 func (k kernelPort) Munmap(b []byte) error { return unix.Munmap(b) }
 
 func (k kernelPort) Write(b []byte) error { return k.f.fastWrite(b) }
+
+func (k kernelPort) Doorbell(b []byte) error { return k.f.doorbell(b) }
 
 // Invoke sends one driver method call, tagged with the device's driver id
 // as rdma-core's execute_ioctl tags it, and reads back the handles of the
@@ -428,7 +455,7 @@ func (c *Context) Close() error {
 		// context; first release the user-space side of those still open
 		// (the providers' ring mappings), so nothing outlives the context
 		// and later use of them reports ErrClosed.
-		for _, o := range c.reg.objects() {
+		for _, o := range c.reg.close() {
 			o.release()
 		}
 		if err := c.res.close(); err != nil && c.closeErr == nil {

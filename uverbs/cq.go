@@ -19,6 +19,8 @@ import (
 	"github.com/rdmago/rdma/internal/abi"
 	"github.com/rdmago/rdma/internal/pollctx"
 	"github.com/rdmago/rdma/provider"
+	"github.com/rdmago/rdma/provider/mlx5"
+	"github.com/rdmago/rdma/provider/rxe"
 	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/wr"
 )
@@ -282,7 +284,10 @@ func (ch *CompChannel) Close() error {
 // waits for them before the provider unmaps the queue.
 type CQ struct {
 	*object
-	prov    provider.CQ
+	prov provider.CQ
+	// rxe and mlx5: prov as its concrete type, as in QP.
+	rxe     *rxe.CQ
+	mlx5    *mlx5.CQ
 	channel *CompChannel
 	cqe     int
 	single  bool // SingleThreaded: Poll skips rw
@@ -380,13 +385,17 @@ func (c *Context) CreateCQ(attr CQAttr) (*CQ, error) {
 		return nil, wrapErr("create CQ", err)
 	}
 	cq.prov, cq.object.prov = p, p
+	cq.rxe, _ = p.(*rxe.CQ)
+	cq.mlx5, _ = p.(*mlx5.CQ)
 	if attr.SingleThreaded {
 		if s, ok := p.(provider.SingleThreader); ok {
 			s.SetSingleThreaded()
 		}
 		cq.single = true
 	}
-	registerCQ(c, cq)
+	if err := registered(registerCQ(c, cq), cq.object, "create CQ"); err != nil {
+		return nil, err
+	}
 	track(cq, cq.object)
 	return cq, nil
 }
@@ -440,7 +449,15 @@ func (cq *CQ) Poll(wc []wr.Completion) (int, error) {
 func (cq *CQ) pollDevice(wc []wr.Completion) int {
 	n := 0
 	for n < len(wc) {
-		m := cq.prov.Poll(wc[n:])
+		var m int
+		switch {
+		case cq.rxe != nil:
+			m = cq.rxe.Poll(wc[n:])
+		case cq.mlx5 != nil:
+			m = cq.mlx5.Poll(wc[n:])
+		default:
+			m = cq.prov.Poll(wc[n:])
+		}
 		for i := range wc[n : n+m] {
 			if wc[n+i].Status != wr.Success {
 				cq.ctx.noteFailed(wc[n+i].QPNum)

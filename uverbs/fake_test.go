@@ -21,7 +21,7 @@ type fakeKernel struct {
 	// mu serializes calls: objects' cleanups call from the runtime's
 	// cleanup goroutine.
 	mu       sync.Mutex
-	t        *testing.T
+	t        testing.TB
 	handlers map[[2]uint16]func(*fakeCall) error
 	calls    []fakeCall
 	writes   [][]byte
@@ -42,7 +42,7 @@ type fakeCall struct {
 	raw            []byte // the caller's attribute array, for write-back
 }
 
-func newFakeKernel(t *testing.T) *fakeKernel {
+func newFakeKernel(t testing.TB) *fakeKernel {
 	return &fakeKernel{t: t, handlers: map[[2]uint16]func(*fakeCall) error{}}
 }
 
@@ -106,6 +106,7 @@ func (k *fakeKernel) write(b []byte) error {
 }
 
 func (k *fakeKernel) fastWrite(b []byte) error { return k.write(b) }
+func (k *fakeKernel) doorbell(b []byte) error  { return k.write(b) }
 
 func (k *fakeKernel) fd() int { return -1 }
 
@@ -176,7 +177,7 @@ func bytesOf[T any](v *T) []byte {
 
 // rxeLikeKernel answers context creation and queries as the rxe driver on
 // kernel 6.1 does.
-func rxeLikeKernel(t *testing.T) *fakeKernel {
+func rxeLikeKernel(t testing.TB) *fakeKernel {
 	k := newFakeKernel(t)
 	k.handle(abi.UVERBS_OBJECT_DEVICE, abi.UVERBS_METHOD_GET_CONTEXT, func(c *fakeCall) error {
 		var n uint32 = 1

@@ -15,6 +15,9 @@ type cmdFile interface {
 	write(b []byte) error
 	// fastWrite is write for commands the kernel runs without sleeping.
 	fastWrite(b []byte) error
+	// doorbell is fastWrite without the guard against a closed file, for
+	// a QP's doorbell (provider.Kernel.Doorbell says why that is safe).
+	doorbell(b []byte) error
 	fd() int
 	Close() error
 }
@@ -83,6 +86,22 @@ func (f *devFile) fastWrite(b []byte) error {
 	if f.closed {
 		return ErrClosed
 	}
+	n, _, e := unix.RawSyscall(unix.SYS_WRITE, uintptr(f.raw), uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(len(b)))
+	if e != 0 {
+		return e
+	}
+	if int(n) != len(b) {
+		return unix.EIO
+	}
+	return nil
+}
+
+// doorbell is fastWrite without f.mu. A provider rings it only for a QP it
+// has not stopped, under the QP's send lock, and every QP is stopped (its
+// Close, or the context's Close releasing it) before the file is closed:
+// a live QP means an open file. Contexts refuse to register QPs once their
+// Close has begun (registry.close).
+func (f *devFile) doorbell(b []byte) error {
 	n, _, e := unix.RawSyscall(unix.SYS_WRITE, uintptr(f.raw), uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(len(b)))
 	if e != 0 {
 		return e

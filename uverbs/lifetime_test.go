@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rdmago/rdma/internal/abi"
+	"github.com/rdmago/rdma/provider"
 	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/wr"
 )
@@ -19,7 +20,7 @@ import (
 // (through UVERBS_METHOD_INVOKE_WRITE) and destroys PDs, MRs and AHs,
 // numbering handles as the kernel does: the lowest free one first, so a
 // closed object's handle goes to the next object made.
-func objectKernel(t *testing.T) *fakeKernel {
+func objectKernel(t testing.TB) *fakeKernel {
 	k := rxeLikeKernel(t)
 	used := map[uint32]bool{}
 	alloc := func() uint32 {
@@ -59,7 +60,7 @@ func objectKernel(t *testing.T) *fakeKernel {
 }
 
 // objectContext opens a context on objectKernel, closed when the test ends.
-func objectContext(t *testing.T) (*fakeKernel, *Context) {
+func objectContext(t testing.TB) (*fakeKernel, *Context) {
 	t.Helper()
 	k := objectKernel(t)
 	c, err := newContext(testDev, k)
@@ -141,14 +142,27 @@ func TestClosedObjectsStayClosed(t *testing.T) {
 }
 
 // postRecorder is a provider QP that records what reaches it.
-type postRecorder struct{ sends int }
+type postRecorder struct {
+	sends   int
+	stopped bool
+}
 
 func (p *postRecorder) PostSend(wrs []wr.SendWR) (int, error) {
+	if p.stopped {
+		return 0, provider.ErrStopped
+	}
 	p.sends += len(wrs)
 	return len(wrs), nil
 }
-func (p *postRecorder) PostRecv(wrs []wr.RecvWR) (int, error) { return len(wrs), nil }
-func (p *postRecorder) Close() error                          { return nil }
+func (p *postRecorder) PostRecv(wrs []wr.RecvWR) (int, error) {
+	if p.stopped {
+		return 0, provider.ErrStopped
+	}
+	return len(wrs), nil
+}
+func (p *postRecorder) Stop()        { p.stopped = true }
+func (p *postRecorder) Resume()      { p.stopped = false }
+func (p *postRecorder) Close() error { p.stopped = true; return nil }
 
 type fakeProvAH struct{}
 
@@ -307,5 +321,41 @@ func TestCreateCQOutOfRange(t *testing.T) {
 		if _, err := c.CreateCQ(a); !errors.Is(err, unix.EINVAL) {
 			t.Errorf("CreateCQ(%+v): %v, want EINVAL", a, err)
 		}
+	}
+}
+
+// BenchmarkPostSendLayer is uverbs' own part of a post: the close-safety
+// lock, the state check and the call into a provider that does nothing
+// (docs/performance.md adds the layers up under the instruction-counting
+// clock).
+func BenchmarkPostSendLayer(b *testing.B) {
+	_, c := objectContext(b)
+	pd, err := c.AllocPD()
+	if err != nil {
+		b.Fatal(err)
+	}
+	q := &QP{object: newObject(c, kindQP, 3), pd: pd, typ: qp.RC, prov: &postRecorder{}}
+	q.state.Store(uint32(qp.StateRTS))
+	send := []wr.SendWR{{ID: 1, Opcode: wr.OpRDMAWrite, Flags: wr.Signaled, SGList: []wr.SGE{{Addr: 0x1000, Length: 64, LKey: 1}}, RemoteAddr: 0x2000, RKey: 2}}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := q.PostSend(send); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// Once a context's Close has begun, it registers no new object: Close
+// releases every registered object before it closes the command file,
+// which QPs' unguarded doorbells rely on (devFile.doorbell).
+func TestNoRegistrationAfterClose(t *testing.T) {
+	_, c := objectContext(t)
+	c.reg.close()
+	cq := &CQ{object: newObject(c, kindCQ, 9)}
+	if registerCQ(c, cq) {
+		t.Fatal("a CQ was registered after the context's Close began")
+	}
+	if err := registered(false, cq.object, "create CQ"); !errors.Is(err, ErrClosed) || !cq.dead.Load() {
+		t.Errorf("refused registration: %v, dead %v; want ErrClosed and a released object", err, cq.dead.Load())
 	}
 }

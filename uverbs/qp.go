@@ -12,6 +12,8 @@ import (
 	"github.com/rdmago/rdma/internal/abi"
 	"github.com/rdmago/rdma/internal/qpabi"
 	"github.com/rdmago/rdma/provider"
+	"github.com/rdmago/rdma/provider/mlx5"
+	"github.com/rdmago/rdma/provider/rxe"
 	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/wr"
 )
@@ -46,6 +48,11 @@ type QP struct {
 	recvCQ *CQ
 	srq    *SRQ
 	prov   provider.QP
+	// rxe and mlx5 are prov as its concrete type, for the providers this
+	// library carries: the post calls go to them directly, a call the
+	// compiler sees through, instead of through the interface.
+	rxe  *rxe.QP
+	mlx5 *mlx5.QP
 
 	// single: the user serializes posting and Close (SingleThreaded), so
 	// posting skips rw.
@@ -164,13 +171,17 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 		return nil, wrapErr("create QP", err)
 	}
 	q.prov, q.object.prov = p, p
+	q.rxe, _ = p.(*rxe.QP)
+	q.mlx5, _ = p.(*mlx5.QP)
 	if attr.SingleThreaded {
 		if s, ok := p.(provider.SingleThreader); ok {
 			s.SetSingleThreaded()
 		}
 		q.single = true
 	}
-	registerQP(c, q)
+	if err := registered(registerQP(c, q), q.object, "create QP"); err != nil {
+		return nil, err
+	}
 	track(q, q.object)
 	return q, nil
 }
@@ -282,10 +293,11 @@ func (q *QP) PostSend(wrs []wr.SendWR) (int, error) {
 	if q == nil {
 		return 0, errNil
 	}
-	if !q.single {
-		q.rw.RLock()
-		defer q.rw.RUnlock()
-	}
+	// No lock: the provider's queue lock is the only one a post takes.
+	// Close stops the provider's QP before it destroys the kernel object
+	// (Stop waits for the posts under way and refuses later ones), so a
+	// post that passes this check and loses the race gets ErrClosed from
+	// the provider.
 	if q.dead.Load() {
 		return 0, ErrClosed
 	}
@@ -314,11 +326,29 @@ func (q *QP) post(wrs []wr.SendWR) (int, error) {
 	if len(wrs) == 0 {
 		return 0, nil
 	}
-	n, err := q.prov.PostSend(wrs)
+	var n int
+	var err error
+	switch {
+	case q.rxe != nil:
+		n, err = q.rxe.PostSend(wrs)
+	case q.mlx5 != nil:
+		n, err = q.mlx5.PostSend(wrs)
+	default:
+		n, err = q.prov.PostSend(wrs)
+	}
 	if err != nil {
-		return n, &PostError{Op: "post send", Index: n, Err: err}
+		return n, postErr("post send", n, err)
 	}
 	return n, nil
+}
+
+// postErr is the error of a post the provider refused at index n; a
+// stopped provider QP means a closed one.
+func postErr(op string, n int, err error) error {
+	if err == provider.ErrStopped {
+		return ErrClosed
+	}
+	return &PostError{Op: op, Index: n, Err: err}
 }
 
 // checkAH checks the address handle of a UD send (under pd.ahMu): the
@@ -360,12 +390,8 @@ func (q *QP) PostRecv(wrs []wr.RecvWR) (int, error) {
 	if q == nil {
 		return 0, errNil
 	}
-	if !q.single {
-		q.rw.RLock()
-		defer q.rw.RUnlock()
-	}
 	if q.dead.Load() {
-		return 0, ErrClosed
+		return 0, ErrClosed // and the provider's Stop, as in PostSend
 	}
 	if q.State() == qp.StateReset {
 		return 0, &PostError{Op: "post recv", Err: fmt.Errorf("QP %d is in state RESET: %w", q.num, unix.EINVAL)}
@@ -373,9 +399,18 @@ func (q *QP) PostRecv(wrs []wr.RecvWR) (int, error) {
 	if q.srq == nil && (q.State() == qp.StateErr || q.failed.Load()) {
 		return q.flushRecvs(wrs)
 	}
-	n, err := q.prov.PostRecv(wrs)
+	var n int
+	var err error
+	switch {
+	case q.rxe != nil:
+		n, err = q.rxe.PostRecv(wrs)
+	case q.mlx5 != nil:
+		n, err = q.mlx5.PostRecv(wrs)
+	default:
+		n, err = q.prov.PostRecv(wrs)
+	}
 	if err != nil {
-		return n, &PostError{Op: "post recv", Index: n, Err: err}
+		return n, postErr("post recv", n, err)
 	}
 	return n, nil
 }
@@ -383,6 +418,15 @@ func (q *QP) PostRecv(wrs []wr.RecvWR) (int, error) {
 // flushRecvs completes receives posted in the error state with
 // WRFlushErr, through the receive CQ's own queue of completions.
 func (q *QP) flushRecvs(wrs []wr.RecvWR) (int, error) {
+	// The slow path takes the close lock that posts do without: the
+	// completions go to the CQ only while the QP is open.
+	if !q.single {
+		q.rw.RLock()
+		defer q.rw.RUnlock()
+	}
+	if q.dead.Load() {
+		return 0, ErrClosed
+	}
 	cq := q.recvCQ
 	cq.softMu.Lock()
 	defer cq.softMu.Unlock()
@@ -435,5 +479,15 @@ func (q *QP) Close() error {
 			}
 		}
 	}
-	return q.closeLocked()
+	// Posts take no lock of ours (PostSend): stop them in the provider,
+	// which waits for those under way, before the handle they ring the
+	// doorbell with is destroyed.
+	if q.prov != nil {
+		q.prov.Stop()
+	}
+	err := q.closeLocked()
+	if err != nil && q.prov != nil && !q.dead.Load() {
+		q.prov.Resume() // the QP lives on
+	}
+	return err
 }

@@ -80,7 +80,9 @@ func (pd *PD) CreateSRQ(attr SRQAttr) (*SRQ, error) {
 		return nil, wrapErr("create SRQ", err)
 	}
 	s.prov, s.object.prov = p, p
-	registerSRQ(c, s)
+	if err := registered(registerSRQ(c, s), s.object, "create SRQ"); err != nil {
+		return nil, err
+	}
 	track(s, s.object)
 	return s, nil
 }

@@ -93,6 +93,40 @@ func TestModelSendRecv(t *testing.T) {
 	}
 }
 
+// TestModelStop checks the close protocol posts rely on instead of a lock
+// of the core's: a stopped QP refuses posts without writing a WQE or
+// ringing the doorbell, Resume undoes it, and Close stops for good.
+func TestModelStop(t *testing.T) {
+	p := newRCPair(t, pairCaps, 16)
+	src := make([]byte, 64)
+	ks := p.h.regMR(src, 0)
+	send := []wr.SendWR{{ID: 1, Opcode: wr.OpSend, Flags: wr.Signaled, SGList: []wr.SGE{{Addr: addrOfBuf(src), Length: 64, LKey: ks}}}}
+	p.a.Stop()
+	if n, err := p.a.PostSend(send); n != 0 || err != provider.ErrStopped {
+		t.Errorf("PostSend on a stopped QP: %d, %v", n, err)
+	}
+	if n, err := p.a.PostRecv([]wr.RecvWR{{ID: 2}}); n != 0 || err != provider.ErrStopped {
+		t.Errorf("PostRecv on a stopped QP: %d, %v", n, err)
+	}
+	if p.a.sq.head != 0 || p.a.rq.head != 0 {
+		t.Errorf("a stopped QP wrote WQEs: send head %d, receive head %d", p.a.sq.head, p.a.rq.head)
+	}
+	p.a.Resume()
+	n, err := p.b.PostRecv([]wr.RecvWR{{ID: 3}})
+	mustPost(t, n, err, 1)
+	n, err = p.a.PostSend(send)
+	mustPost(t, n, err, 1)
+	p.h.run()
+	pollN(t, p.cqa, 1)
+	if err := p.a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	p.a.Resume() // too late: the buffers are gone
+	if n, err := p.a.PostSend(send); n != 0 || err != provider.ErrStopped {
+		t.Errorf("PostSend after Close: %d, %v", n, err)
+	}
+}
+
 func TestModelRDMAAndAtomics(t *testing.T) {
 	p := newRCPair(t, pairCaps, 16)
 	local, remote := make([]byte, 4096), make([]byte, 4096)

@@ -201,8 +201,11 @@ type QP struct {
 	srq *SRQ // the SRQ its receives come from, or nil
 	typ qp.Type
 	mem []byte
-	db  *[2]uint32 // doorbell record: receive counter, send counter (big-endian)
-	bf  *bfReg
+	// stopped: posts are refused (Stop, Close); set under both queues'
+	// locks.
+	stopped bool
+	db      *[2]uint32 // doorbell record: receive counter, send counter (big-endian)
+	bf      *bfReg
 	// bfMax is the largest WQE, in bytes, a doorbell copies whole to the
 	// BlueFlame register: the register's half, or 0 on register 0 or
 	// without write combining. rdma-core copies inline WQEs always and
@@ -235,9 +238,9 @@ func (qp *QP) PostSend(wrs []wr.SendWR) (int, error) {
 		return 0, unix.EINVAL // created without a send queue
 	}
 	qp.sqMu.lock()
-	if qp.mem == nil {
+	if qp.stopped {
 		qp.sqMu.unlock()
-		return 0, errClosed
+		return 0, provider.ErrStopped
 	}
 	var (
 		ctrl unsafe.Pointer
@@ -318,9 +321,9 @@ func (qp *QP) PostRecv(wrs []wr.RecvWR) (int, error) {
 		return 0, unix.EINVAL // receives go to the SRQ
 	}
 	qp.rqMu.lock()
-	if qp.mem == nil {
+	if qp.stopped {
 		qp.rqMu.unlock()
-		return 0, errClosed
+		return 0, provider.ErrStopped
 	}
 	var err error
 	var n uint32
@@ -347,7 +350,24 @@ func (qp *QP) PostRecv(wrs []wr.RecvWR) (int, error) {
 	return int(n), err
 }
 
-// Close forgets the QP, removes its completions from the context's CQs
+// Stop refuses every later post (provider.QP); taking both queues' locks
+// waits for the posts under way.
+func (qp *QP) Stop() { qp.setStopped(true) }
+
+// Resume undoes Stop.
+func (qp *QP) Resume() { qp.setStopped(false) }
+
+func (qp *QP) setStopped(v bool) {
+	qp.sqMu.lock()
+	qp.rqMu.lock()
+	if qp.mem != nil {
+		qp.stopped = v
+	}
+	qp.rqMu.unlock()
+	qp.sqMu.unlock()
+}
+
+// Close stops and forgets the QP, removes its completions from the context's CQs
 // (they would otherwise name a QP number the kernel may reuse) and frees
 // its memory, and gives back its register of a dynamic UAR. The core
 // calls it after the kernel destroyed the QP.
@@ -368,6 +388,7 @@ func (qp *QP) Close() error {
 	defer qp.sqMu.unlock()
 	qp.rqMu.lock()
 	defer qp.rqMu.unlock()
+	qp.stopped = true
 	if qp.mem == nil {
 		return nil
 	}

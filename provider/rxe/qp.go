@@ -97,12 +97,24 @@ type QP struct {
 
 	rqMu queueLock
 	rq   *queue
+
+	// stopped: posts are refused (Stop, Close); set under both rings'
+	// locks.
+	stopped bool
 }
 
 // PostSend writes each work request into the send ring, publishes them
 // together and rings the doorbell once.
+//
+// The doorbell is rung before the lock is released: Stop, which takes the
+// lock, then knows that no doorbell with this QP's handle is still to come
+// (provider.Kernel.Doorbell).
 func (p *QP) PostSend(wrs []wr.SendWR) (int, error) {
 	p.sqMu.Lock()
+	if p.stopped {
+		p.sqMu.Unlock()
+		return 0, provider.ErrStopped
+	}
 	q := p.sq
 	prod := q.producer()
 	n := 0
@@ -123,15 +135,13 @@ func (p *QP) PostSend(wrs []wr.SendWR) (int, error) {
 	}
 	if n > 0 {
 		q.publish(prod)
-	}
-	p.sqMu.Unlock()
-	if n > 0 {
-		if dbErr := p.k.Write(bytesOf(&p.db)); dbErr != nil && err == nil {
+		if dbErr := p.k.Doorbell(bytesOf(&p.db)); dbErr != nil && err == nil {
 			// The WQEs are in the ring; the kernel refused to run them
 			// (for instance, the QP is not ready to send).
-			return n, dbErr
+			err = dbErr
 		}
 	}
+	p.sqMu.Unlock()
 	return n, err
 }
 
@@ -248,6 +258,9 @@ func (p *QP) PostRecv(wrs []wr.RecvWR) (int, error) {
 	}
 	p.rqMu.Lock()
 	defer p.rqMu.Unlock()
+	if p.stopped {
+		return 0, provider.ErrStopped
+	}
 	return postRecv(p.rq, p.caps.MaxRecvSGE, p.caps.MaxRecvWR, wrs)
 }
 
@@ -302,12 +315,31 @@ func (p *QP) Drained() bool {
 	return p.rq == nil || p.rq.empty(p.rq.consumer())
 }
 
-// Close unmaps the rings.
+// Stop refuses every later post (provider.QP); taking both rings' locks
+// waits for the posts under way.
+func (p *QP) Stop() { p.setStopped(true) }
+
+// Resume undoes Stop.
+func (p *QP) Resume() { p.setStopped(false) }
+
+func (p *QP) setStopped(v bool) {
+	p.sqMu.Lock()
+	p.rqMu.Lock()
+	if p.sq != nil && p.sq.mem != nil {
+		p.stopped = v
+	}
+	p.rqMu.Unlock()
+	p.sqMu.Unlock()
+}
+
+// Close stops the QP and unmaps its rings.
 func (p *QP) Close() error {
 	p.sqMu.Lock()
+	p.stopped = true
 	err := p.sq.unmap(p.k)
 	p.sqMu.Unlock()
 	p.rqMu.Lock()
+	p.stopped = true
 	if e := p.rq.unmap(p.k); e != nil && err == nil {
 		err = e
 	}

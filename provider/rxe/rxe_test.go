@@ -18,7 +18,8 @@ import (
 // out as the kernel lays it out, and counts doorbells.
 type fakeKernel struct {
 	rings     map[int64][]byte
-	doorbells int
+	doorbells int // Doorbell calls (post send)
+	writes    int // other commands (CQ arming)
 	lastWrite []byte
 }
 
@@ -35,6 +36,12 @@ func (k *fakeKernel) Munmap([]byte) error { return nil }
 func (k *fakeKernel) Invoke(uint16, uint16, []provider.Attr) error { return unix.EPROTONOSUPPORT }
 
 func (k *fakeKernel) Write(b []byte) error {
+	k.writes++
+	k.lastWrite = append(k.lastWrite[:0], b...)
+	return nil
+}
+
+func (k *fakeKernel) Doorbell(b []byte) error {
 	k.doorbells++
 	k.lastWrite = append(k.lastWrite[:0], b...)
 	return nil
@@ -267,6 +274,39 @@ func TestReqNotify(t *testing.T) {
 	ne := binary.NativeEndian
 	if ne.Uint32(k.lastWrite) != abi.IB_USER_VERBS_CMD_REQ_NOTIFY_CQ || ne.Uint32(k.lastWrite[8:]) != 3 || ne.Uint32(k.lastWrite[12:]) != 1 {
 		t.Errorf("req notify command % x", k.lastWrite)
+	}
+}
+
+// TestStop checks the close protocol posts rely on instead of a lock of
+// the core's: a stopped QP refuses posts without touching its rings or
+// ringing the doorbell, Resume undoes it, and Close stops for good.
+func TestStop(t *testing.T) {
+	q, k := newTestQP(t, qp.RC)
+	send := []wr.SendWR{{ID: 1, Opcode: wr.OpRDMAWrite, SGList: []wr.SGE{{Addr: 0x1000, Length: 64, LKey: 1}}, RemoteAddr: 0x2000, RKey: 2}}
+	recv := []wr.RecvWR{{ID: 2}}
+	q.Stop()
+	if n, err := q.PostSend(send); n != 0 || err != provider.ErrStopped {
+		t.Errorf("PostSend on a stopped QP: %d, %v", n, err)
+	}
+	if n, err := q.PostRecv(recv); n != 0 || err != provider.ErrStopped {
+		t.Errorf("PostRecv on a stopped QP: %d, %v", n, err)
+	}
+	if k.doorbells != 0 || q.sq.producer() != 0 || q.rq.producer() != 0 {
+		t.Errorf("a stopped QP rang %d doorbells, send producer %d, receive producer %d", k.doorbells, q.sq.producer(), q.rq.producer())
+	}
+	q.Resume()
+	if n, err := q.PostSend(send); n != 1 || err != nil || k.doorbells != 1 {
+		t.Errorf("PostSend after Resume: %d, %v, %d doorbells", n, err, k.doorbells)
+	}
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
+	q.Resume() // too late: the rings are gone
+	if n, err := q.PostSend(send); n != 0 || err != provider.ErrStopped {
+		t.Errorf("PostSend after Close: %d, %v", n, err)
+	}
+	if n, err := q.PostRecv(recv); n != 0 || err != provider.ErrStopped {
+		t.Errorf("PostRecv after Close: %d, %v", n, err)
 	}
 }
 
