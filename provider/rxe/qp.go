@@ -335,14 +335,13 @@ func (p *QP) setStopped(v bool) {
 // Close stops the QP and unmaps its rings.
 func (p *QP) Close() error {
 	p.sqMu.Lock()
-	p.stopped = true
-	err := p.sq.unmap(p.k)
-	p.sqMu.Unlock()
+	defer p.sqMu.Unlock()
 	p.rqMu.Lock()
-	p.stopped = true
+	defer p.rqMu.Unlock()
+	p.stopped = true // written under both locks: each post reads it under one
+	err := p.sq.unmap(p.k)
 	if e := p.rq.unmap(p.k); e != nil && err == nil {
 		err = e
 	}
-	p.rqMu.Unlock()
 	return err
 }
