@@ -73,11 +73,7 @@ func TestContextCreateLegacyWrite(t *testing.T) {
 		resp.Num_comp_vectors = 4
 		return nil
 	}
-	c, err := newContext(testDev, k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := fakeContext(t, k)
 	if c.asyncFD != fd || c.NumCompVectors() != 4 {
 		t.Fatalf("async fd %d vectors %d, want %d and 4", c.asyncFD, c.NumCompVectors(), fd)
 	}
@@ -114,11 +110,7 @@ func TestQueryPort(t *testing.T) {
 		r.Port_cap_flags2 = 0x21
 		return c.out(abi.UVERBS_ATTR_QUERY_PORT_RESP, bytesOf(&r))
 	})
-	c, err := newContext(testDev, k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := fakeContext(t, k)
 	got, err := c.QueryPort(1)
 	if err != nil {
 		t.Fatal(err)
@@ -156,11 +148,7 @@ func TestQueryDeviceViaInvokeWrite(t *testing.T) {
 		r.Timestamp_mask = 0xff
 		return c.out(abi.UVERBS_ATTR_CORE_OUT, bytesOf(&r))
 	})
-	c, err := newContext(testDev, k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := fakeContext(t, k)
 	a, err := c.QueryDevice()
 	if err != nil {
 		t.Fatal(err)

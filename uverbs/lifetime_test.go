@@ -62,12 +62,7 @@ func objectKernel(t *testing.T) *fakeKernel {
 func objectContext(t *testing.T) (*fakeKernel, *Context) {
 	t.Helper()
 	k := objectKernel(t)
-	c, err := newContext(testDev, k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return k, c
+	return k, fakeContext(t, k)
 }
 
 func wantClosed(t *testing.T, what string, err error) {
@@ -275,11 +270,7 @@ func TestRegisteredMemoryOutlivesDroppedMR(t *testing.T) {
 		early = early || isFreed()
 		return nil
 	})
-	c, err := newContext(testDev, k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := fakeContext(t, k)
 	pd, err := c.AllocPD()
 	if err != nil {
 		t.Fatal(err)
