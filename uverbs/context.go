@@ -196,10 +196,13 @@ func (c *Context) providerContext(op string) (provider.Context, error) {
 	return c.prov, nil
 }
 
+// register records a new CQ, QP or SRQ under the user handle its events
+// carry, and tracks it, as every object is, so that dropping v releases o.
 func register[T any](r *registry, m map[uint64]entry[T], o *object, v *T) {
 	r.mu.Lock()
 	m[o.id] = entry[T]{o: weak.Make(o), w: weak.Make(v)}
 	r.mu.Unlock()
+	track(v, o)
 }
 
 func lookup[T any](r *registry, m map[uint64]entry[T], id uint64) *T {

@@ -374,20 +374,13 @@ func (c *Context) CreateCQ(attr CQAttr) (*CQ, error) {
 		cq.deps = append(cq.deps, attr.Channel)
 	}
 	cq.cqe = int(respCQE)
-	p, err := b.Finish(provider.Created{Handle: cq.handle, CQE: respCQE})
+	cq.single = attr.SingleThreaded
+	p, err := finishCreate(cq.object, b, provider.Created{Handle: cq.handle, CQE: respCQE}, "create CQ", cq.single)
 	if err != nil {
-		cq.destroyKernel()
-		return nil, wrapErr("create CQ", err)
+		return nil, err
 	}
-	cq.prov, cq.object.prov = p, p
-	if attr.SingleThreaded {
-		if s, ok := p.(provider.SingleThreader); ok {
-			s.SetSingleThreaded()
-		}
-		cq.single = true
-	}
+	cq.prov = p
 	registerCQ(c, cq)
-	track(cq, cq.object)
 	return cq, nil
 }
 

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rdmago/rdma/internal/abi"
+	"github.com/rdmago/rdma/provider"
 )
 
 // objKind names the kernel object an object stands for, which selects its
@@ -65,6 +66,25 @@ type object struct {
 
 func newObject(c *Context, kind objKind, handle uint32, deps ...any) *object {
 	return &object{ctx: c, kind: kind, handle: handle, deps: append(deps, c)}
+}
+
+// finishCreate is the last step of creating a CQ, QP or SRQ, once the
+// kernel object exists: the provider's builder makes its side from the
+// kernel's answer, and o owns it. When the provider fails, the kernel object
+// is destroyed again, so a failed create leaves nothing behind. single
+// passes the user's promise to serialize its calls on to a provider object
+// that can use it.
+func finishCreate[P interface{ Close() error }](o *object, b provider.Builder[P], created provider.Created, op string, single bool) (P, error) {
+	p, err := b.Finish(created)
+	if err != nil {
+		o.destroyKernel()
+		return p, wrapErr(op, err)
+	}
+	o.prov = p
+	if s, ok := any(p).(provider.SingleThreader); ok && single {
+		s.SetSingleThreaded()
+	}
+	return p, nil
 }
 
 // track makes o's cleanup run when owner, o's public value, becomes

@@ -158,20 +158,13 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 		MaxRecvSGE:    capOut.Max_recv_sge,
 		MaxInlineData: capOut.Max_inline_data,
 	}
-	p, err := b.Finish(provider.Created{Handle: q.handle, QPNum: q.num, Caps: q.caps})
+	q.single = attr.SingleThreaded
+	p, err := finishCreate(q.object, b, provider.Created{Handle: q.handle, QPNum: q.num, Caps: q.caps}, "create QP", q.single)
 	if err != nil {
-		q.destroyKernel()
-		return nil, wrapErr("create QP", err)
+		return nil, err
 	}
-	q.prov, q.object.prov = p, p
-	if attr.SingleThreaded {
-		if s, ok := p.(provider.SingleThreader); ok {
-			s.SetSingleThreaded()
-		}
-		q.single = true
-	}
+	q.prov = p
 	registerQP(c, q)
-	track(q, q.object)
 	return q, nil
 }
 

@@ -74,14 +74,12 @@ func (pd *PD) CreateSRQ(attr SRQAttr) (*SRQ, error) {
 	s.object = newObject(c, kindSRQ, cmd.outIDR(h), pd)
 	s.id = id
 	s.attr = SRQAttr{MaxWR: resp.maxWR, MaxSGE: resp.maxSGE, Limit: attr.Limit}
-	p, err := b.Finish(provider.Created{Handle: s.handle, Caps: qp.Caps{MaxRecvWR: resp.maxWR, MaxRecvSGE: resp.maxSGE}})
+	p, err := finishCreate(s.object, b, provider.Created{Handle: s.handle, Caps: qp.Caps{MaxRecvWR: resp.maxWR, MaxRecvSGE: resp.maxSGE}}, "create SRQ", false)
 	if err != nil {
-		s.destroyKernel()
-		return nil, wrapErr("create SRQ", err)
+		return nil, err
 	}
-	s.prov, s.object.prov = p, p
+	s.prov = p
 	registerSRQ(c, s)
-	track(s, s.object)
 	return s, nil
 }
 
