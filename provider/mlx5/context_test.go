@@ -432,6 +432,15 @@ func TestUserIndexes(t *testing.T) {
 	if _, err := c.NewQP(provider.QPInitAttr{Type: qp.RC, Caps: caps, HasSRQ: true}); !errors.Is(err, unix.EINVAL) {
 		t.Errorf("QP on an unknown SRQ: %v", err)
 	}
+	// With every index taken a create fails, and gives back no index it
+	// did not get: the allocator must never hand out the default one.
+	c.uidx.free, c.uidx.next = nil, defaultUIDX
+	if _, err := c.NewSRQ(provider.SRQInitAttr{MaxWR: 4, MaxSGE: 1}); !errors.Is(err, unix.ENOMEM) {
+		t.Errorf("SRQ without a free user index: %v", err)
+	}
+	if len(c.uidx.free) != 0 {
+		t.Errorf("failed create freed user indexes %#x", c.uidx.free)
+	}
 
 	h0 := newHCA(t)
 	h0.oldCQE = true
