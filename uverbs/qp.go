@@ -192,11 +192,10 @@ func (q *QP) Modify(a *qp.Attr, mask qp.AttrMask) error {
 	if q == nil || a == nil {
 		return &Error{Op: "modify QP", Err: errNil}
 	}
-	q.rw.RLock()
-	defer q.rw.RUnlock()
-	if q.dead.Load() {
-		return ErrClosed
+	if err := q.use(); err != nil {
+		return err
 	}
+	defer q.done()
 	cur := q.State()
 	if mask&qp.AttrCurState != 0 {
 		cur = a.CurState
@@ -237,11 +236,10 @@ func (q *QP) Query(mask qp.AttrMask) (qp.Attr, qp.InitAttr, error) {
 	if q == nil {
 		return qp.Attr{}, qp.InitAttr{}, errNil
 	}
-	q.rw.RLock()
-	defer q.rw.RUnlock()
-	if q.dead.Load() {
-		return qp.Attr{}, qp.InitAttr{}, ErrClosed
+	if err := q.use(); err != nil {
+		return qp.Attr{}, qp.InitAttr{}, err
 	}
+	defer q.done()
 	req := new(abi.IbUverbsQueryQp)
 	*req = qpabi.EncodeQuery(q.handle, mask)
 	resp := new(abi.IbUverbsQueryQpResp)

@@ -152,11 +152,10 @@ func (s *SRQ) Query() (SRQAttr, error) {
 	if s == nil {
 		return SRQAttr{}, errNil
 	}
-	s.rw.RLock()
-	defer s.rw.RUnlock()
-	if s.dead.Load() {
-		return SRQAttr{}, ErrClosed
+	if err := s.use(); err != nil {
+		return SRQAttr{}, err
 	}
+	defer s.done()
 	req := &abi.IbUverbsQuerySrq{Srq_handle: s.handle}
 	resp := new(abi.IbUverbsQuerySrqResp)
 	if err := s.ctx.invokeWrite(abi.IB_USER_VERBS_CMD_QUERY_SRQ, unsafe.Pointer(req), int(unsafe.Sizeof(*req)),
