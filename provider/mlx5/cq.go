@@ -251,8 +251,7 @@ func (cq *CQ) Close() error {
 	if cq.mem == nil {
 		return nil
 	}
-	err := freeQueueMem(cq.mem)
-	cq.ctx.db.free(unsafe.Pointer(cq.db))
+	err := cq.ctx.freeQueue(cq.mem, unsafe.Pointer(cq.db), defaultUIDX)
 	cq.mem, cq.db = nil, nil
 	if cq.uar != nil {
 		if e := cq.ctx.putUAR(cq.uar, nil); e != nil && err == nil {

@@ -68,13 +68,19 @@ func (c *Context) allocQueue(what string, size int, withUIDX bool) (queueBuf, er
 
 // free releases what allocQueue allocated; a second call does nothing.
 func (q *queueBuf) free() {
-	if q.uidx != defaultUIDX {
-		q.ctx.uidx.release(q.uidx)
-		q.uidx = defaultUIDX
+	q.ctx.freeQueue(q.mem, q.db, q.uidx)
+	q.mem, q.db, q.uidx = nil, nil, defaultUIDX
+}
+
+// freeQueue releases what allocQueue allocated for a builder or, at its
+// Close, a CQ, QP or SRQ: the buffer, the doorbell record and the user
+// index (defaultUIDX: none). It returns the unmap's error.
+func (c *Context) freeQueue(mem []byte, db unsafe.Pointer, uidx uint32) error {
+	if uidx != defaultUIDX {
+		c.uidx.release(uidx)
 	}
-	freeQueueMem(q.mem)
-	q.ctx.db.free(q.db)
-	q.mem, q.db = nil, nil
+	c.db.free(db)
+	return freeQueueMem(mem)
 }
 
 func addrOf(b []byte) uint64 { return uint64(uintptr(unsafe.Pointer(unsafe.SliceData(b)))) }

@@ -352,11 +352,11 @@ func (qp *QP) Close() error {
 	for _, cq := range cqs {
 		cq.clean(qp)
 	}
+	uidx := uint32(defaultUIDX)
 	if v1 {
-		qp.ctx.uidx.release(qp.rsn) // no CQE names it any more
+		uidx = qp.rsn // no CQE names it any more
 	}
-	err := freeQueueMem(qp.mem)
-	qp.ctx.db.free(unsafe.Pointer(qp.db))
+	err := qp.ctx.freeQueue(qp.mem, unsafe.Pointer(qp.db), uidx)
 	qp.mem, qp.db = nil, nil
 	if u := qp.bf.uar; u != nil {
 		// The kernel no longer names the UAR in a QP: give the register

@@ -129,12 +129,8 @@ func (s *SRQ) Close() error {
 	if s.mem == nil {
 		return nil
 	}
-	err := freeQueueMem(s.mem)
-	s.ctx.db.free(unsafe.Pointer(s.db))
+	err := s.ctx.freeQueue(s.mem, unsafe.Pointer(s.db), s.uidx)
 	s.mem, s.db = nil, nil
-	if s.ctx.cqeVersion == cqeVersion1 {
-		s.ctx.uidx.release(s.uidx)
-	}
 	return err
 }
 
