@@ -578,6 +578,15 @@ func (c *Context) invokeWrite(cmdID uint32, req unsafe.Pointer, reqLen int, resp
 	return c.invokeWriteUdata(cmdID, req, reqLen, resp, respLen, nil, nil, op)
 }
 
+// writeCmd is invokeWrite for a command with a request and a response of
+// fixed size: it sends req, which must point to heap memory, and returns
+// the response the kernel wrote.
+func writeCmd[Resp, Req any](c *Context, cmdID uint32, req *Req, op string) (*Resp, error) {
+	resp := new(Resp)
+	err := c.invokeWrite(cmdID, unsafe.Pointer(req), int(unsafe.Sizeof(*req)), unsafe.Pointer(resp), int(unsafe.Sizeof(*resp)), op)
+	return resp, err
+}
+
 // invokeWriteUdata is invokeWrite with driver data, which travels in
 // UVERBS_ATTR_UHW_IN and UVERBS_ATTR_UHW_OUT.
 func (c *Context) invokeWriteUdata(cmdID uint32, req unsafe.Pointer, reqLen int, resp unsafe.Pointer, respLen int, uhwIn, uhwOut []byte, op string) error {

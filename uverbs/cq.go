@@ -51,10 +51,8 @@ type CompChannel struct {
 
 // NewCompChannel creates a completion channel (ibv_create_comp_channel).
 func (c *Context) NewCompChannel() (*CompChannel, error) {
-	req := new(abi.IbUverbsCreateCompChannel)
-	resp := new(abi.IbUverbsCreateCompChannelResp)
-	err := c.invokeWrite(abi.IB_USER_VERBS_CMD_CREATE_COMP_CHANNEL, unsafe.Pointer(req), int(unsafe.Sizeof(*req)),
-		unsafe.Pointer(resp), int(unsafe.Sizeof(*resp)), "create completion channel")
+	resp, err := writeCmd[abi.IbUverbsCreateCompChannelResp](c, abi.IB_USER_VERBS_CMD_CREATE_COMP_CHANNEL,
+		new(abi.IbUverbsCreateCompChannel), "create completion channel")
 	if err != nil {
 		return nil, err
 	}

@@ -242,9 +242,8 @@ func (q *QP) Query(mask qp.AttrMask) (qp.Attr, qp.InitAttr, error) {
 	defer q.done()
 	req := new(abi.IbUverbsQueryQp)
 	*req = qpabi.EncodeQuery(q.handle, mask)
-	resp := new(abi.IbUverbsQueryQpResp)
-	if err := q.ctx.invokeWrite(abi.IB_USER_VERBS_CMD_QUERY_QP, unsafe.Pointer(req), int(unsafe.Sizeof(*req)),
-		unsafe.Pointer(resp), int(unsafe.Sizeof(*resp)), "query QP"); err != nil {
+	resp, err := writeCmd[abi.IbUverbsQueryQpResp](q.ctx, abi.IB_USER_VERBS_CMD_QUERY_QP, req, "query QP")
+	if err != nil {
 		return qp.Attr{}, qp.InitAttr{}, err
 	}
 	a, ia := qpabi.DecodeQuery(resp)

@@ -156,10 +156,8 @@ func (s *SRQ) Query() (SRQAttr, error) {
 		return SRQAttr{}, err
 	}
 	defer s.done()
-	req := &abi.IbUverbsQuerySrq{Srq_handle: s.handle}
-	resp := new(abi.IbUverbsQuerySrqResp)
-	if err := s.ctx.invokeWrite(abi.IB_USER_VERBS_CMD_QUERY_SRQ, unsafe.Pointer(req), int(unsafe.Sizeof(*req)),
-		unsafe.Pointer(resp), int(unsafe.Sizeof(*resp)), "query SRQ"); err != nil {
+	resp, err := writeCmd[abi.IbUverbsQuerySrqResp](s.ctx, abi.IB_USER_VERBS_CMD_QUERY_SRQ, &abi.IbUverbsQuerySrq{Srq_handle: s.handle}, "query SRQ")
+	if err != nil {
 		return SRQAttr{}, err
 	}
 	return SRQAttr{MaxWR: resp.Max_wr, MaxSGE: resp.Max_sge, Limit: resp.Srq_limit}, nil
