@@ -344,7 +344,6 @@ func (c *Context) CreateCQ(attr CQAttr) (*CQ, error) {
 	if err != nil {
 		return nil, wrapErr("create CQ", err)
 	}
-	in, out := b.Udata()
 	cq := &CQ{channel: attr.Channel}
 	id := c.nextID.Add(1)
 	var respCQE uint32
@@ -361,9 +360,7 @@ func (c *Context) CreateCQ(attr CQAttr) (*CQ, error) {
 		cmd.fdIn(abi.UVERBS_ATTR_CREATE_CQ_EVENT_FD, c.asyncFD)
 	}
 	cmd.ptrOut(abi.UVERBS_ATTR_CREATE_CQ_RESP_CQE, unsafe.Pointer(&respCQE), 4)
-	cmd.udata(in, out)
-	if err := cmd.execute(c.f, "create CQ"); err != nil {
-		b.Abort()
+	if err := cmd.executeCreate(c.f, b, "create CQ"); err != nil {
 		return nil, err
 	}
 	cq.object = newObject(c, kindCQ, cmd.outIDR(h))

@@ -104,7 +104,6 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 	if err != nil {
 		return nil, wrapErr("create QP", err)
 	}
-	in, out := b.Udata()
 	q := &QP{pd: pd, typ: attr.Type, sendCQ: attr.SendCQ, recvCQ: attr.RecvCQ, srq: attr.SRQ}
 	id := c.nextID.Add(1)
 
@@ -139,9 +138,7 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 	}
 	cmd.ptrOut(abi.UVERBS_ATTR_CREATE_QP_RESP_CAP, unsafe.Pointer(capOut), int(unsafe.Sizeof(*capOut)))
 	cmd.ptrOut(abi.UVERBS_ATTR_CREATE_QP_RESP_QP_NUM, unsafe.Pointer(qpNum), 4)
-	cmd.udata(in, out)
-	if err := cmd.execute(c.f, "create QP"); err != nil {
-		b.Abort()
+	if err := cmd.executeCreate(c.f, b, "create QP"); err != nil {
 		return nil, err
 	}
 	q.object = newObject(c, kindQP, cmd.outIDR(h), pd, attr.SendCQ, attr.RecvCQ)

@@ -48,7 +48,6 @@ func (pd *PD) CreateSRQ(attr SRQAttr) (*SRQ, error) {
 	if err != nil {
 		return nil, wrapErr("create SRQ", err)
 	}
-	in, out := b.Udata()
 	s := &SRQ{pd: pd}
 	id := c.nextID.Add(1)
 	resp := new(struct{ maxWR, maxSGE uint32 })
@@ -66,9 +65,7 @@ func (pd *PD) CreateSRQ(attr SRQAttr) (*SRQ, error) {
 	}
 	cmd.ptrOut(abi.UVERBS_ATTR_CREATE_SRQ_RESP_MAX_WR, unsafe.Pointer(&resp.maxWR), 4)
 	cmd.ptrOut(abi.UVERBS_ATTR_CREATE_SRQ_RESP_MAX_SGE, unsafe.Pointer(&resp.maxSGE), 4)
-	cmd.udata(in, out)
-	if err := cmd.execute(c.f, "create SRQ"); err != nil {
-		b.Abort()
+	if err := cmd.executeCreate(c.f, b, "create SRQ"); err != nil {
 		return nil, err
 	}
 	s.object = newObject(c, kindSRQ, cmd.outIDR(h), pd)
