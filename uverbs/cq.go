@@ -360,11 +360,9 @@ func (c *Context) CreateCQ(attr CQAttr) (*CQ, error) {
 		cmd.fdIn(abi.UVERBS_ATTR_CREATE_CQ_EVENT_FD, c.asyncFD)
 	}
 	cmd.ptrOut(abi.UVERBS_ATTR_CREATE_CQ_RESP_CQE, unsafe.Pointer(&respCQE), 4)
-	if err := cmd.executeCreate(c.f, b, "create CQ"); err != nil {
+	if cq.object, err = c.createObject(cmd, h, b, kindCQ, id, "create CQ"); err != nil {
 		return nil, err
 	}
-	cq.object = newObject(c, kindCQ, cmd.outIDR(h))
-	cq.id = id
 	if attr.Channel != nil {
 		cq.deps = append(cq.deps, attr.Channel)
 	}

@@ -219,21 +219,6 @@ func (c *command) execute(f cmdFile, op string) error {
 	return nil
 }
 
-// executeCreate sends a create command with the driver data of the
-// provider's builder b, which releases what it allocated for the object
-// when the kernel refuses.
-func (c *command) executeCreate(f cmdFile, b interface {
-	Udata() (in, out []byte)
-	Abort()
-}, op string) error {
-	c.udata(b.Udata())
-	if err := c.execute(f, op); err != nil {
-		b.Abort()
-		return err
-	}
-	return nil
-}
-
 // attrData returns the data word of attribute i as the kernel left it.
 func (c *command) attrData(i int) uint64 {
 	return binary.NativeEndian.Uint64(c.buf[ioctlHdrSize+i*ioctlAttrSize+8:])

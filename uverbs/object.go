@@ -68,6 +68,24 @@ func newObject(c *Context, kind objKind, handle uint32, deps ...any) *object {
 	return &object{ctx: c, kind: kind, handle: handle, deps: append(deps, c)}
 }
 
+// createObject sends cmd, the create command of a CQ, QP or SRQ whose new
+// handle the kernel leaves in attribute h, with the driver data of the
+// provider's builder b, which releases what it allocated when the kernel
+// refuses. The object carries id, the user handle its events name it by.
+func (c *Context) createObject(cmd *command, h int, b interface {
+	Udata() (in, out []byte)
+	Abort()
+}, kind objKind, id uint64, op string, deps ...any) (*object, error) {
+	cmd.udata(b.Udata())
+	if err := cmd.execute(c.f, op); err != nil {
+		b.Abort()
+		return nil, err
+	}
+	o := newObject(c, kind, cmd.outIDR(h), deps...)
+	o.id = id
+	return o, nil
+}
+
 // finishCreate is the last step of creating a CQ, QP or SRQ, once the
 // kernel object exists: the provider's builder makes its side from the
 // kernel's answer, and o owns it. When the provider fails, the kernel object

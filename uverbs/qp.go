@@ -138,11 +138,9 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 	}
 	cmd.ptrOut(abi.UVERBS_ATTR_CREATE_QP_RESP_CAP, unsafe.Pointer(capOut), int(unsafe.Sizeof(*capOut)))
 	cmd.ptrOut(abi.UVERBS_ATTR_CREATE_QP_RESP_QP_NUM, unsafe.Pointer(qpNum), 4)
-	if err := cmd.executeCreate(c.f, b, "create QP"); err != nil {
+	if q.object, err = c.createObject(cmd, h, b, kindQP, id, "create QP", pd, attr.SendCQ, attr.RecvCQ); err != nil {
 		return nil, err
 	}
-	q.object = newObject(c, kindQP, cmd.outIDR(h), pd, attr.SendCQ, attr.RecvCQ)
-	q.id = id
 	q.qpn = *qpNum
 	if attr.SRQ != nil {
 		q.deps = append(q.deps, attr.SRQ)

@@ -65,11 +65,9 @@ func (pd *PD) CreateSRQ(attr SRQAttr) (*SRQ, error) {
 	}
 	cmd.ptrOut(abi.UVERBS_ATTR_CREATE_SRQ_RESP_MAX_WR, unsafe.Pointer(&resp.maxWR), 4)
 	cmd.ptrOut(abi.UVERBS_ATTR_CREATE_SRQ_RESP_MAX_SGE, unsafe.Pointer(&resp.maxSGE), 4)
-	if err := cmd.executeCreate(c.f, b, "create SRQ"); err != nil {
+	if s.object, err = c.createObject(cmd, h, b, kindSRQ, id, "create SRQ", pd); err != nil {
 		return nil, err
 	}
-	s.object = newObject(c, kindSRQ, cmd.outIDR(h), pd)
-	s.id = id
 	s.attr = SRQAttr{MaxWR: resp.maxWR, MaxSGE: resp.maxSGE, Limit: attr.Limit}
 	p, err := finishCreate(s.object, b, provider.Created{Handle: s.handle, Caps: qp.Caps{MaxRecvWR: resp.maxWR, MaxRecvSGE: resp.maxSGE}}, "create SRQ", false)
 	if err != nil {
