@@ -368,11 +368,9 @@ func (c *Context) CreateCQ(attr CQAttr) (*CQ, error) {
 	}
 	cq.cqe = int(respCQE)
 	cq.single = attr.SingleThreaded
-	p, err := finishCreate(cq.object, b, provider.Created{Handle: cq.handle, CQE: respCQE}, "create CQ", cq.single)
-	if err != nil {
+	if err := finishCreate(&cq.prov, cq.object, b, provider.Created{Handle: cq.handle, CQE: respCQE}, "create CQ", cq.single); err != nil {
 		return nil, err
 	}
-	cq.prov = p
 	registerCQ(c, cq)
 	return cq, nil
 }

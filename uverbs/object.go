@@ -88,21 +88,21 @@ func (c *Context) createObject(cmd *command, h int, b interface {
 
 // finishCreate is the last step of creating a CQ, QP or SRQ, once the
 // kernel object exists: the provider's builder makes its side from the
-// kernel's answer, and o owns it. When the provider fails, the kernel object
-// is destroyed again, so a failed create leaves nothing behind. single
-// passes the user's promise to serialize its calls on to a provider object
-// that can use it.
-func finishCreate[P interface{ Close() error }](o *object, b provider.Builder[P], created provider.Created, op string, single bool) (P, error) {
+// kernel's answer, and o and the public value's field prov own it. When
+// the provider fails, the kernel object is destroyed again, so a failed
+// create leaves nothing behind. single passes the user's promise to
+// serialize its calls on to a provider object that can use it.
+func finishCreate[P interface{ Close() error }](prov *P, o *object, b provider.Builder[P], created provider.Created, op string, single bool) error {
 	p, err := b.Finish(created)
 	if err != nil {
 		o.destroyKernel()
-		return p, wrapErr(op, err)
+		return wrapErr(op, err)
 	}
-	o.prov = p
+	*prov, o.prov = p, p
 	if s, ok := any(p).(provider.SingleThreader); ok && single {
 		s.SetSingleThreaded()
 	}
-	return p, nil
+	return nil
 }
 
 // track makes o's cleanup run when owner, o's public value, becomes

@@ -154,11 +154,9 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 		MaxInlineData: capOut.Max_inline_data,
 	}
 	q.single = attr.SingleThreaded
-	p, err := finishCreate(q.object, b, provider.Created{Handle: q.handle, QPNum: q.num, Caps: q.caps}, "create QP", q.single)
-	if err != nil {
+	if err := finishCreate(&q.prov, q.object, b, provider.Created{Handle: q.handle, QPNum: q.num, Caps: q.caps}, "create QP", q.single); err != nil {
 		return nil, err
 	}
-	q.prov = p
 	registerQP(c, q)
 	return q, nil
 }

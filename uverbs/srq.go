@@ -69,11 +69,9 @@ func (pd *PD) CreateSRQ(attr SRQAttr) (*SRQ, error) {
 		return nil, err
 	}
 	s.attr = SRQAttr{MaxWR: resp.maxWR, MaxSGE: resp.maxSGE, Limit: attr.Limit}
-	p, err := finishCreate(s.object, b, provider.Created{Handle: s.handle, Caps: qp.Caps{MaxRecvWR: resp.maxWR, MaxRecvSGE: resp.maxSGE}}, "create SRQ", false)
-	if err != nil {
+	if err := finishCreate(&s.prov, s.object, b, provider.Created{Handle: s.handle, Caps: qp.Caps{MaxRecvWR: resp.maxWR, MaxRecvSGE: resp.maxSGE}}, "create SRQ", false); err != nil {
 		return nil, err
 	}
-	s.prov = p
 	registerSRQ(c, s)
 	return s, nil
 }
