@@ -483,35 +483,27 @@ func decodeDeviceAttr(a *DeviceAttr, r *abi.IbUverbsExQueryDeviceResp) {
 	a.VendorID = b.Vendor_id
 	a.VendorPartID = b.Vendor_part_id
 	a.HWVer = b.Hw_ver
-	a.MaxQP = int(int32(b.Max_qp))
-	a.MaxQPWR = int(int32(b.Max_qp_wr))
 	a.DeviceCapFlags = DeviceCaps(b.Device_cap_flags)
-	a.MaxSGE = int(int32(b.Max_sge))
-	a.MaxSGERd = int(int32(b.Max_sge_rd))
-	a.MaxCQ = int(int32(b.Max_cq))
-	a.MaxCQE = int(int32(b.Max_cqe))
-	a.MaxMR = int(int32(b.Max_mr))
-	a.MaxPD = int(int32(b.Max_pd))
-	a.MaxQPRdAtom = int(int32(b.Max_qp_rd_atom))
-	a.MaxEERdAtom = int(int32(b.Max_ee_rd_atom))
-	a.MaxResRdAtom = int(int32(b.Max_res_rd_atom))
-	a.MaxQPInitRdAtom = int(int32(b.Max_qp_init_rd_atom))
-	a.MaxEEInitRdAtom = int(int32(b.Max_ee_init_rd_atom))
 	a.AtomicCap = AtomicCap(b.Atomic_cap)
-	a.MaxEE = int(int32(b.Max_ee))
-	a.MaxRDD = int(int32(b.Max_rdd))
-	a.MaxMW = int(int32(b.Max_mw))
-	a.MaxRawIPv6QP = int(int32(b.Max_raw_ipv6_qp))
-	a.MaxRawEthyQP = int(int32(b.Max_raw_ethy_qp))
-	a.MaxMcastGrp = int(int32(b.Max_mcast_grp))
-	a.MaxMcastQPAttach = int(int32(b.Max_mcast_qp_attach))
-	a.MaxTotalMcastQPAttach = int(int32(b.Max_total_mcast_qp_attach))
-	a.MaxAH = int(int32(b.Max_ah))
-	a.MaxFMR = int(int32(b.Max_fmr))
-	a.MaxMapPerFMR = int(int32(b.Max_map_per_fmr))
-	a.MaxSRQ = int(int32(b.Max_srq))
-	a.MaxSRQWR = int(int32(b.Max_srq_wr))
-	a.MaxSRQSGE = int(int32(b.Max_srq_sge))
+	// The kernel's u32 limits are ibv_device_attr's ints, as rdma-core
+	// copies them.
+	for _, f := range []struct {
+		dst *int
+		src uint32
+	}{
+		{&a.MaxQP, b.Max_qp}, {&a.MaxQPWR, b.Max_qp_wr}, {&a.MaxSGE, b.Max_sge}, {&a.MaxSGERd, b.Max_sge_rd},
+		{&a.MaxCQ, b.Max_cq}, {&a.MaxCQE, b.Max_cqe}, {&a.MaxMR, b.Max_mr}, {&a.MaxPD, b.Max_pd},
+		{&a.MaxQPRdAtom, b.Max_qp_rd_atom}, {&a.MaxEERdAtom, b.Max_ee_rd_atom},
+		{&a.MaxResRdAtom, b.Max_res_rd_atom}, {&a.MaxQPInitRdAtom, b.Max_qp_init_rd_atom},
+		{&a.MaxEEInitRdAtom, b.Max_ee_init_rd_atom}, {&a.MaxEE, b.Max_ee}, {&a.MaxRDD, b.Max_rdd},
+		{&a.MaxMW, b.Max_mw}, {&a.MaxRawIPv6QP, b.Max_raw_ipv6_qp}, {&a.MaxRawEthyQP, b.Max_raw_ethy_qp},
+		{&a.MaxMcastGrp, b.Max_mcast_grp}, {&a.MaxMcastQPAttach, b.Max_mcast_qp_attach},
+		{&a.MaxTotalMcastQPAttach, b.Max_total_mcast_qp_attach}, {&a.MaxAH, b.Max_ah}, {&a.MaxFMR, b.Max_fmr},
+		{&a.MaxMapPerFMR, b.Max_map_per_fmr}, {&a.MaxSRQ, b.Max_srq}, {&a.MaxSRQWR, b.Max_srq_wr},
+		{&a.MaxSRQSGE, b.Max_srq_sge},
+	} {
+		*f.dst = int(int32(f.src))
+	}
 	a.MaxPKeys = b.Max_pkeys
 	a.LocalCAAckDelay = b.Local_ca_ack_delay
 	a.PhysPortCnt = b.Phys_port_cnt
