@@ -7,6 +7,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rdmago/rdma/internal/testenv"
 	"github.com/rdmago/rdma/wr"
 )
 
@@ -26,15 +27,7 @@ func TestProbeInline(t *testing.T) {
 	if err := ProbeInline([]wr.SGE{{Addr: addr, Length: uint32(len(buf))}, {Addr: addr + 5, Length: 0}}); err != nil {
 		t.Fatalf("readable memory: %v", err)
 	}
-	// A page that was mapped and is no longer.
-	m, err := unix.Mmap(-1, 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gone := uint64(uintptr(unsafe.Pointer(&m[0])))
-	if err := unix.Munmap(m); err != nil {
-		t.Fatal(err)
-	}
+	gone := testenv.UnmappedAddr(t)
 	// A page mapped without read access.
 	none, err := unix.Mmap(-1, 0, 4096, unix.PROT_NONE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 	if err != nil {

@@ -45,11 +45,10 @@ func (q *QP) mcast(cmdID uint32, gid qp.GID, lid uint16, op string) error {
 	if q == nil {
 		return errNil
 	}
-	q.rw.RLock()
-	defer q.rw.RUnlock()
-	if q.dead.Load() {
-		return ErrClosed
+	if err := q.use(); err != nil {
+		return err
 	}
+	defer q.done()
 	// ib_uverbs_attach_mcast and ib_uverbs_detach_mcast have one layout.
 	req := &abi.IbUverbsAttachMcast{Gid: gid, Qp_handle: q.handle, Mlid: lid}
 	return q.ctx.invokeWrite(cmdID, unsafe.Pointer(req), int(unsafe.Sizeof(*req)), nil, 0, op)

@@ -197,18 +197,22 @@ func (c *Context) providerContext(op string) (provider.Context, error) {
 	return c.prov, nil
 }
 
-// register adds a new object, unless the context's Close has begun: then
-// it reports false, and the caller releases the object's provider side
-// (the kernel object goes with the command file). Close releases every
-// registered object before it closes the file, which is what lets QPs ring
-// their doorbells without a guard (devFile.doorbell).
+// register records a new CQ, QP or SRQ under the user handle its events
+// carry, and tracks it, as every object is, so that dropping v releases o,
+// unless the context's Close has begun: then it reports false, and the
+// caller releases the object's provider side (the kernel object goes with
+// the command file). Close releases every registered object before it
+// closes the file, which is what lets QPs ring their doorbells without a
+// guard (devFile.doorbell).
 func register[T any](r *registry, m map[uint64]entry[T], o *object, v *T) bool {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	if r.closed {
+		r.mu.Unlock()
 		return false
 	}
 	m[o.id] = entry[T]{o: weak.Make(o), w: weak.Make(v)}
+	r.mu.Unlock()
+	track(v, o)
 	return true
 }
 
@@ -507,35 +511,27 @@ func decodeDeviceAttr(a *DeviceAttr, r *abi.IbUverbsExQueryDeviceResp) {
 	a.VendorID = b.Vendor_id
 	a.VendorPartID = b.Vendor_part_id
 	a.HWVer = b.Hw_ver
-	a.MaxQP = int(int32(b.Max_qp))
-	a.MaxQPWR = int(int32(b.Max_qp_wr))
 	a.DeviceCapFlags = DeviceCaps(b.Device_cap_flags)
-	a.MaxSGE = int(int32(b.Max_sge))
-	a.MaxSGERd = int(int32(b.Max_sge_rd))
-	a.MaxCQ = int(int32(b.Max_cq))
-	a.MaxCQE = int(int32(b.Max_cqe))
-	a.MaxMR = int(int32(b.Max_mr))
-	a.MaxPD = int(int32(b.Max_pd))
-	a.MaxQPRdAtom = int(int32(b.Max_qp_rd_atom))
-	a.MaxEERdAtom = int(int32(b.Max_ee_rd_atom))
-	a.MaxResRdAtom = int(int32(b.Max_res_rd_atom))
-	a.MaxQPInitRdAtom = int(int32(b.Max_qp_init_rd_atom))
-	a.MaxEEInitRdAtom = int(int32(b.Max_ee_init_rd_atom))
 	a.AtomicCap = AtomicCap(b.Atomic_cap)
-	a.MaxEE = int(int32(b.Max_ee))
-	a.MaxRDD = int(int32(b.Max_rdd))
-	a.MaxMW = int(int32(b.Max_mw))
-	a.MaxRawIPv6QP = int(int32(b.Max_raw_ipv6_qp))
-	a.MaxRawEthyQP = int(int32(b.Max_raw_ethy_qp))
-	a.MaxMcastGrp = int(int32(b.Max_mcast_grp))
-	a.MaxMcastQPAttach = int(int32(b.Max_mcast_qp_attach))
-	a.MaxTotalMcastQPAttach = int(int32(b.Max_total_mcast_qp_attach))
-	a.MaxAH = int(int32(b.Max_ah))
-	a.MaxFMR = int(int32(b.Max_fmr))
-	a.MaxMapPerFMR = int(int32(b.Max_map_per_fmr))
-	a.MaxSRQ = int(int32(b.Max_srq))
-	a.MaxSRQWR = int(int32(b.Max_srq_wr))
-	a.MaxSRQSGE = int(int32(b.Max_srq_sge))
+	// The kernel's u32 limits are ibv_device_attr's ints, as rdma-core
+	// copies them.
+	for _, f := range []struct {
+		dst *int
+		src uint32
+	}{
+		{&a.MaxQP, b.Max_qp}, {&a.MaxQPWR, b.Max_qp_wr}, {&a.MaxSGE, b.Max_sge}, {&a.MaxSGERd, b.Max_sge_rd},
+		{&a.MaxCQ, b.Max_cq}, {&a.MaxCQE, b.Max_cqe}, {&a.MaxMR, b.Max_mr}, {&a.MaxPD, b.Max_pd},
+		{&a.MaxQPRdAtom, b.Max_qp_rd_atom}, {&a.MaxEERdAtom, b.Max_ee_rd_atom},
+		{&a.MaxResRdAtom, b.Max_res_rd_atom}, {&a.MaxQPInitRdAtom, b.Max_qp_init_rd_atom},
+		{&a.MaxEEInitRdAtom, b.Max_ee_init_rd_atom}, {&a.MaxEE, b.Max_ee}, {&a.MaxRDD, b.Max_rdd},
+		{&a.MaxMW, b.Max_mw}, {&a.MaxRawIPv6QP, b.Max_raw_ipv6_qp}, {&a.MaxRawEthyQP, b.Max_raw_ethy_qp},
+		{&a.MaxMcastGrp, b.Max_mcast_grp}, {&a.MaxMcastQPAttach, b.Max_mcast_qp_attach},
+		{&a.MaxTotalMcastQPAttach, b.Max_total_mcast_qp_attach}, {&a.MaxAH, b.Max_ah}, {&a.MaxFMR, b.Max_fmr},
+		{&a.MaxMapPerFMR, b.Max_map_per_fmr}, {&a.MaxSRQ, b.Max_srq}, {&a.MaxSRQWR, b.Max_srq_wr},
+		{&a.MaxSRQSGE, b.Max_srq_sge},
+	} {
+		*f.dst = int(int32(f.src))
+	}
 	a.MaxPKeys = b.Max_pkeys
 	a.LocalCAAckDelay = b.Local_ca_ack_delay
 	a.PhysPortCnt = b.Phys_port_cnt
@@ -600,6 +596,15 @@ func decodeDeviceAttr(a *DeviceAttr, r *abi.IbUverbsExQueryDeviceResp) {
 // embedded in the request. req and resp must point to heap memory.
 func (c *Context) invokeWrite(cmdID uint32, req unsafe.Pointer, reqLen int, resp unsafe.Pointer, respLen int, op string) error {
 	return c.invokeWriteUdata(cmdID, req, reqLen, resp, respLen, nil, nil, op)
+}
+
+// writeCmd is invokeWrite for a command with a request and a response of
+// fixed size: it sends req, which must point to heap memory, and returns
+// the response the kernel wrote.
+func writeCmd[Resp, Req any](c *Context, cmdID uint32, req *Req, op string) (*Resp, error) {
+	resp := new(Resp)
+	err := c.invokeWrite(cmdID, unsafe.Pointer(req), int(unsafe.Sizeof(*req)), unsafe.Pointer(resp), int(unsafe.Sizeof(*resp)), op)
+	return resp, err
 }
 
 // invokeWriteUdata is invokeWrite with driver data, which travels in

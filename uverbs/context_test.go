@@ -73,11 +73,7 @@ func TestContextCreateLegacyWrite(t *testing.T) {
 		resp.Num_comp_vectors = 4
 		return nil
 	}
-	c, err := newContext(testDev, k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := fakeContext(t, k)
 	if c.asyncFD != fd || c.NumCompVectors() != 4 {
 		t.Fatalf("async fd %d vectors %d, want %d and 4", c.asyncFD, c.NumCompVectors(), fd)
 	}
@@ -98,27 +94,15 @@ func TestQueryPort(t *testing.T) {
 		if p := c.in(abi.UVERBS_ATTR_QUERY_PORT_PORT_NUM); len(p) == 0 || p[0] != 1 {
 			return unix.EINVAL
 		}
-		var r abi.IbUverbsQueryPortRespEx
-		r.Legacy_resp.State = 4
-		r.Legacy_resp.Max_mtu = 5
-		r.Legacy_resp.Active_mtu = 3
-		r.Legacy_resp.Gid_tbl_len = 1024
-		r.Legacy_resp.Port_cap_flags = 0x00890000
-		r.Legacy_resp.Max_msg_sz = 0x800000
-		r.Legacy_resp.Pkey_tbl_len = 1
-		r.Legacy_resp.Max_vl_num = 1
-		r.Legacy_resp.Active_width = 1
-		r.Legacy_resp.Active_speed = 1
-		r.Legacy_resp.Phys_state = 5
-		r.Legacy_resp.Link_layer = 2
-		r.Port_cap_flags2 = 0x21
+		r := abi.IbUverbsQueryPortRespEx{
+			Legacy_resp: abi.IbUverbsQueryPortResp{State: 4, Max_mtu: 5, Active_mtu: 3, Gid_tbl_len: 1024,
+				Port_cap_flags: 0x00890000, Max_msg_sz: 0x800000, Pkey_tbl_len: 1, Max_vl_num: 1,
+				Active_width: 1, Active_speed: 1, Phys_state: 5, Link_layer: 2},
+			Port_cap_flags2: 0x21,
+		}
 		return c.out(abi.UVERBS_ATTR_QUERY_PORT_RESP, bytesOf(&r))
 	})
-	c, err := newContext(testDev, k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := fakeContext(t, k)
 	got, err := c.QueryPort(1)
 	if err != nil {
 		t.Fatal(err)
@@ -156,11 +140,7 @@ func TestQueryDeviceViaInvokeWrite(t *testing.T) {
 		r.Timestamp_mask = 0xff
 		return c.out(abi.UVERBS_ATTR_CORE_OUT, bytesOf(&r))
 	})
-	c, err := newContext(testDev, k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := fakeContext(t, k)
 	a, err := c.QueryDevice()
 	if err != nil {
 		t.Fatal(err)

@@ -53,10 +53,8 @@ type CompChannel struct {
 
 // NewCompChannel creates a completion channel (ibv_create_comp_channel).
 func (c *Context) NewCompChannel() (*CompChannel, error) {
-	req := new(abi.IbUverbsCreateCompChannel)
-	resp := new(abi.IbUverbsCreateCompChannelResp)
-	err := c.invokeWrite(abi.IB_USER_VERBS_CMD_CREATE_COMP_CHANNEL, unsafe.Pointer(req), int(unsafe.Sizeof(*req)),
-		unsafe.Pointer(resp), int(unsafe.Sizeof(*resp)), "create completion channel")
+	resp, err := writeCmd[abi.IbUverbsCreateCompChannelResp](c, abi.IB_USER_VERBS_CMD_CREATE_COMP_CHANNEL,
+		new(abi.IbUverbsCreateCompChannel), "create completion channel")
 	if err != nil {
 		return nil, err
 	}
@@ -351,7 +349,6 @@ func (c *Context) CreateCQ(attr CQAttr) (*CQ, error) {
 	if err != nil {
 		return nil, wrapErr("create CQ", err)
 	}
-	in, out := b.Udata()
 	cq := &CQ{channel: attr.Channel}
 	id := c.nextID.Add(1)
 	var respCQE uint32
@@ -368,35 +365,22 @@ func (c *Context) CreateCQ(attr CQAttr) (*CQ, error) {
 		cmd.fdIn(abi.UVERBS_ATTR_CREATE_CQ_EVENT_FD, c.asyncFD)
 	}
 	cmd.ptrOut(abi.UVERBS_ATTR_CREATE_CQ_RESP_CQE, unsafe.Pointer(&respCQE), 4)
-	cmd.udata(in, out)
-	if err := cmd.execute(c.f, "create CQ"); err != nil {
-		b.Abort()
+	if cq.object, err = c.createObject(cmd, h, b, kindCQ, id, "create CQ"); err != nil {
 		return nil, err
 	}
-	cq.object = newObject(c, kindCQ, cmd.outIDR(h))
-	cq.id = id
 	if attr.Channel != nil {
 		cq.deps = append(cq.deps, attr.Channel)
 	}
 	cq.cqe = int(respCQE)
-	p, err := b.Finish(provider.Created{Handle: cq.handle, CQE: respCQE})
-	if err != nil {
-		cq.destroyKernel()
-		return nil, wrapErr("create CQ", err)
+	cq.single = attr.SingleThreaded
+	if err := finishCreate(&cq.prov, cq.object, b, provider.Created{Handle: cq.handle, CQE: respCQE}, "create CQ", cq.single); err != nil {
+		return nil, err
 	}
-	cq.prov, cq.object.prov = p, p
-	cq.rxe, _ = p.(*rxe.CQ)
-	cq.mlx5, _ = p.(*mlx5.CQ)
-	if attr.SingleThreaded {
-		if s, ok := p.(provider.SingleThreader); ok {
-			s.SetSingleThreaded()
-		}
-		cq.single = true
-	}
+	cq.rxe, _ = cq.prov.(*rxe.CQ)
+	cq.mlx5, _ = cq.prov.(*mlx5.CQ)
 	if err := registered(registerCQ(c, cq), cq.object, "create CQ"); err != nil {
 		return nil, err
 	}
-	track(cq, cq.object)
 	return cq, nil
 }
 

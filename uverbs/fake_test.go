@@ -199,6 +199,17 @@ func rxeLikeKernel(t testing.TB) *fakeKernel {
 	return k
 }
 
+// fakeContext opens a context on k, closed when the test ends.
+func fakeContext(t testing.TB, k *fakeKernel) *Context {
+	t.Helper()
+	c, err := newContext(testDev, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
 // userPtr turns a data word the code under test filled with a user pointer
 // back into a pointer, as the kernel's u64_to_user_ptr does. The memory is
 // kept alive by the command being executed.

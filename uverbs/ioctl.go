@@ -97,16 +97,19 @@ func (c *command) optional() {
 // attributes.
 // The kernel reads the low bytes it expects, so the full 8 bytes are sent as
 // rdma-core does.
-func (c *command) constIn(id uint16, v uint64) {
-	a := c.next(id)
-	a.kind, a.len, a.data = kindInline, 8, v
-}
+func (c *command) constIn(id uint16, v uint64) { c.word(id, kindInline, 8, v) }
 
 // u32In adds a 4-byte inline value, for attributes the kernel types as u32
 // (UVERBS_ATTR_TYPE(u32)): their size must match exactly.
-func (c *command) u32In(id uint16, v uint32) {
+func (c *command) u32In(id uint16, v uint32) { c.word(id, kindInline, 4, uint64(v)) }
+
+// word adds an attribute whose data word is the value itself: an inline
+// value of n bytes, an object handle or a file descriptor. It returns the
+// attribute's index, where the kernel leaves a new handle or descriptor.
+func (c *command) word(id uint16, kind attrKind, n uint16, v uint64) int {
 	a := c.next(id)
-	a.kind, a.len, a.data = kindInline, 4, uint64(v)
+	a.kind, a.len, a.data = kind, n, v
+	return c.n - 1
 }
 
 // ptrIn adds an input buffer. Buffers of up to 8 bytes travel inline, as the
@@ -143,17 +146,10 @@ func (c *command) enumIn(id uint16, elem uint8, p unsafe.Pointer, n int) {
 }
 
 // idrIn names an existing kernel object by handle.
-func (c *command) idrIn(id uint16, handle uint32) {
-	a := c.next(id)
-	a.kind, a.data = kindIDR, uint64(handle)
-}
+func (c *command) idrIn(id uint16, handle uint32) { c.word(id, kindIDR, 0, uint64(handle)) }
 
 // idrNew asks for a new object; read its handle with outIDR after execute.
-func (c *command) idrNew(id uint16) int {
-	a := c.next(id)
-	a.kind = kindIDR
-	return c.n - 1
-}
+func (c *command) idrNew(id uint16) int { return c.word(id, kindIDR, 0, 0) }
 
 // udata adds the driver's private request and response buffers
 // (UVERBS_ATTR_UHW_IN and UVERBS_ATTR_UHW_OUT), when the provider has any.
@@ -167,17 +163,10 @@ func (c *command) udata(in, out []byte) {
 }
 
 // fdIn passes an existing file descriptor.
-func (c *command) fdIn(id uint16, fd int) {
-	a := c.next(id)
-	a.kind, a.data = kindFD, uint64(fd)
-}
+func (c *command) fdIn(id uint16, fd int) { c.word(id, kindFD, 0, uint64(fd)) }
 
 // fdNew asks for a new file descriptor; read it with outFD after execute.
-func (c *command) fdNew(id uint16) int {
-	a := c.next(id)
-	a.kind = kindFD
-	return c.n - 1
-}
+func (c *command) fdNew(id uint16) int { return c.word(id, kindFD, 0, 0) }
 
 func (c *command) checkLen(n int) bool {
 	if n < 0 || n > 0xffff {

@@ -63,12 +63,7 @@ func objectKernel(t testing.TB) *fakeKernel {
 func objectContext(t testing.TB) (*fakeKernel, *Context) {
 	t.Helper()
 	k := objectKernel(t)
-	c, err := newContext(testDev, k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return k, c
+	return k, fakeContext(t, k)
 }
 
 func wantClosed(t *testing.T, what string, err error) {
@@ -214,15 +209,16 @@ func TestUDSendAddressHandles(t *testing.T) {
 
 // waitFor runs the garbage collector until cond holds: cleanups run after
 // a collection found their object unreachable, and an object's dependents
-// each need one more.
+// (MR, then PD, then context) each need one more. The device tests use it
+// too, as CollectUntil.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); {
+	for deadline := time.Now().Add(20 * time.Second); !cond(); {
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: not after 10 s of collections", what)
+			t.Fatalf("%s: not after 20 s of collections", what)
 		}
 		runtime.GC()
-		time.Sleep(time.Millisecond)
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 
@@ -289,11 +285,7 @@ func TestRegisteredMemoryOutlivesDroppedMR(t *testing.T) {
 		early = early || isFreed()
 		return nil
 	})
-	c, err := newContext(testDev, k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := fakeContext(t, k)
 	pd, err := c.AllocPD()
 	if err != nil {
 		t.Fatal(err)

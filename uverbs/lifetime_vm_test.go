@@ -33,20 +33,6 @@ func resCount(t *testing.T, kind string) int {
 	return len(lines)
 }
 
-// collectUntil runs the garbage collector until cond holds. Cleanups run
-// after a collection, each level of dependency (MR, then PD, then context)
-// one collection after the other.
-func collectUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(20 * time.Second); !cond(); {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not after 20 s of collections", what)
-		}
-		runtime.GC()
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // An MR dropped without Close is deregistered before its memory can be
 // reused: a peer writing with the old rkey into memory the runtime has
 // given to new allocations gets a remote access error, and the new
@@ -78,7 +64,7 @@ func TestDeviceDroppedMRStaleRKey(t *testing.T) {
 	if got != baseline+n {
 		t.Fatalf("%d MRs registered, want %d", got-baseline, n)
 	}
-	collectUntil(t, "the dropped MRs deregistered", func() bool { return resCount(t, "mr") == baseline })
+	uverbs.CollectUntil(t, "the dropped MRs deregistered", func() bool { return resCount(t, "mr") == baseline })
 	// New allocations of the same size take the freed memory back.
 	fresh := make([][]byte, 4*n)
 	reused := 0
@@ -170,7 +156,7 @@ func TestDeviceDroppedObjectsRelease(t *testing.T) {
 	if during[0] < before[0]+sets {
 		t.Fatalf("%d sets made only %d descriptors: nothing to release", sets, during[0]-before[0])
 	}
-	collectUntil(t, "descriptors, mappings and kernel objects back to their baseline", func() bool {
+	uverbs.CollectUntil(t, "descriptors, mappings and kernel objects back to their baseline", func() bool {
 		now := count()
 		for i := range now {
 			if now[i] != before[i] {

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rdmago/rdma/internal/abi"
+	"github.com/rdmago/rdma/provider"
 )
 
 // objKind names the kernel object an object stands for, which selects its
@@ -65,6 +66,43 @@ type object struct {
 
 func newObject(c *Context, kind objKind, handle uint32, deps ...any) *object {
 	return &object{ctx: c, kind: kind, handle: handle, deps: append(deps, c)}
+}
+
+// createObject sends cmd, the create command of a CQ, QP or SRQ whose new
+// handle the kernel leaves in attribute h, with the driver data of the
+// provider's builder b, which releases what it allocated when the kernel
+// refuses. The object carries id, the user handle its events name it by.
+func (c *Context) createObject(cmd *command, h int, b interface {
+	Udata() (in, out []byte)
+	Abort()
+}, kind objKind, id uint64, op string, deps ...any) (*object, error) {
+	cmd.udata(b.Udata())
+	if err := cmd.execute(c.f, op); err != nil {
+		b.Abort()
+		return nil, err
+	}
+	o := newObject(c, kind, cmd.outIDR(h), deps...)
+	o.id = id
+	return o, nil
+}
+
+// finishCreate is the last step of creating a CQ, QP or SRQ, once the
+// kernel object exists: the provider's builder makes its side from the
+// kernel's answer, and o and the public value's field prov own it. When
+// the provider fails, the kernel object is destroyed again, so a failed
+// create leaves nothing behind. single passes the user's promise to
+// serialize its calls on to a provider object that can use it.
+func finishCreate[P interface{ Close() error }](prov *P, o *object, b provider.Builder[P], created provider.Created, op string, single bool) error {
+	p, err := b.Finish(created)
+	if err != nil {
+		o.destroyKernel()
+		return wrapErr(op, err)
+	}
+	*prov, o.prov = p, p
+	if s, ok := any(p).(provider.SingleThreader); ok && single {
+		s.SetSingleThreaded()
+	}
+	return nil
 }
 
 // track makes o's cleanup run when owner, o's public value, becomes

@@ -23,10 +23,7 @@ type PD struct {
 
 // AllocPD allocates a protection domain (ibv_alloc_pd).
 func (c *Context) AllocPD() (*PD, error) {
-	req := new(abi.IbUverbsAllocPd)
-	resp := new(abi.IbUverbsAllocPdResp)
-	err := c.invokeWrite(abi.IB_USER_VERBS_CMD_ALLOC_PD, unsafe.Pointer(req), int(unsafe.Sizeof(*req)),
-		unsafe.Pointer(resp), int(unsafe.Sizeof(*resp)), "alloc PD")
+	resp, err := writeCmd[abi.IbUverbsAllocPdResp](c, abi.IB_USER_VERBS_CMD_ALLOC_PD, new(abi.IbUverbsAllocPd), "alloc PD")
 	if err != nil {
 		return nil, err
 	}
@@ -103,9 +100,7 @@ func (pd *PD) RegMR(buf []byte, access wr.Access) (*MR, error) {
 		Pd_handle:    pd.handle,
 		Access_flags: uint32(access),
 	}
-	resp := new(abi.IbUverbsRegMrResp)
-	err := pd.ctx.invokeWrite(abi.IB_USER_VERBS_CMD_REG_MR, unsafe.Pointer(req), int(unsafe.Sizeof(*req)),
-		unsafe.Pointer(resp), int(unsafe.Sizeof(*resp)), "reg MR")
+	resp, err := writeCmd[abi.IbUverbsRegMrResp](pd.ctx, abi.IB_USER_VERBS_CMD_REG_MR, req, "reg MR")
 	if err != nil {
 		return nil, err
 	}

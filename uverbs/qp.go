@@ -111,7 +111,6 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 	if err != nil {
 		return nil, wrapErr("create QP", err)
 	}
-	in, out := b.Udata()
 	q := &QP{pd: pd, typ: attr.Type, sendCQ: attr.SendCQ, recvCQ: attr.RecvCQ, srq: attr.SRQ}
 	id := c.nextID.Add(1)
 
@@ -146,13 +145,9 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 	}
 	cmd.ptrOut(abi.UVERBS_ATTR_CREATE_QP_RESP_CAP, unsafe.Pointer(capOut), int(unsafe.Sizeof(*capOut)))
 	cmd.ptrOut(abi.UVERBS_ATTR_CREATE_QP_RESP_QP_NUM, unsafe.Pointer(qpNum), 4)
-	cmd.udata(in, out)
-	if err := cmd.execute(c.f, "create QP"); err != nil {
-		b.Abort()
+	if q.object, err = c.createObject(cmd, h, b, kindQP, id, "create QP", pd, attr.SendCQ, attr.RecvCQ); err != nil {
 		return nil, err
 	}
-	q.object = newObject(c, kindQP, cmd.outIDR(h), pd, attr.SendCQ, attr.RecvCQ)
-	q.id = id
 	q.qpn = *qpNum
 	if attr.SRQ != nil {
 		q.deps = append(q.deps, attr.SRQ)
@@ -165,24 +160,15 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 		MaxRecvSGE:    capOut.Max_recv_sge,
 		MaxInlineData: capOut.Max_inline_data,
 	}
-	p, err := b.Finish(provider.Created{Handle: q.handle, QPNum: q.num, Caps: q.caps})
-	if err != nil {
-		q.destroyKernel()
-		return nil, wrapErr("create QP", err)
+	q.single = attr.SingleThreaded
+	if err := finishCreate(&q.prov, q.object, b, provider.Created{Handle: q.handle, QPNum: q.num, Caps: q.caps}, "create QP", q.single); err != nil {
+		return nil, err
 	}
-	q.prov, q.object.prov = p, p
-	q.rxe, _ = p.(*rxe.QP)
-	q.mlx5, _ = p.(*mlx5.QP)
-	if attr.SingleThreaded {
-		if s, ok := p.(provider.SingleThreader); ok {
-			s.SetSingleThreaded()
-		}
-		q.single = true
-	}
+	q.rxe, _ = q.prov.(*rxe.QP)
+	q.mlx5, _ = q.prov.(*mlx5.QP)
 	if err := registered(registerQP(c, q), q.object, "create QP"); err != nil {
 		return nil, err
 	}
-	track(q, q.object)
 	return q, nil
 }
 
@@ -210,11 +196,10 @@ func (q *QP) Modify(a *qp.Attr, mask qp.AttrMask) error {
 	if q == nil || a == nil {
 		return &Error{Op: "modify QP", Err: errNil}
 	}
-	q.rw.RLock()
-	defer q.rw.RUnlock()
-	if q.dead.Load() {
-		return ErrClosed
+	if err := q.use(); err != nil {
+		return err
 	}
+	defer q.done()
 	cur := q.State()
 	if mask&qp.AttrCurState != 0 {
 		cur = a.CurState
@@ -255,16 +240,14 @@ func (q *QP) Query(mask qp.AttrMask) (qp.Attr, qp.InitAttr, error) {
 	if q == nil {
 		return qp.Attr{}, qp.InitAttr{}, errNil
 	}
-	q.rw.RLock()
-	defer q.rw.RUnlock()
-	if q.dead.Load() {
-		return qp.Attr{}, qp.InitAttr{}, ErrClosed
+	if err := q.use(); err != nil {
+		return qp.Attr{}, qp.InitAttr{}, err
 	}
+	defer q.done()
 	req := new(abi.IbUverbsQueryQp)
 	*req = qpabi.EncodeQuery(q.handle, mask)
-	resp := new(abi.IbUverbsQueryQpResp)
-	if err := q.ctx.invokeWrite(abi.IB_USER_VERBS_CMD_QUERY_QP, unsafe.Pointer(req), int(unsafe.Sizeof(*req)),
-		unsafe.Pointer(resp), int(unsafe.Sizeof(*resp)), "query QP"); err != nil {
+	resp, err := writeCmd[abi.IbUverbsQueryQpResp](q.ctx, abi.IB_USER_VERBS_CMD_QUERY_QP, req, "query QP")
+	if err != nil {
 		return qp.Attr{}, qp.InitAttr{}, err
 	}
 	a, ia := qpabi.DecodeQuery(resp)

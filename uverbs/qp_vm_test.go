@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rdmago/rdma/internal/rdmatest"
+	"github.com/rdmago/rdma/internal/testenv"
 	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/uverbs"
 	"github.com/rdmago/rdma/wr"
@@ -239,14 +240,7 @@ func TestDeviceDestroyFlushes(t *testing.T) {
 // truncated messages.
 func TestDeviceBadSGEs(t *testing.T) {
 	r := rdmatest.NewPair(t, qp.RC, qp.Caps{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 2, MaxRecvSGE: 2, MaxInlineData: 64})
-	m, err := unix.Mmap(-1, 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gone := uint64(uintptr(unsafe.Pointer(&m[0])))
-	if err := unix.Munmap(m); err != nil {
-		t.Fatal(err)
-	}
+	gone := testenv.UnmappedAddr(t)
 	for _, tc := range []struct {
 		name string
 		w    wr.SendWR

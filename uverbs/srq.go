@@ -48,7 +48,6 @@ func (pd *PD) CreateSRQ(attr SRQAttr) (*SRQ, error) {
 	if err != nil {
 		return nil, wrapErr("create SRQ", err)
 	}
-	in, out := b.Udata()
 	s := &SRQ{pd: pd}
 	id := c.nextID.Add(1)
 	resp := new(struct{ maxWR, maxSGE uint32 })
@@ -66,24 +65,16 @@ func (pd *PD) CreateSRQ(attr SRQAttr) (*SRQ, error) {
 	}
 	cmd.ptrOut(abi.UVERBS_ATTR_CREATE_SRQ_RESP_MAX_WR, unsafe.Pointer(&resp.maxWR), 4)
 	cmd.ptrOut(abi.UVERBS_ATTR_CREATE_SRQ_RESP_MAX_SGE, unsafe.Pointer(&resp.maxSGE), 4)
-	cmd.udata(in, out)
-	if err := cmd.execute(c.f, "create SRQ"); err != nil {
-		b.Abort()
+	if s.object, err = c.createObject(cmd, h, b, kindSRQ, id, "create SRQ", pd); err != nil {
 		return nil, err
 	}
-	s.object = newObject(c, kindSRQ, cmd.outIDR(h), pd)
-	s.id = id
 	s.attr = SRQAttr{MaxWR: resp.maxWR, MaxSGE: resp.maxSGE, Limit: attr.Limit}
-	p, err := b.Finish(provider.Created{Handle: s.handle, Caps: qp.Caps{MaxRecvWR: resp.maxWR, MaxRecvSGE: resp.maxSGE}})
-	if err != nil {
-		s.destroyKernel()
-		return nil, wrapErr("create SRQ", err)
+	if err := finishCreate(&s.prov, s.object, b, provider.Created{Handle: s.handle, Caps: qp.Caps{MaxRecvWR: resp.maxWR, MaxRecvSGE: resp.maxSGE}}, "create SRQ", false); err != nil {
+		return nil, err
 	}
-	s.prov, s.object.prov = p, p
 	if err := registered(registerSRQ(c, s), s.object, "create SRQ"); err != nil {
 		return nil, err
 	}
-	track(s, s.object)
 	return s, nil
 }
 
@@ -156,15 +147,12 @@ func (s *SRQ) Query() (SRQAttr, error) {
 	if s == nil {
 		return SRQAttr{}, errNil
 	}
-	s.rw.RLock()
-	defer s.rw.RUnlock()
-	if s.dead.Load() {
-		return SRQAttr{}, ErrClosed
+	if err := s.use(); err != nil {
+		return SRQAttr{}, err
 	}
-	req := &abi.IbUverbsQuerySrq{Srq_handle: s.handle}
-	resp := new(abi.IbUverbsQuerySrqResp)
-	if err := s.ctx.invokeWrite(abi.IB_USER_VERBS_CMD_QUERY_SRQ, unsafe.Pointer(req), int(unsafe.Sizeof(*req)),
-		unsafe.Pointer(resp), int(unsafe.Sizeof(*resp)), "query SRQ"); err != nil {
+	defer s.done()
+	resp, err := writeCmd[abi.IbUverbsQuerySrqResp](s.ctx, abi.IB_USER_VERBS_CMD_QUERY_SRQ, &abi.IbUverbsQuerySrq{Srq_handle: s.handle}, "query SRQ")
+	if err != nil {
 		return SRQAttr{}, err
 	}
 	return SRQAttr{MaxWR: resp.Max_wr, MaxSGE: resp.Max_sge, Limit: resp.Srq_limit}, nil

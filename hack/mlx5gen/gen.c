@@ -163,7 +163,7 @@ static void segments(void)
 		prefill(&seg, sizeof(seg), 0xa5);
 		mlx5dv_set_ctrl_seg(&seg, cc[i].pi, cc[i].opcode, cc[i].opmod, cc[i].qpn,
 				    cc[i].fm_ce_se, cc[i].ds, cc[i].signature, htobe32(cc[i].imm));
-		printf("\t{pi: %#x, opcode: %#x, opmod: %#x, qpn: %#x, fmCeSe: %#x, ds: %d, signature: %#x, imm: %#x,\n\t\twant: ",
+		printf("\t{pi: %#x, opcode: %#x, opmod: %#x, qpn: %#x, fmCeSe: %#x, ds: %d, signature: %#x, imm: %#x, want: ",
 		       cc[i].pi, cc[i].opcode, cc[i].opmod, cc[i].qpn, cc[i].fm_ce_se, cc[i].ds, cc[i].signature, cc[i].imm);
 		bytes(&seg, sizeof(seg));
 		printf("},\n");
@@ -246,12 +246,12 @@ static void segments(void)
 		prefill(&seg, sizeof(seg), 0x5f);
 		mlx5dv_set_dgram_seg(&seg, key, 0x123456 + i, (uint8_t)i, 0x7a, 0x05 * i, 0xc000 + i,
 				     rmac, 0x20 + i, 64 - i, 0x40012345 + i, rgid);
-		printf("\t{key: %#llx, dqp: %#x, ext: %d, rateSL: 0x7a, flMLID: %#x, rlid: %#x, tclass: %#x, hopLimit: %d, grhGidFl: %#x,\n\t\trmac: ",
+		printf("\t{key: %#llx, dqp: %#x, ext: %d, rateSL: 0x7a, flMLID: %#x, rlid: %#x, tclass: %#x, hopLimit: %d, grhGidFl: %#x, rmac: ",
 		       (unsigned long long)key, 0x123456 + i, i, 0x05 * i, 0xc000 + i, 0x20 + i, 64 - i, 0x40012345 + i);
 		bytes(rmac, 6);
 		printf(", rgid: ");
 		bytes(rgid, 16);
-		printf(",\n\t\twant: ");
+		printf(", want: ");
 		bytes(&seg, sizeof(seg));
 		printf("},\n");
 	}
@@ -344,9 +344,9 @@ static void avs(void)
 		       a->dlid, a->sl, a->src_path_bits, a->static_rate, a->is_global ? "true" : "false", a->flow_label,
 		       a->sgid_index, a->hop_limit, a->traffic_class);
 		bytes(gid, 16);
-		printf("},\n\t\tdmac: ");
+		printf("}, dmac: ");
 		bytes(a->dmac, 6);
-		printf(",\n\t\twant: ");
+		printf(", want: ");
 		bytes(&av, sizeof(av));
 		printf("},\n");
 	}
@@ -603,31 +603,31 @@ static void send_wqes(void)
 				  k->sig_all ? MLX5_WQE_CTRL_CQ_UPDATE : 0 };
 
 		prefill(buf, n, (unsigned)c);
-		printf("\t{name: \"%s\", qpType: %d, qpn: %#x, wqeCnt: %u, startPost: %#x, sigAll: %s, prefill: %zu,\n\t\twrs: []wrVector{\n",
+		printf("\t{name: \"%s\", qpType: %d, qpn: %#x, wqeCnt: %u, startPost: %#x, sigAll: %s, prefill: %zu, wrs: []wrVector{\n",
 		       k->name, k->type, k->qpn, k->wqe_cnt, k->start, k->sig_all ? "true" : "false", c);
 		for (int j = 0; j < k->nwr; j++) {
 			const struct cwr *w = &k->wr[j];
 			unsigned ds = post_one(&sq, w, j);
 
-			printf("\t\t\t{id: %llu, opcode: %d, flags: %#x, imm: %#x, remoteAddr: %#llx, rkey: %#x, compareAdd: %#llx, swap: %#llx, remoteQPN: %#x, remoteQKey: %#x, av: %d,\n",
+			printf("\t\t{id: %llu, opcode: %d, flags: %#x, imm: %#x, remoteAddr: %#llx, rkey: %#x, compareAdd: %#llx, swap: %#llx, remoteQPN: %#x, remoteQKey: %#x, av: %d, ",
 			       (unsigned long long)w->id, w->opcode, w->flags, w->imm, (unsigned long long)w->raddr, w->rkey,
 			       (unsigned long long)w->cmp_add, (unsigned long long)w->swap, w->rqpn, w->rqkey,
 			       k->type == IBV_QPT_UD ? w->av : -1);
-			printf("\t\t\t\tsges: []sgeVector{");
+			printf("sges: []sgeVector{");
 			for (int i = 0; i < w->nsge; i++)
 				printf("%s{%#llx, %u, %#x}", i ? ", " : "", (unsigned long long)w->sg[i].addr, w->sg[i].length, w->sg[i].lkey);
-			printf("},\n");
+			printf("}");
 			if (w->inl) {
-				printf("\t\t\t\tinline: [][]byte{");
+				printf(", inline: [][]byte{");
 				for (int i = 0; i < w->nsge; i++) {
 					printf("%s", i ? ", " : "");
 					byteslice(inline_data[j][i], w->sg[i].length);
 				}
-				printf("},\n");
+				printf("}");
 			}
-			printf("\t\t\t\twantDS: %u, wantPost: %#x},\n", ds, sq.cur_post);
+			printf(", wantDS: %u, wantPost: %#x},\n", ds, sq.cur_post);
 		}
-		printf("\t\t},\n\t\twant: ");
+		printf("\t}, want: ");
 		byteslice(buf, n);
 		printf("},\n");
 		free(buf);
@@ -675,7 +675,7 @@ static void recv_wqes(void)
 		printf("\t{name: \"%s\", wqeShift: %u, prefill: %u, sges: []sgeVector{", k->name, k->wqe_shift, 0x40 + (unsigned)c);
 		for (int i = 0; i < k->nsge; i++)
 			printf("%s{%#llx, %u, %#x}", i ? ", " : "", (unsigned long long)k->sg[i].addr, k->sg[i].length, k->sg[i].lkey);
-		printf("},\n\t\twant: ");
+		printf("}, want: ");
 		byteslice(buf, size);
 		printf("},\n");
 	}
@@ -709,7 +709,7 @@ static void recv_wqes(void)
 		printf("\t{name: \"%s\", wqeShift: %u, prefill: %u, sges: []sgeVector{", k->name, k->wqe_shift + 1, 0x60 + (unsigned)c);
 		for (i = 0; i < k->nsge; i++)
 			printf("%s{%#llx, %u, %#x}", i ? ", " : "", (unsigned long long)k->sg[i].addr, k->sg[i].length, k->sg[i].lkey);
-		printf("},\n\t\twant: ");
+		printf("}, want: ");
 		byteslice(buf, size);
 		printf("},\n");
 	}
@@ -978,7 +978,7 @@ static void print_cqe(const char *name, struct mlx5_cqe64 *cqe)
 	printf("\t{name: \"%s\", ok: %s, cqe: ", name, x.ok ? "true" : "false");
 	bytes(cqe, sizeof(*cqe));
 	if (x.ok)
-		printf(",\n\t\twant: wr.Completion{ID: %#llx, Status: %d, Opcode: %d, VendorErr: %#x, ByteLen: %u, Imm: %#x, QPNum: %#x, SrcQP: %#x, Flags: %#x, PKeyIndex: %#x, SLID: %#x, SL: %d, DLIDPathBits: %#x},\n\t\tsqTail: %u, rqTail: %u, srqFreed: %d",
+		printf(", want: wr.Completion{ID: %#llx, Status: %d, Opcode: %d, VendorErr: %#x, ByteLen: %u, Imm: %#x, QPNum: %#x, SrcQP: %#x, Flags: %#x, PKeyIndex: %#x, SLID: %#x, SL: %d, DLIDPathBits: %#x}, sqTail: %u, rqTail: %u, srqFreed: %d",
 		       (unsigned long long)x.wc.wr_id, x.wc.status, x.wc.opcode, x.wc.vendor_err, x.wc.byte_len, imm,
 		       x.wc.qp_num, x.wc.src_qp, x.wc.wc_flags, x.wc.pkey_index, x.wc.slid, x.wc.sl, x.wc.dlid_path_bits,
 		       x.sq_tail, x.rq_tail, x.srq_freed);
@@ -1224,7 +1224,7 @@ static void size_vectors(void)
 		       k->name, k->type, c.max_send_wr, c.max_recv_wr, c.max_send_sge, c.max_recv_sge, c.max_inline_data,
 		       k->srq ? "true" : "false", err ? "true" : "false");
 		if (!err)
-			printf(",\n\t\tsq: sqSize{wqeSize: %u, wqeCnt: %u, maxPost: %u, maxGS: %u, maxInline: %u, bytes: %u},\n\t\trq: rqSize{wqeCnt: %u, wqeShift: %u, maxPost: %u, maxGS: %u, bytes: %u}",
+			printf(", sq: sqSize{wqeSize: %u, wqeCnt: %u, maxPost: %u, maxGS: %u, maxInline: %u, bytes: %u}, rq: rqSize{wqeCnt: %u, wqeShift: %u, maxPost: %u, maxGS: %u, bytes: %u}",
 			       wqe_size, sq_cnt, sq_post, c.max_send_wr ? c.max_send_sge : 0, c.max_send_wr ? inl : 0, sq_bytes,
 			       rq_cnt, rq_shift, rq_post, rq_gs, rq_bytes);
 		printf("},\n");

@@ -11,10 +11,7 @@ import (
 // Known values, checked against the linux-libc-dev headers and a C program
 // built with them (sizeof, offsetof, printf of the constants).
 func TestKnownValues(t *testing.T) {
-	for _, c := range []struct {
-		name      string
-		got, want uint64
-	}{
+	checkValues(t, []valueCase[uint64]{
 		{"sizeof(struct ib_uverbs_ioctl_hdr)", SizeofIbUverbsIoctlHdr, 24},
 		{"sizeof(struct ib_uverbs_attr)", SizeofIbUverbsAttr, 16},
 		{"sizeof(struct ib_uverbs_cmd_hdr)", SizeofIbUverbsCmdHdr, 8},
@@ -37,7 +34,21 @@ func TestKnownValues(t *testing.T) {
 		{"RDMA_NL_NLDEV", RDMA_NL_NLDEV, 5},
 		{"RXE_NETWORK_TYPE_IPV4", RXE_NETWORK_TYPE_IPV4, 1},
 		{"IB_USER_VERBS_ABI_VERSION", IB_USER_VERBS_ABI_VERSION, 6},
-	} {
+	})
+}
+
+// TestSizes checks the generated table of every generated type's size.
+func TestSizes(t *testing.T) { checkValues(t, sizes) }
+
+// valueCase is a value as Go computes it and as C (or the headers) gave it.
+type valueCase[V uint64 | uintptr] struct {
+	name      string
+	got, want V
+}
+
+func checkValues[V uint64 | uintptr](t *testing.T, cases []valueCase[V]) {
+	t.Helper()
+	for _, c := range cases {
 		if c.got != c.want {
 			t.Errorf("%s = %#x, want %#x", c.name, c.got, c.want)
 		}

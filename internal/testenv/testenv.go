@@ -12,6 +12,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // InVM reports whether the test runs under the project's VM runner.
@@ -94,4 +97,19 @@ func LogKernelOnFailure(t testing.TB) {
 		}
 		t.Logf("kernel log, last %d lines:\n%s", len(lines), strings.Join(lines, "\n"))
 	})
+}
+
+// UnmappedAddr returns the address of a page that was mapped and no longer
+// is: memory a test can name in a work request that nothing may read.
+func UnmappedAddr(t testing.TB) uint64 {
+	t.Helper()
+	m, err := unix.Mmap(-1, 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := uint64(uintptr(unsafe.Pointer(&m[0])))
+	if err := unix.Munmap(m); err != nil {
+		t.Fatal(err)
+	}
+	return addr
 }

@@ -165,10 +165,7 @@ func TestCQUdata(t *testing.T) {
 		t.Fatal(err)
 	}
 	cb := b.(*cqBuilder)
-	in, out := b.Udata()
-	if len(in) != abi.SizeofMlx5IbCreateCq || len(out) != abi.SizeofMlx5IbCreateCqResp {
-		t.Fatalf("udata %d/%d", len(in), len(out))
-	}
+	in := request(t, b, abi.SizeofMlx5IbCreateCq, abi.SizeofMlx5IbCreateCqResp)
 	buf, db, size := ne.u64(in, 0), ne.u64(in, 8), ne.u32(in, 16)
 	if buf != addrOf(cb.mem) || buf%uint64(h.pageSize) != 0 || db != uint64(uintptr(cb.db)) || size != 64 || cb.ncqe != 128 {
 		t.Errorf("create CQ: buf %#x db %#x cqe_size %d for %d entries", buf, db, size, cb.ncqe)
@@ -257,10 +254,7 @@ func TestQPUdata(t *testing.T) {
 		t.Fatal(err)
 	}
 	qb := b.(*qpBuilder)
-	in, out := b.Udata()
-	if len(in) != abi.SizeofMlx5IbCreateQp || len(out) != abi.SizeofMlx5IbCreateQpResp {
-		t.Fatalf("udata %d/%d", len(in), len(out))
-	}
+	in := request(t, b, abi.SizeofMlx5IbCreateQp, abi.SizeofMlx5IbCreateQpResp)
 	// RC, 64 x 1 SGE: 256-byte WQEs (room for a memory-window bind), 256
 	// BBs; 100 receives of 3 SGEs: 128 WQEs of 64 bytes.
 	if buf, db := ne.u64(in, 0), ne.u64(in, 8); buf != addrOf(qb.mem) || db != uint64(uintptr(qb.db)) {
@@ -276,7 +270,7 @@ func TestQPUdata(t *testing.T) {
 		t.Errorf("QP buffer of %d bytes", len(qb.mem))
 	}
 	// A register index past the context's: refused.
-	(*abi.Mlx5IbCreateQpResp)(unsafe.Pointer(&out[0])).Bfreg_index = uint32(len(c.bfs))
+	qb.resp.Bfreg_index = uint32(len(c.bfs))
 	if _, err := b.Finish(provider.Created{QPNum: 5, Caps: attr.Caps}); err == nil || qb.mem != nil {
 		t.Errorf("bfreg past the end: %v", err)
 	}
@@ -318,10 +312,7 @@ func TestSRQUdata(t *testing.T) {
 		t.Fatal(err)
 	}
 	sb := b.(*srqBuilder)
-	in, out := b.Udata()
-	if len(in) != abi.SizeofMlx5IbCreateSrq || len(out) != abi.SizeofMlx5IbCreateSrqResp {
-		t.Fatalf("udata %d/%d", len(in), len(out))
-	}
+	in := request(t, b, abi.SizeofMlx5IbCreateSrq, abi.SizeofMlx5IbCreateSrqResp)
 	if buf, db, flags, uidx := ne.u64(in, 0), ne.u64(in, 8), ne.u32(in, 16), ne.u32(in, 24); buf != addrOf(sb.mem) || db != uint64(uintptr(sb.db)) || flags != 0 || uidx != 0 {
 		t.Errorf("buf %#x db %#x flags %#x uidx %#x", buf, db, flags, uidx)
 	}
@@ -432,6 +423,15 @@ func TestUserIndexes(t *testing.T) {
 	if _, err := c.NewQP(provider.QPInitAttr{Type: qp.RC, Caps: caps, HasSRQ: true}); !errors.Is(err, unix.EINVAL) {
 		t.Errorf("QP on an unknown SRQ: %v", err)
 	}
+	// With every index taken a create fails, and gives back no index it
+	// did not get: the allocator must never hand out the default one.
+	c.uidx.free, c.uidx.next = nil, defaultUIDX
+	if _, err := c.NewSRQ(provider.SRQInitAttr{MaxWR: 4, MaxSGE: 1}); !errors.Is(err, unix.ENOMEM) {
+		t.Errorf("SRQ without a free user index: %v", err)
+	}
+	if len(c.uidx.free) != 0 {
+		t.Errorf("failed create freed user indexes %#x", c.uidx.free)
+	}
 
 	h0 := newHCA(t)
 	h0.oldCQE = true
@@ -448,30 +448,43 @@ func TestUserIndexes(t *testing.T) {
 // of CQE version 0 (older ConnectX and kernels), where CQEs name QPs and
 // SRQs by number.
 func TestModelCQEVersion0(t *testing.T) {
-	modelOldCQE = true
-	defer func() { modelOldCQE = false }()
-	for name, f := range map[string]func(*testing.T){
+	runModelVariant(t, &modelOldCQE, map[string]func(*testing.T){
 		"SendRecv": TestModelSendRecv, "RDMAAndAtomics": TestModelRDMAAndAtomics, "RingWrap": TestModelRingWrap,
 		"Errors": TestModelErrors, "SRQ": TestModelSRQ, "UD": TestModelUD, "DestroyCleansCQ": TestModelDestroyCleansCQ,
 		"Refusals": TestModelRefusals, "HotPathAllocs": TestModelHotPathAllocs,
-	} {
-		t.Run(name, f)
-	}
+	})
 }
 
 // TestModelStaticUAR runs the end-to-end model tests against a kernel
 // without dynamic UARs, which allocates static registers with the context.
 func TestModelStaticUAR(t *testing.T) {
-	modelStaticUAR = true
-	defer func() { modelStaticUAR = false }()
-	for name, f := range map[string]func(*testing.T){
+	runModelVariant(t, &modelStaticUAR, map[string]func(*testing.T){
 		"SendRecv": TestModelSendRecv, "RDMAAndAtomics": TestModelRDMAAndAtomics, "RingWrap": TestModelRingWrap,
 		"BlueFlame": TestModelBlueFlame, "Errors": TestModelErrors, "SRQ": TestModelSRQ, "UD": TestModelUD,
 		"Arm": TestModelArm, "DestroyCleansCQ": TestModelDestroyCleansCQ, "Refusals": TestModelRefusals,
 		"HotPathAllocs": TestModelHotPathAllocs,
-	} {
+	})
+}
+
+// runModelVariant runs end-to-end model tests with the model's knob set,
+// as another kind of device or kernel.
+func runModelVariant(t *testing.T, knob *bool, tests map[string]func(*testing.T)) {
+	*knob = true
+	defer func() { *knob = false }()
+	for name, f := range tests {
 		t.Run(name, f)
 	}
+}
+
+// request checks that a builder's driver data has the sizes of its
+// request and response structs, and returns the request.
+func request[P any](t *testing.T, b provider.Builder[P], inSize, outSize int) []byte {
+	t.Helper()
+	in, out := b.Udata()
+	if len(in) != inSize || len(out) != outSize {
+		t.Fatalf("udata %d/%d bytes, want %d/%d", len(in), len(out), inSize, outSize)
+	}
+	return in
 }
 
 // TestDynamicUARs: with dynamic UARs the provider allocates them as

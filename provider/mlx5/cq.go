@@ -12,11 +12,9 @@ import (
 )
 
 type cqBuilder struct {
-	ctx  *Context
+	queueBuf
 	ncqe uint32
 	size int
-	mem  []byte
-	db   unsafe.Pointer
 	uar  *dynUAR // the UAR the CQ names, with dynamic UARs
 	cmd  abi.Mlx5IbCreateCq
 	resp abi.Mlx5IbCreateCqResp
@@ -37,21 +35,16 @@ func (c *Context) NewCQ(cqe int) (provider.Builder[provider.CQ], error) {
 		return nil, fmt.Errorf("mlx5: CQE size %d (MLX5_CQE_SIZE): %w", size, unix.EINVAL)
 	}
 	ncqe := roundUpPow2(uint32(cqe) + 1)
-	mem, err := allocQueueMem(int(ncqe)*size, c.pageSize)
+	q, err := c.allocQueue("CQ", int(ncqe)*size, false)
 	if err != nil {
-		return nil, fmt.Errorf("mlx5: CQ buffer: %w", err)
+		return nil, err
 	}
 	for i := 0; i < int(ncqe); i++ {
-		mem[(i+1)*size-cqe64Size+cqeOffOpOwn] = cqeInvalidOpOwn
+		q.mem[(i+1)*size-cqe64Size+cqeOffOpOwn] = cqeInvalidOpOwn
 	}
-	db, err := c.db.alloc()
-	if err != nil {
-		freeQueueMem(mem)
-		return nil, fmt.Errorf("mlx5: CQ doorbell record: %w", err)
-	}
-	b := &cqBuilder{ctx: c, ncqe: ncqe, size: size, mem: mem, db: db}
-	b.cmd.Buf_addr = addrOf(mem)
-	b.cmd.Db_addr = uint64(uintptr(db))
+	b := &cqBuilder{queueBuf: q, ncqe: ncqe, size: size}
+	b.cmd.Buf_addr = addrOf(q.mem)
+	b.cmd.Db_addr = uint64(uintptr(q.db))
 	b.cmd.Cqe_size = uint32(size)
 	if c.dyn {
 		// The kernel gives a CQ no UAR of its own in this mode: it names
@@ -72,9 +65,7 @@ func (c *Context) NewCQ(cqe int) (provider.Builder[provider.CQ], error) {
 func (b *cqBuilder) Udata() (in, out []byte) { return bytesOf(&b.cmd), bytesOf(&b.resp) }
 
 func (b *cqBuilder) Abort() {
-	freeQueueMem(b.mem)
-	b.ctx.db.free(b.db)
-	b.mem, b.db = nil, nil
+	b.free()
 	if b.uar != nil {
 		b.ctx.putUAR(b.uar, nil)
 		b.uar = nil
@@ -260,8 +251,7 @@ func (cq *CQ) Close() error {
 	if cq.mem == nil {
 		return nil
 	}
-	err := freeQueueMem(cq.mem)
-	cq.ctx.db.free(unsafe.Pointer(cq.db))
+	err := cq.ctx.freeQueue(cq.mem, unsafe.Pointer(cq.db), defaultUIDX)
 	cq.mem, cq.db = nil, nil
 	if cq.uar != nil {
 		if e := cq.ctx.putUAR(cq.uar, nil); e != nil && err == nil {

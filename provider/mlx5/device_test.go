@@ -23,13 +23,15 @@ import (
 	"github.com/rdmago/rdma/wr"
 )
 
-func openMLX5(t *testing.T) *uverbs.Context {
+// openMLX5 opens the test device and a PD on it, both closed when the test
+// ends, and skips the test unless mlx5 drives the device.
+func openMLX5(t *testing.T) (*uverbs.Context, *uverbs.PD) {
 	t.Helper()
-	ctx := rdmatest.Open(t)
+	ctx, pd := rdmatest.OpenPD(t)
 	if d := ctx.Device(); d.Driver != "mlx5" {
 		t.Skipf("device %s is driven by %q; these tests need an mlx5 (ConnectX) adapter", d.Name, d.Driver)
 	}
-	return ctx
+	return ctx, pd
 }
 
 // remote addresses q on port 1 of this device: by its RoCE v2 GID on
@@ -121,12 +123,7 @@ func newPair(t *testing.T, caps qp.Caps, srq *uverbs.SRQ, ctx *uverbs.Context, p
 // 16-bit WQE index wraps, single WQEs ring BlueFlame doorbells and lists
 // 8-byte ones, and the CQs wrap many times.
 func TestDeviceMLX5RingWrap(t *testing.T) {
-	ctx := openMLX5(t)
-	pd, err := ctx.AllocPD()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pd.Close()
+	ctx, pd := openMLX5(t)
 	p := newPair(t, qp.Caps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 4, MaxRecvSGE: 1, MaxInlineData: 64}, nil, ctx, pd)
 	local, remoteBuf := p.bufA.Bytes(), p.bufB.Bytes()
 	var id uint64
@@ -168,12 +165,7 @@ func TestDeviceMLX5RingWrap(t *testing.T) {
 // TestDeviceMLX5SRQ sends more messages through an SRQ than it holds, so
 // its free list recycles every WQE many times.
 func TestDeviceMLX5SRQ(t *testing.T) {
-	ctx := openMLX5(t)
-	pd, err := ctx.AllocPD()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pd.Close()
+	ctx, pd := openMLX5(t)
 	srq, err := pd.CreateSRQ(uverbs.SRQAttr{MaxWR: 7, MaxSGE: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -209,12 +201,7 @@ func TestDeviceMLX5SRQ(t *testing.T) {
 // must produce exactly one event, which needs the arm sequence number to
 // advance with every event read (the provider's CQEvent).
 func TestDeviceMLX5Arm(t *testing.T) {
-	ctx := openMLX5(t)
-	pd, err := ctx.AllocPD()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pd.Close()
+	ctx, pd := openMLX5(t)
 	ch, err := ctx.NewCompChannel()
 	if err != nil {
 		t.Fatal(err)

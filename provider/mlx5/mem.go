@@ -1,6 +1,7 @@
 package mlx5
 
 import (
+	"fmt"
 	"sync"
 	"unsafe"
 
@@ -27,6 +28,59 @@ func freeQueueMem(mem []byte) error {
 		return nil
 	}
 	return unix.Munmap(mem)
+}
+
+// queueBuf is what a CQ, QP or SRQ builder allocates before the create
+// command names it: the queue's buffer, its doorbell record and, for a QP
+// or SRQ under CQE version 1, a user index (else defaultUIDX).
+type queueBuf struct {
+	ctx  *Context
+	mem  []byte
+	db   unsafe.Pointer
+	uidx uint32
+}
+
+// allocQueue allocates a queue buffer of size bytes and its doorbell
+// record, and with withUIDX the user index the kernel wants under CQE
+// version 1: it refuses the default one there, as the QP's CQEs (or an XRC
+// SRQ's) carry it. what names the queue in errors.
+func (c *Context) allocQueue(what string, size int, withUIDX bool) (queueBuf, error) {
+	mem, err := allocQueueMem(size, c.pageSize)
+	if err != nil {
+		return queueBuf{}, fmt.Errorf("mlx5: %s buffer: %w", what, err)
+	}
+	db, err := c.db.alloc()
+	if err != nil {
+		freeQueueMem(mem)
+		return queueBuf{}, fmt.Errorf("mlx5: %s doorbell record: %w", what, err)
+	}
+	q := queueBuf{ctx: c, mem: mem, db: db, uidx: defaultUIDX}
+	if withUIDX && c.cqeVersion == cqeVersion1 {
+		u, ok := c.uidx.alloc()
+		if !ok {
+			q.free()
+			return queueBuf{}, fmt.Errorf("mlx5: no free user index for the %s: %w", what, unix.ENOMEM)
+		}
+		q.uidx = u
+	}
+	return q, nil
+}
+
+// free releases what allocQueue allocated; a second call does nothing.
+func (q *queueBuf) free() {
+	q.ctx.freeQueue(q.mem, q.db, q.uidx)
+	q.mem, q.db, q.uidx = nil, nil, defaultUIDX
+}
+
+// freeQueue releases what allocQueue allocated for a builder or, at its
+// Close, a CQ, QP or SRQ: the buffer, the doorbell record and the user
+// index (defaultUIDX: none). It returns the unmap's error.
+func (c *Context) freeQueue(mem []byte, db unsafe.Pointer, uidx uint32) error {
+	if uidx != defaultUIDX {
+		c.uidx.release(uidx)
+	}
+	c.db.free(db)
+	return freeQueueMem(mem)
 }
 
 func addrOf(b []byte) uint64 { return uint64(uintptr(unsafe.Pointer(unsafe.SliceData(b)))) }

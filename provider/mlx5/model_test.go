@@ -309,6 +309,18 @@ func (h *hca) Doorbell([]byte) error {
 
 // --- the kernel side: create commands ---
 
+// udataOf is a builder's driver data as the kernel reads it: the request
+// (struct mlx5_ib_create_*) and the response the model fills in.
+func udataOf[Req, Resp, P any](t testing.TB, b provider.Builder[P]) (Req, *Resp) {
+	t.Helper()
+	in, out := b.Udata()
+	if uintptr(len(in)) < unsafe.Sizeof(*new(Req)) || uintptr(len(out)) < unsafe.Sizeof(*new(Resp)) {
+		b.Abort()
+		t.Fatalf("driver data of %d and %d bytes for %T and %T", len(in), len(out), *new(Req), *new(Resp))
+	}
+	return *(*Req)(unsafe.Pointer(&in[0])), (*Resp)(unsafe.Pointer(&out[0]))
+}
+
 // openContext runs the context creation as the core does.
 func (h *hca) openContext() *Context {
 	h.t.Helper()
@@ -401,8 +413,7 @@ func (h *hca) createCQ(c *Context, cqe int) (*CQ, *hwCQ) {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	in, out := b.Udata()
-	cmd := *(*abi.Mlx5IbCreateCq)(unsafe.Pointer(&in[0]))
+	cmd, resp := udataOf[abi.Mlx5IbCreateCq, abi.Mlx5IbCreateCqResp](h.t, b)
 	entries := roundUpPow2(uint32(cqe) + 1) // mlx5_ib_create_cq
 	var uar []byte
 	if h.dyn {
@@ -416,7 +427,7 @@ func (h *hca) createCQ(c *Context, cqe int) (*CQ, *hwCQ) {
 	} else if cmd.Flags == 0 && cmd.Uar_page_index == 0 {
 		uar = h.uars[uarMmapOffset(0, h.pageSize)]
 	}
-	if (cmd.Cqe_size != 64 && cmd.Cqe_size != 128) || cmd.Buf_addr%uint64(h.pageSize) != 0 || cmd.Db_addr%8 != 0 || uar == nil || len(out) < abi.SizeofMlx5IbCreateCqResp {
+	if (cmd.Cqe_size != 64 && cmd.Cqe_size != 128) || cmd.Buf_addr%uint64(h.pageSize) != 0 || cmd.Db_addr%8 != 0 || uar == nil {
 		b.Abort()
 		h.t.Fatalf("create CQ driver data %+v", cmd)
 	}
@@ -430,7 +441,7 @@ func (h *hca) createCQ(c *Context, cqe int) (*CQ, *hwCQ) {
 			h.t.Fatalf("CQE %d starts as %#x, not invalid", i, op)
 		}
 	}
-	(*abi.Mlx5IbCreateCqResp)(unsafe.Pointer(&out[0])).Cqn = hw.cqn
+	resp.Cqn = hw.cqn
 	p, err := b.Finish(provider.Created{Handle: hw.cqn, CQE: entries - 1})
 	if err != nil {
 		h.t.Fatal(err)
@@ -508,8 +519,7 @@ func (h *hca) tryCreateQP(c *Context, attr provider.QPInitAttr, send, recv *hwCQ
 	if err != nil {
 		return nil, nil, err
 	}
-	in, out := b.Udata()
-	cmd := *(*abi.Mlx5IbCreateQp)(unsafe.Pointer(&in[0]))
+	cmd, resp := udataOf[abi.Mlx5IbCreateQp, abi.Mlx5IbCreateQpResp](h.t, b)
 	// mlx5_ib's checks on a user QP (create_user_qp, set_rq_size,
 	// set_user_buf_size, get_qp_user_index).
 	if cmd.Sq_wqe_count&(cmd.Sq_wqe_count-1) != 0 || cmd.Rq_wqe_count&(cmd.Rq_wqe_count-1) != 0 ||
@@ -539,10 +549,10 @@ func (h *hca) tryCreateQP(c *Context, attr provider.QPInitAttr, send, recv *hwCQ
 			h.t.Fatalf("QP names UAR page %#x, which the context does not hold", cmd.Bfreg_index)
 		}
 		hw.uarNC, hw.regOff, hw.bfreg = u.nc, -1, -1
-		(*abi.Mlx5IbCreateQpResp)(unsafe.Pointer(&out[0])).Bfreg_index = 1 << 31
+		resp.Bfreg_index = 1 << 31
 	} else {
 		hw.bfreg = h.allocBfreg()
-		(*abi.Mlx5IbCreateQpResp)(unsafe.Pointer(&out[0])).Bfreg_index = uint32(hw.bfreg)
+		resp.Bfreg_index = uint32(hw.bfreg)
 	}
 	prov, err := b.Finish(provider.Created{Handle: hw.qpn, QPNum: hw.qpn, Caps: attr.Caps})
 	if err != nil {
@@ -597,8 +607,7 @@ func (h *hca) createSRQ(c *Context, attr provider.SRQInitAttr) (*SRQ, *hwSRQ) {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	in, out := b.Udata()
-	cmd := *(*abi.Mlx5IbCreateSrq)(unsafe.Pointer(&in[0]))
+	cmd, resp := udataOf[abi.Mlx5IbCreateSrq, abi.Mlx5IbCreateSrqResp](h.t, b)
 	// create_srq_user: the kernel's own sizing of the buffer.
 	desc := max(roundUpPow2(srqNextSegSize+attr.MaxSGE*dataSegSize), 32)
 	nwqe := roundUpPow2(attr.MaxWR + 1)
@@ -607,7 +616,7 @@ func (h *hca) createSRQ(c *Context, attr provider.SRQInitAttr) (*SRQ, *hwSRQ) {
 		h.t.Fatalf("create SRQ driver data %+v", cmd)
 	}
 	hw := &hwSRQ{srqn: h.num() & 0xffff, buf: userMem(cmd.Buf_addr), shift: ilog2(desc), nwqe: nwqe, db: (*uint32)(userMem(cmd.Db_addr))}
-	(*abi.Mlx5IbCreateSrqResp)(unsafe.Pointer(&out[0])).Srqn = hw.srqn
+	resp.Srqn = hw.srqn
 	p, err := b.Finish(provider.Created{Handle: hw.srqn, Caps: qp.Caps{MaxRecvWR: nwqe - 1, MaxRecvSGE: attr.MaxSGE}})
 	if err != nil {
 		h.t.Fatal(err)

@@ -17,13 +17,11 @@ import (
 const eceTrigger = 0x10000000
 
 type qpBuilder struct {
-	ctx  *Context
+	queueBuf
 	attr provider.QPInitAttr
 	sq   sqSize
 	rq   rqSize
 	srq  *SRQ
-	mem  []byte
-	db   unsafe.Pointer
 	bf   *bfReg // the register of a dynamic UAR the QP names, or nil
 	cmd  abi.Mlx5IbCreateQp
 	resp abi.Mlx5IbCreateQpResp
@@ -53,32 +51,17 @@ func (c *Context) NewQP(attr provider.QPInitAttr) (provider.Builder[provider.QP]
 	if size == 0 {
 		return nil, fmt.Errorf("mlx5: QP with neither send nor receive queue: %w", unix.EINVAL)
 	}
-	mem, err := allocQueueMem(size, c.pageSize)
+	q, err := c.allocQueue("QP", size, true)
 	if err != nil {
-		return nil, fmt.Errorf("mlx5: QP buffer: %w", err)
+		return nil, err
 	}
-	db, err := c.db.alloc()
-	if err != nil {
-		freeQueueMem(mem)
-		return nil, fmt.Errorf("mlx5: QP doorbell record: %w", err)
-	}
-	b := &qpBuilder{ctx: c, attr: attr, sq: sq, rq: rq, mem: mem, db: db}
-	b.cmd.Buf_addr = addrOf(mem)
-	b.cmd.Db_addr = uint64(uintptr(db))
+	b := &qpBuilder{queueBuf: q, attr: attr, sq: sq, rq: rq}
+	b.cmd.Buf_addr = addrOf(q.mem)
+	b.cmd.Db_addr = uint64(uintptr(q.db))
 	b.cmd.Sq_wqe_count = sq.wqeCnt
 	b.cmd.Rq_wqe_count = rq.wqeCnt
 	b.cmd.Rq_wqe_shift = rq.wqeShift
-	b.cmd.Uidx = defaultUIDX
-	if c.cqeVersion == cqeVersion1 {
-		// The kernel refuses the default index under CQE version 1: the
-		// QP's CQEs will carry this one.
-		u, ok := c.uidx.alloc()
-		if !ok {
-			b.Abort()
-			return nil, fmt.Errorf("mlx5: no free user index for the QP: %w", unix.ENOMEM)
-		}
-		b.cmd.Uidx = u
-	}
+	b.cmd.Uidx = q.uidx
 	if attr.HasSRQ {
 		if b.srq, _ = attr.SRQ.(*SRQ); b.srq == nil && c.cqeVersion == cqeVersion1 {
 			b.Abort()
@@ -104,12 +87,7 @@ func (c *Context) NewQP(attr provider.QPInitAttr) (provider.Builder[provider.QP]
 func (b *qpBuilder) Udata() (in, out []byte) { return bytesOf(&b.cmd), bytesOf(&b.resp) }
 
 func (b *qpBuilder) Abort() {
-	if b.ctx.cqeVersion == cqeVersion1 && b.mem != nil {
-		b.ctx.uidx.release(b.cmd.Uidx)
-	}
-	freeQueueMem(b.mem)
-	b.ctx.db.free(b.db)
-	b.mem, b.db = nil, nil
+	b.free()
 	if b.bf != nil {
 		b.ctx.putUAR(b.bf.uar, b.bf)
 		b.bf = nil
@@ -395,11 +373,11 @@ func (qp *QP) Close() error {
 	for _, cq := range cqs {
 		cq.clean(qp)
 	}
+	uidx := uint32(defaultUIDX)
 	if v1 {
-		qp.ctx.uidx.release(qp.rsn) // no CQE names it any more
+		uidx = qp.rsn // no CQE names it any more
 	}
-	err := freeQueueMem(qp.mem)
-	qp.ctx.db.free(unsafe.Pointer(qp.db))
+	err := qp.ctx.freeQueue(qp.mem, unsafe.Pointer(qp.db), uidx)
 	qp.mem, qp.db = nil, nil
 	if u := qp.bf.uar; u != nil {
 		// The kernel no longer names the UAR in a QP: give the register

@@ -14,10 +14,8 @@ import (
 )
 
 type srqBuilder struct {
-	ctx  *Context
+	queueBuf
 	size srqSize
-	mem  []byte
-	db   unsafe.Pointer
 	cmd  abi.Mlx5IbCreateSrq
 	resp abi.Mlx5IbCreateSrqResp
 }
@@ -30,42 +28,20 @@ func (c *Context) NewSRQ(attr provider.SRQInitAttr) (provider.Builder[provider.S
 	if err != nil {
 		return nil, fmt.Errorf("mlx5: SRQ for %+v: %w", attr, err)
 	}
-	mem, err := allocQueueMem(int(size.bytes), c.pageSize)
+	q, err := c.allocQueue("SRQ", int(size.bytes), true)
 	if err != nil {
-		return nil, fmt.Errorf("mlx5: SRQ buffer: %w", err)
+		return nil, err
 	}
-	db, err := c.db.alloc()
-	if err != nil {
-		freeQueueMem(mem)
-		return nil, fmt.Errorf("mlx5: SRQ doorbell record: %w", err)
-	}
-	b := &srqBuilder{ctx: c, size: size, mem: mem, db: db}
-	b.cmd.Buf_addr = addrOf(mem)
-	b.cmd.Db_addr = uint64(uintptr(db))
-	b.cmd.Uidx = defaultUIDX
-	if c.cqeVersion == cqeVersion1 {
-		// The kernel wants a user index under CQE version 1 (an XRC SRQ's
-		// CQEs would carry it); receives on a plain SRQ name the QP.
-		u, ok := c.uidx.alloc()
-		if !ok {
-			b.Abort()
-			return nil, fmt.Errorf("mlx5: no free user index for the SRQ: %w", unix.ENOMEM)
-		}
-		b.cmd.Uidx = u
-	}
+	b := &srqBuilder{queueBuf: q, size: size}
+	b.cmd.Buf_addr = addrOf(q.mem)
+	b.cmd.Db_addr = uint64(uintptr(q.db))
+	b.cmd.Uidx = q.uidx
 	return b, nil
 }
 
 func (b *srqBuilder) Udata() (in, out []byte) { return bytesOf(&b.cmd), bytesOf(&b.resp) }
 
-func (b *srqBuilder) Abort() {
-	if b.ctx.cqeVersion == cqeVersion1 && b.mem != nil {
-		b.ctx.uidx.release(b.cmd.Uidx)
-	}
-	freeQueueMem(b.mem)
-	b.ctx.db.free(b.db)
-	b.mem, b.db = nil, nil
-}
+func (b *srqBuilder) Abort() { b.free() }
 
 func (b *srqBuilder) Finish(c provider.Created) (provider.SRQ, error) {
 	if b.resp.Srqn == 0 || b.resp.Srqn > cqeSrqnUidxMask {
@@ -153,12 +129,8 @@ func (s *SRQ) Close() error {
 	if s.mem == nil {
 		return nil
 	}
-	err := freeQueueMem(s.mem)
-	s.ctx.db.free(unsafe.Pointer(s.db))
+	err := s.ctx.freeQueue(s.mem, unsafe.Pointer(s.db), s.uidx)
 	s.mem, s.db = nil, nil
-	if s.ctx.cqeVersion == cqeVersion1 {
-		s.ctx.uidx.release(s.uidx)
-	}
 	return err
 }
 

@@ -69,14 +69,7 @@ func TestLayoutMatchesMlx5dv(t *testing.T) {
 		"av.grh_gid_fl":           avOffGrhGidFl,
 		"av.rgid":                 avOffRGID,
 	}
-	for _, l := range layout {
-		v, ok := ours[l.name]
-		if !ok {
-			t.Errorf("%s: no Go counterpart", l.name)
-		} else if v != l.value {
-			t.Errorf("%s = %d, mlx5dv.h says %d", l.name, v, l.value)
-		}
-	}
+	checkNamed(t, layout, ours)
 	consts := map[string]uint64{
 		"MLX5_OPCODE_SEND": opSend, "MLX5_OPCODE_SEND_IMM": opSendImm, "MLX5_OPCODE_SEND_INVAL": opSendInval,
 		"MLX5_OPCODE_RDMA_WRITE": opRDMAWrite, "MLX5_OPCODE_RDMA_WRITE_IMM": opRDMAWriteImm,
@@ -87,12 +80,22 @@ func TestLayoutMatchesMlx5dv(t *testing.T) {
 		"MLX5_CQE_REQ_ERR": cqeReqErr, "MLX5_CQE_RESP_ERR": cqeRespErr, "MLX5_CQ_DOORBELL": cqDoorbellOffset,
 		"MLX5_CQ_DB_REQ_NOT_SOL": cqDBReqNotSol, "MLX5_RCV_DBR": rcvDBR, "MLX5_SND_DBR": sndDBR,
 	}
-	for _, c := range constants {
-		v, ok := consts[c.name]
+	checkNamed(t, constants, consts)
+}
+
+// checkNamed compares each value mlx5dv.h gave (want, from the generated
+// vectors) with the Go one of the same name.
+func checkNamed[V uintptr | uint64](t *testing.T, want []struct {
+	name  string
+	value V
+}, ours map[string]V) {
+	t.Helper()
+	for _, w := range want {
+		v, ok := ours[w.name]
 		if !ok {
-			t.Errorf("%s: no Go counterpart", c.name)
-		} else if v != c.value {
-			t.Errorf("%s = %#x, mlx5dv.h says %#x", c.name, v, c.value)
+			t.Errorf("%s: no Go counterpart", w.name)
+		} else if v != w.value {
+			t.Errorf("%s = %#x, mlx5dv.h says %#x", w.name, v, w.value)
 		}
 	}
 }

@@ -21,9 +21,9 @@ const (
 )
 
 type qpBuilder struct {
+	response[abi.RxeCreateQpResp]
 	k    provider.Kernel
 	attr provider.QPInitAttr
-	resp *abi.RxeCreateQpResp
 }
 
 // NewQP prepares a queue pair.
@@ -33,11 +33,8 @@ func (c *Context) NewQP(attr provider.QPInitAttr) (provider.Builder[provider.QP]
 	default:
 		return nil, fmt.Errorf("rxe: QP type %d: %w", attr.Type, unix.EOPNOTSUPP)
 	}
-	return &qpBuilder{k: c.k, attr: attr, resp: new(abi.RxeCreateQpResp)}, nil
+	return &qpBuilder{k: c.k, attr: attr}, nil
 }
-
-func (b *qpBuilder) Udata() (in, out []byte) { return nil, bytesOf(b.resp) }
-func (b *qpBuilder) Abort()                  {}
 
 func (b *qpBuilder) Finish(c provider.Created) (provider.QP, error) {
 	p := &QP{k: b.k, typ: b.attr.Type, caps: c.Caps}

@@ -52,6 +52,15 @@ type Context struct{ k provider.Kernel }
 // Close releases nothing: every ring belongs to its object.
 func (c *Context) Close() error { return nil }
 
+// response is what every rxe builder has: rxe sends no driver data and
+// allocates nothing before the create command, so a builder is the buffer
+// the kernel writes its driver response into (the rings' mmap offsets, an
+// AH's number), and Abort has nothing to release.
+type response[T any] struct{ resp T }
+
+func (b *response[T]) Udata() (in, out []byte) { return nil, bytesOf(&b.resp) }
+func (*response[T]) Abort()                    {}
+
 func bytesOf[T any](v *T) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(v)), unsafe.Sizeof(*v))
 }
@@ -59,17 +68,14 @@ func bytesOf[T any](v *T) []byte {
 // CQ
 
 type cqBuilder struct {
-	k    provider.Kernel
-	resp *abi.RxeCreateCqResp
+	response[abi.RxeCreateCqResp]
+	k provider.Kernel
 }
 
 // NewCQ prepares a completion queue.
 func (c *Context) NewCQ(cqe int) (provider.Builder[provider.CQ], error) {
-	return &cqBuilder{k: c.k, resp: new(abi.RxeCreateCqResp)}, nil
+	return &cqBuilder{k: c.k}, nil
 }
-
-func (b *cqBuilder) Udata() (in, out []byte) { return nil, bytesOf(b.resp) }
-func (b *cqBuilder) Abort()                  {}
 
 func (b *cqBuilder) Finish(c provider.Created) (provider.CQ, error) {
 	q, err := mapQueue(b.k, b.resp.Mi)

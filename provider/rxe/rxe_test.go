@@ -327,7 +327,7 @@ func testHotPathAllocs(t *testing.T, single bool) {
 		q.SetSingleThreaded()
 		cq.SetSingleThreaded()
 	}
-	send := []wr.SendWR{{ID: 1, Opcode: wr.OpRDMAWrite, Flags: wr.Signaled, SGList: []wr.SGE{{Addr: 0x1000, Length: 64, LKey: 1}}, RemoteAddr: 0x2000, RKey: 2}}
+	send := signaledWrite()
 	recv := []wr.RecvWR{{ID: 1, SGList: []wr.SGE{{Addr: 0x1000, Length: 64, LKey: 1}}}}
 	out := make([]wr.Completion, 8)
 	for name, f := range map[string]func(){
@@ -346,9 +346,19 @@ func consumeAll(q *queue) { hdrOf(q.mem).Consumer_index = hdrOf(q.mem).Producer_
 // The benchmarks measure the library's own work per request: the kernel's
 // part (the doorbell write) is a no-op in the fake.
 
-func BenchmarkPostSend(b *testing.B) {
+// signaledWrite is the request the allocation test and the benchmarks
+// post: one signaled RDMA write of one SGE.
+func signaledWrite() []wr.SendWR {
+	return []wr.SendWR{{ID: 1, Opcode: wr.OpRDMAWrite, Flags: wr.Signaled, SGList: []wr.SGE{{Addr: 0x1000, Length: 64, LKey: 1}}, RemoteAddr: 0x2000, RKey: 2}}
+}
+
+// benchPostSend posts send over and over on an RC QP, single-threaded or
+// not, and empties the send queue after each post as the device would.
+func benchPostSend(b *testing.B, single bool, send []wr.SendWR) {
 	q, _ := newTestQP(b, qp.RC)
-	send := []wr.SendWR{{ID: 1, Opcode: wr.OpRDMAWrite, Flags: wr.Signaled, SGList: []wr.SGE{{Addr: 0x1000, Length: 64, LKey: 1}}, RemoteAddr: 0x2000, RKey: 2}}
+	if single {
+		q.SetSingleThreaded()
+	}
 	b.ReportAllocs()
 	for b.Loop() {
 		q.PostSend(send)
@@ -356,17 +366,28 @@ func BenchmarkPostSend(b *testing.B) {
 	}
 }
 
+// benchPoll polls one completion per call from a CQ it refills first.
+func benchPoll(b *testing.B, single bool) {
+	cq, _ := newTestCQ(b)
+	if single {
+		cq.SetSingleThreaded()
+	}
+	out := make([]wr.Completion, 1)
+	b.ReportAllocs()
+	for b.Loop() {
+		produce(cq, abi.IbUverbsWc{Wr_id: 1})
+		cq.Poll(out)
+	}
+}
+
+func BenchmarkPostSend(b *testing.B) { benchPostSend(b, false, signaledWrite()) }
+
 func BenchmarkPostSendList4(b *testing.B) {
-	q, _ := newTestQP(b, qp.RC)
 	send := make([]wr.SendWR, 4)
 	for i := range send {
 		send[i] = wr.SendWR{ID: uint64(i), Opcode: wr.OpRDMAWrite, SGList: []wr.SGE{{Addr: 0x1000, Length: 64, LKey: 1}}, RemoteAddr: 0x2000, RKey: 2}
 	}
-	b.ReportAllocs()
-	for b.Loop() {
-		q.PostSend(send)
-		consumeAll(q.sq)
-	}
+	benchPostSend(b, false, send)
 }
 
 func BenchmarkPostRecv(b *testing.B) {
@@ -379,15 +400,7 @@ func BenchmarkPostRecv(b *testing.B) {
 	}
 }
 
-func BenchmarkPoll(b *testing.B) {
-	cq, _ := newTestCQ(b)
-	out := make([]wr.Completion, 1)
-	b.ReportAllocs()
-	for b.Loop() {
-		produce(cq, abi.IbUverbsWc{Wr_id: 1})
-		cq.Poll(out)
-	}
-}
+func BenchmarkPoll(b *testing.B) { benchPoll(b, false) }
 
 // TestSingleThreaded checks that a single-threaded QP and CQ take no lock
 // (a held lock would deadlock them) and still post and poll.
@@ -421,24 +434,6 @@ func TestSingleThreaded(t *testing.T) {
 	}
 }
 
-func BenchmarkPostSendSingleThreaded(b *testing.B) {
-	q, _ := newTestQP(b, qp.RC)
-	q.SetSingleThreaded()
-	send := []wr.SendWR{{ID: 1, Opcode: wr.OpRDMAWrite, Flags: wr.Signaled, SGList: []wr.SGE{{Addr: 0x1000, Length: 64, LKey: 1}}, RemoteAddr: 0x2000, RKey: 2}}
-	b.ReportAllocs()
-	for b.Loop() {
-		q.PostSend(send)
-		consumeAll(q.sq)
-	}
-}
+func BenchmarkPostSendSingleThreaded(b *testing.B) { benchPostSend(b, true, signaledWrite()) }
 
-func BenchmarkPollSingleThreaded(b *testing.B) {
-	cq, _ := newTestCQ(b)
-	cq.SetSingleThreaded()
-	out := make([]wr.Completion, 1)
-	b.ReportAllocs()
-	for b.Loop() {
-		produce(cq, abi.IbUverbsWc{Wr_id: 1})
-		cq.Poll(out)
-	}
-}
+func BenchmarkPollSingleThreaded(b *testing.B) { benchPoll(b, true) }

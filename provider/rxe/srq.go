@@ -14,18 +14,15 @@ import (
 )
 
 type srqBuilder struct {
+	response[abi.RxeCreateSrqResp]
 	k    provider.Kernel
 	attr provider.SRQInitAttr
-	resp *abi.RxeCreateSrqResp
 }
 
 // NewSRQ prepares a shared receive queue.
 func (c *Context) NewSRQ(attr provider.SRQInitAttr) (provider.Builder[provider.SRQ], error) {
-	return &srqBuilder{k: c.k, attr: attr, resp: new(abi.RxeCreateSrqResp)}, nil
+	return &srqBuilder{k: c.k, attr: attr}, nil
 }
-
-func (b *srqBuilder) Udata() (in, out []byte) { return nil, bytesOf(b.resp) }
-func (b *srqBuilder) Abort()                  {}
 
 func (b *srqBuilder) Finish(c provider.Created) (provider.SRQ, error) {
 	q, err := mapQueue(b.k, b.resp.Mi)
@@ -93,17 +90,14 @@ func (s *SRQ) Close() error {
 }
 
 type ahBuilder struct {
-	resp *abi.RxeCreateAhResp
+	response[abi.RxeCreateAhResp]
 }
 
 // NewAH prepares an address handle. The kernel builds the address vector;
 // since Linux 5.12 it returns an AH number that UD WQEs name.
 func (c *Context) NewAH(qp.AHAttr) (provider.Builder[provider.AH], error) {
-	return &ahBuilder{resp: new(abi.RxeCreateAhResp)}, nil
+	return &ahBuilder{}, nil
 }
-
-func (b *ahBuilder) Udata() (in, out []byte) { return nil, bytesOf(b.resp) }
-func (b *ahBuilder) Abort()                  {}
 
 func (b *ahBuilder) Finish(provider.Created) (provider.AH, error) {
 	if b.resp.Ah_num == 0 {
