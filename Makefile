@@ -155,12 +155,14 @@ lint: vet cross
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then echo "not gofmt'ed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 
-## cross: the module builds where a program using it may be compiled: macOS
-## (its device calls fail with errors.ErrUnsupported) and 64-bit ARM Linux.
+## cross: the module, its tests included, builds and vets where a program
+## using it may be compiled: macOS (its device calls fail with
+## errors.ErrUnsupported; the tests of Linux's netlink and the device are
+## tagged linux) and 64-bit ARM Linux.
 .PHONY: cross
 cross:
-	GOOS=darwin GOARCH=arm64 CGO_ENABLED=0 $(GO) build ./...
-	GOOS=linux GOARCH=arm64 CGO_ENABLED=0 $(GO) build ./...
+	GOOS=darwin GOARCH=arm64 CGO_ENABLED=0 $(GO) vet ./...
+	GOOS=linux GOARCH=arm64 CGO_ENABLED=0 $(GO) vet ./...
 
 clean:
 	rm -rf bin

@@ -1,3 +1,5 @@
+//go:build linux
+
 package uverbs
 
 // Fuzz targets for what the kernel answers: RDMA netlink datagrams and

@@ -1,3 +1,5 @@
+//go:build linux
+
 package doctor
 
 // Host tests of "rdmago doctor": each check's logic against a fake /sys,

@@ -1,3 +1,5 @@
+//go:build linux
+
 package doctor
 
 // The device tests of "rdmago doctor": on the soft-RoCE VM it finds no
