@@ -24,6 +24,7 @@ package provider
 import (
 	"errors"
 
+	"github.com/rdmago/rdma/internal/seal"
 	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/wr"
 )
@@ -210,7 +211,7 @@ type SRQ interface {
 // AH is an address handle as a provider's UD sends need it.
 type AH interface {
 	// ProviderAH is what the provider's PostSend reads from wr.SendWR.AH.
-	ProviderAH() any
+	ProviderAH(seal.Key) any
 }
 
 // SRQModifier is implemented by SRQs whose driver needs private data on

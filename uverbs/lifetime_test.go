@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rdmago/rdma/internal/abi"
+	"github.com/rdmago/rdma/internal/seal"
 	"github.com/rdmago/rdma/provider"
 	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/wr"
@@ -161,7 +162,7 @@ func (p *postRecorder) Close() error { p.stopped = true; return nil }
 
 type fakeProvAH struct{}
 
-func (fakeProvAH) ProviderAH() any { return fakeProvAH{} }
+func (fakeProvAH) ProviderAH(seal.Key) any { return fakeProvAH{} }
 
 // A UD send's address handle is checked before the provider reads it: nil,
 // typed nil, closed, of another PD or of another type is an error naming
@@ -202,7 +203,7 @@ func TestUDSendAddressHandles(t *testing.T) {
 			t.Errorf("%s: posted %d (provider %d), %v; want 1 and %v at index 1", tc.name, n, rec.sends, err, tc.want)
 		}
 	}
-	if typedNil.ProviderAH() != nil || closed.ProviderAH() != nil {
+	if typedNil.ProviderAH(seal.Key{}) != nil || closed.ProviderAH(seal.Key{}) != nil {
 		t.Error("ProviderAH of a nil or closed AH is not nil")
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rdmago/rdma/internal/abi"
+	"github.com/rdmago/rdma/internal/seal"
 	"github.com/rdmago/rdma/provider"
 	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/wr"
@@ -221,12 +222,13 @@ func (pd *PD) CreateAH(attr qp.AHAttr) (*AH, error) {
 }
 
 // ProviderAH returns the provider's form of the handle, for UD sends; nil
-// for a nil or closed AH, which providers refuse.
-func (ah *AH) ProviderAH() any {
+// for a nil or closed AH, which providers refuse. Only the module calls it
+// (wr.AddressHandle).
+func (ah *AH) ProviderAH(k seal.Key) any {
 	if ah == nil || ah.prov == nil || ah.dead.Load() {
 		return nil
 	}
-	return ah.prov.ProviderAH()
+	return ah.prov.ProviderAH(k)
 }
 
 // Close destroys the address handle (ibv_destroy_ah). It waits for UD

@@ -9,7 +9,11 @@
 // allocates.
 package wr
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/rdmago/rdma/internal/seal"
+)
 
 // SGE is one scatter-gather element: a buffer inside a registered memory
 // region, named by its address and the region's local key.
@@ -67,8 +71,10 @@ const (
 // AddressHandle is the destination of a UD send: a *uverbs.AH. The data path
 // reads the provider's form of it.
 type AddressHandle interface {
-	// ProviderAH returns the provider's representation of the handle.
-	ProviderAH() any
+	// ProviderAH returns the provider's representation of the handle. The
+	// key seals the interface: only the module implements it and calls
+	// the method.
+	ProviderAH(seal.Key) any
 }
 
 // SendWR is a send work request (struct ibv_send_wr). Which fields matter

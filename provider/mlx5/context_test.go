@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rdmago/rdma/internal/abi"
+	"github.com/rdmago/rdma/internal/seal"
 	"github.com/rdmago/rdma/provider"
 	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/wr"
@@ -335,7 +336,7 @@ func TestAH(t *testing.T) {
 	if getBE16(unsafe.Pointer(&ib.av[avOffRLID])) != 0x12 || ib.av[avOffRateSL] != 8<<4|9 || ib.av[avOffFlMLID] != 1 || ib.av[avOffGrhGidFl] != 0 {
 		t.Errorf("IB AV % x", ib.av)
 	}
-	if ib.ProviderAH() != ib {
+	if ib.ProviderAH(seal.Key{}) != ib {
 		t.Error("ProviderAH")
 	}
 	// RoCE needs a GRH; the kernel answered the MAC.

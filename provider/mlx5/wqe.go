@@ -6,6 +6,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rdmago/rdma/internal/seal"
 	"github.com/rdmago/rdma/provider"
 	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/wr"
@@ -188,7 +189,7 @@ func (sq *sendQueue) check(w *wr.SendWR) (*addressVector, error) {
 			if w.AH == nil {
 				return nil, unix.EINVAL
 			}
-			ah, ok := w.AH.ProviderAH().(*AH)
+			ah, ok := w.AH.ProviderAH(seal.Key{}).(*AH)
 			if !ok || ah == nil {
 				return nil, unix.EINVAL
 			}

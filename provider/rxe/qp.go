@@ -8,6 +8,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rdmago/rdma/internal/abi"
+	"github.com/rdmago/rdma/internal/seal"
 	"github.com/rdmago/rdma/provider"
 	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/wr"
@@ -156,7 +157,7 @@ func (p *QP) validateSend(w *wr.SendWR) (uint32, error) {
 			if w.AH == nil {
 				return 0, unix.EINVAL
 			}
-			if _, ok := w.AH.ProviderAH().(*AH); !ok {
+			if _, ok := w.AH.ProviderAH(seal.Key{}).(*AH); !ok {
 				return 0, unix.EINVAL
 			}
 		}
@@ -209,7 +210,7 @@ func (p *QP) writeSendWQE(wqe *abi.RxeSendWqe, w *wr.SendWR, length uint32) {
 		if p.typ == qp.UD {
 			u := wqe.Wr.Ud()
 			u.Remote_qpn, u.Remote_qkey = w.RemoteQPN, w.RemoteQKey
-			u.Ah_num = w.AH.ProviderAH().(*AH).num
+			u.Ah_num = w.AH.ProviderAH(seal.Key{}).(*AH).num
 		}
 	}
 	payload := unsafe.Add(unsafe.Pointer(wqe), sendSGEOffset)

@@ -8,6 +8,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rdmago/rdma/internal/abi"
+	"github.com/rdmago/rdma/internal/seal"
 	"github.com/rdmago/rdma/provider"
 	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/wr"
@@ -112,4 +113,4 @@ func (b *ahBuilder) Finish(provider.Created) (provider.AH, error) {
 type AH struct{ num uint32 }
 
 // ProviderAH returns the AH itself, which PostSend reads.
-func (a *AH) ProviderAH() any { return a }
+func (a *AH) ProviderAH(seal.Key) any { return a }
