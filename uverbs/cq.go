@@ -376,8 +376,7 @@ func (c *Context) CreateCQ(attr CQAttr) (*CQ, error) {
 	if err := finishCreate(&cq.prov, cq.object, b, provider.Created{Handle: cq.handle, CQE: respCQE}, "create CQ", cq.single); err != nil {
 		return nil, err
 	}
-	cq.rxe, _ = cq.prov.(*rxe.CQ)
-	cq.mlx5, _ = cq.prov.(*mlx5.CQ)
+	cq.rxe, cq.mlx5 = concrete[*rxe.CQ, *mlx5.CQ](cq.prov)
 	if err := registered(registerCQ(c, cq), cq.object, "create CQ"); err != nil {
 		return nil, err
 	}

@@ -105,6 +105,15 @@ func finishCreate[P interface{ Close() error }](prov *P, o *object, b provider.B
 	return nil
 }
 
+// concrete returns a provider object as the types of the providers this
+// library carries (rxe's, mlx5's), a nil for the other: the data path
+// calls them directly, calls the compiler sees through.
+func concrete[R, M any](p any) (R, M) {
+	r, _ := p.(R)
+	m, _ := p.(M)
+	return r, m
+}
+
 // track makes o's cleanup run when owner, o's public value, becomes
 // unreachable. The cleanup is the safety net behind Close; an object closed
 // explicitly cancels it.

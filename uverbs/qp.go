@@ -164,8 +164,7 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 	if err := finishCreate(&q.prov, q.object, b, provider.Created{Handle: q.handle, QPNum: q.num, Caps: q.caps}, "create QP", q.single); err != nil {
 		return nil, err
 	}
-	q.rxe, _ = q.prov.(*rxe.QP)
-	q.mlx5, _ = q.prov.(*mlx5.QP)
+	q.rxe, q.mlx5 = concrete[*rxe.QP, *mlx5.QP](q.prov)
 	if err := registered(registerQP(c, q), q.object, "create QP"); err != nil {
 		return nil, err
 	}
