@@ -174,12 +174,8 @@ type rpBuf struct {
 func (b *rpBuf) bytes() []byte { return b.mem.Bytes() }
 
 func (b *rpBuf) free() {
-	if b.mr != nil {
-		b.mr.Close()
-	}
-	if b.mem != nil {
-		b.mem.Close()
-	}
+	clib.CloseIf(b.mr)
+	clib.CloseIf(b.mem)
 	*b = rpBuf{}
 }
 
