@@ -211,9 +211,7 @@ func TestDeviceVerbsErrors(t *testing.T) {
 func TestDeviceNotConnected(t *testing.T) {
 	ctx := rdmatest.Context(t)
 	_, port := rdmatest.Listen(t, cm.PSTCP)
-	id, err := cm.CreateID(nil, nil, cm.PSTCP)
-	rdmatest.Must(t, err)
-	defer rdmatest.Destroy(t, id)
+	id := rdmatest.NewID(t, nil, nil, cm.PSTCP)
 	rdmatest.Must(t, id.ResolveAddr(ctx, rdmatest.VMAddrPort(0), rdmatest.VMAddrPort(port), 0))
 	rdmatest.Must(t, id.ResolveRoute(ctx, 0))
 	rdmatest.Must(t, id.CreateQP(nil, uverbs.QPInitAttr{Caps: rdmatest.Caps}))
