@@ -121,8 +121,7 @@ func TestDeviceAsync(t *testing.T) {
 	nextEvent(ctx, t, ch, cm.EventEstablished, s2)
 
 	// Traffic on the program's own QP.
-	buf := rdmatest.Alloc(t, 4096)
-	sm := rdmatest.Reg(t, s2.RegMsgs, buf)
+	buf, sm := rdmatest.Msgs(t, s2, 4096)
 	rdmatest.Must(t, s2.PostRecv(1, buf[:64], sm))
 	cm2 := rdmatest.Reg(t, c2.RegMsgs, buf[1024:2048])
 	copy(buf[1024:], "own QP")

@@ -101,8 +101,7 @@ func TestDeviceAsyncPeerGoneFlush(t *testing.T) {
 	rdmatest.Destroy(t, s.ID)
 
 	const n = 16
-	cbuf := rdmatest.Alloc(t, 1<<16)
-	cmr := rdmatest.Reg(t, client.RegMsgs, cbuf)
+	cbuf, cmr := rdmatest.Msgs(t, client, 1<<16)
 	for i := range n {
 		rdmatest.Must(t, client.PostWrite(uint64(i), cbuf[i*1024:(i+1)*1024], cmr, wr.Signaled, remote.Add(uint64(i*1024))))
 	}

@@ -82,12 +82,9 @@ func TestDeviceUD(t *testing.T) {
 	if st := c.QP().State(); st != qp.StateRTS {
 		t.Fatalf("UD QP in %v", st)
 	}
-	cbuf := rdmatest.Alloc(t, 4096)
-	m := rdmatest.Reg(t, c.RegMsgs, cbuf)
+	cbuf, m := rdmatest.Msgs(t, c, 4096)
 	rdmatest.Must(t, c.PostRecv(3, cbuf[:grh+64], m))
-	ah, err := c.CreateAH(ev.UD.AHAttr)
-	rdmatest.Must(t, err)
-	defer ah.Close()
+	ah := rdmatest.CreateAH(t, c, ev.UD.AHAttr)
 	rdmatest.Must(t, c.PostUDSend(4, []byte("datagram"), nil, wr.Signaled|wr.Inline, ah, ev.UD.QPNum))
 	wc, err := c.GetSendComp(ctx)
 	wantComp(t, "client send", wc, err, 4, wr.WCSend)

@@ -131,8 +131,7 @@ func TestDeviceUdaddyClient(t *testing.T) {
 	rdmatest.Must(t, err)
 	defer rdmatest.Destroy(t, id)
 	rdmatest.Must(t, id.CreateQP(nil, uverbs.QPInitAttr{Caps: rdmatest.Caps}))
-	buf := rdmatest.Alloc(t, 2*udaddyCount*udaddySlot)
-	m := rdmatest.Reg(t, id.RegMsgs, buf)
+	buf, m := rdmatest.Msgs(t, id, 2*udaddyCount*udaddySlot)
 	postUdaddyRecvs(t, id, buf, m)
 	rdmatest.Must(t, id.Accept(ctx, nil))
 
@@ -180,12 +179,9 @@ func TestDeviceUdaddyServer(t *testing.T) {
 	if ev.Type != cm.EventEstablished || ev.UD.QKey != cm.UDPQKey || !ev.UD.AHAttr.IsGlobal {
 		t.Fatalf("UD connect event %v %+v", ev, ev.UD)
 	}
-	buf := rdmatest.Alloc(t, 2*udaddyCount*udaddySlot)
-	m := rdmatest.Reg(t, c.RegMsgs, buf)
+	buf, m := rdmatest.Msgs(t, c, 2*udaddyCount*udaddySlot)
 	postUdaddyRecvs(t, c, buf, m)
-	ah, err := c.CreateAH(ev.UD.AHAttr)
-	rdmatest.Must(t, err)
-	defer ah.Close()
+	ah := rdmatest.CreateAH(t, c, ev.UD.AHAttr)
 	sendUdaddy(ctx, t, c, buf, m, ah, ev.UD.QPNum, ev.UD.QKey)
 	first := recvUdaddy(ctx, t, c, ev.UD.QPNum)
 	attr, err := c.Verbs().InitAHFromWC(c.PortNum(), &first, buf[:uverbs.GRHSize])

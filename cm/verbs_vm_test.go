@@ -47,8 +47,7 @@ func TestDeviceVerbsRC(t *testing.T) {
 		rdmatest.Must(t, s.PostRecv(3, sbuf[300:364], smsg))
 	})
 	c, s := p.Client, p.Server
-	cbuf := rdmatest.Alloc(t, 4096)
-	cmsg := rdmatest.Reg(t, c.RegMsgs, cbuf)
+	cbuf, cmsg := rdmatest.Msgs(t, c, 4096)
 
 	// PostSend from registered memory.
 	copy(cbuf, "hello, server")
@@ -215,8 +214,7 @@ func TestDeviceNotConnected(t *testing.T) {
 	rdmatest.Must(t, id.ResolveAddr(ctx, rdmatest.VMAddrPort(0), rdmatest.VMAddrPort(port), 0))
 	rdmatest.Must(t, id.ResolveRoute(ctx, 0))
 	rdmatest.Must(t, id.CreateQP(nil, uverbs.QPInitAttr{Caps: rdmatest.Caps}))
-	buf := rdmatest.Alloc(t, 4096)
-	m := rdmatest.Reg(t, id.RegMsgs, buf)
+	buf, m := rdmatest.Msgs(t, id, 4096)
 	wantErrno(t, "send before connect", id.PostSend(1, buf[:8], m, wr.Signaled), unix.ENOTCONN)
 	wantErrno(t, "write before connect", id.PostWrite(1, buf[:8], m, wr.Signaled, wr.Remote{}), unix.ENOTCONN)
 	// Receives may be posted before the connection is up.
@@ -233,8 +231,7 @@ func TestDeviceAllocs(t *testing.T) {
 		sread = rdmatest.Reg(t, s.RegRead, sbuf[2048:])
 	})
 	c, s := p.Client, p.Server
-	cbuf := rdmatest.Alloc(t, 4096)
-	cmsg := rdmatest.Reg(t, c.RegMsgs, cbuf)
+	cbuf, cmsg := rdmatest.Msgs(t, c, 4096)
 	sgl := []wr.SGE{cmsg.SGE(0, 8), cmsg.SGE(100, 8)}
 	rsgl := []wr.SGE{smsg.SGE(0, 64)}
 	wcs := make([]wr.Completion, 8)

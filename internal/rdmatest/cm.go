@@ -87,6 +87,24 @@ func NewID(t testing.TB, ch *cm.EventChannel, userData any, ps cm.PortSpace) *cm
 	return id
 }
 
+// CreateAH makes an address handle on id's PD for attr (a UD event's
+// peer), closed when the test ends.
+func CreateAH(t testing.TB, id *cm.ID, attr qp.AHAttr) *uverbs.AH {
+	t.Helper()
+	ah, err := id.CreateAH(attr)
+	Must(t, err)
+	t.Cleanup(func() { ah.Close() })
+	return ah
+}
+
+// Msgs allocates n bytes (Alloc) and registers them for id's sends and
+// receives (id.RegMsgs, Reg).
+func Msgs(t testing.TB, id *cm.ID, n int) ([]byte, *uverbs.MR) {
+	t.Helper()
+	buf := Alloc(t, n)
+	return buf, Reg(t, id.RegMsgs, buf)
+}
+
 // Listen makes a synchronous listening ID of port space ps on VMAddr, any
 // port, destroyed when the test ends, and returns it with its port.
 func Listen(t testing.TB, ps cm.PortSpace) (*cm.ID, uint16) {
