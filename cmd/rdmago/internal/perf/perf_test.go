@@ -478,17 +478,6 @@ func TestPerfHeader(t *testing.T) {
  Data ex. method : Ethernet
 ---------------------------------------------------------------------------------------
 `
-	o := perfWriteBWOptions(true)
-	o.inline = 0
-	if d := cmp.Diff(cWriteBWClient, perfTestInfo(&o)); d != "" {
-		t.Errorf("write_bw client header (-perftest +rdmago):\n%s", d)
-	}
-	o = perfWriteBWOptions(false)
-	o.inline = 0
-	if d := cmp.Diff(strings.Replace(cWriteBWClient, " TX depth        : 128\n", "", 1), perfTestInfo(&o)); d != "" {
-		t.Errorf("write_bw server header (-perftest +rdmago):\n%s", d)
-	}
-
 	const cReadLatClient = `---------------------------------------------------------------------------------------
                     RDMA_Read Latency Test
  Dual-port       : OFF		Device         : rxe0
@@ -505,30 +494,36 @@ func TestPerfHeader(t *testing.T) {
  Data ex. method : Ethernet
 ---------------------------------------------------------------------------------------
 `
-	o, _ = perfParse("x", perfTests["read_lat"], []string{"-d", "rxe0", "-x", "1", "host"})
-	o.transport, o.linkType, o.curMTU, o.outReads = "IB", "Ethernet", 3, 128
-	if d := cmp.Diff(cReadLatClient, perfTestInfo(&o)); d != "" {
-		t.Errorf("read_lat client header (-perftest +rdmago):\n%s", d)
+	readLat, _ := perfParse("x", perfTests["read_lat"], []string{"-d", "rxe0", "-x", "1", "host"})
+	readLat.transport, readLat.linkType, readLat.curMTU, readLat.outReads = "IB", "Ethernet", 3, 128
+	writeBW := func(client, rdmaCM bool) perfOptions {
+		o := perfWriteBWOptions(client)
+		o.inline, o.rdmaCM = 0, rdmaCM
+		return o
 	}
-
+	noTX := func(h string) string { return strings.Replace(h, " TX depth        : 128\n", "", 1) }
 	// With -R (perftest 4.5-0.17's ib_write_bw -R on the VM).
-	o = perfWriteBWOptions(true)
-	o.inline, o.rdmaCM = 0, true
-	cm := strings.Replace(cWriteBWClient, " rdma_cm QPs\t : OFF\n Data ex. method : Ethernet\n", " rdma_cm QPs\t : ON\n Data ex. method : rdma_cm\n", 1)
-	if d := cmp.Diff(cm, perfTestInfo(&o)); d != "" {
-		t.Errorf("write_bw -R client header (-perftest +rdmago):\n%s", d)
-	}
-	o = perfWriteBWOptions(false)
-	o.inline, o.rdmaCM = 0, true
-	cm = strings.Replace(cm, " TX depth        : 128\n", "", 1)
-	cm = strings.Replace(cm, " Data ex. method : rdma_cm\n", " Data ex. method : rdma_cm\n"+perfResultLine+
+	cmClient := strings.Replace(cWriteBWClient, " rdma_cm QPs\t : OFF\n Data ex. method : Ethernet\n", " rdma_cm QPs\t : ON\n Data ex. method : rdma_cm\n", 1)
+	cmServer := strings.Replace(noTX(cmClient), " Data ex. method : rdma_cm\n", " Data ex. method : rdma_cm\n"+perfResultLine+
 		" Waiting for client rdma_cm QP to connect\n Please run the same command with the IB/RoCE interface IP\n", 1)
-	if d := cmp.Diff(cm, perfTestInfo(&o)); d != "" {
-		t.Errorf("write_bw -R server header (-perftest +rdmago):\n%s", d)
+	for _, tc := range []struct {
+		name string
+		o    perfOptions
+		want string
+	}{
+		{"write_bw client", writeBW(true, false), cWriteBWClient},
+		{"write_bw server", writeBW(false, false), noTX(cWriteBWClient)},
+		{"read_lat client", readLat, cReadLatClient},
+		{"write_bw -R client", writeBW(true, true), cmClient},
+		{"write_bw -R server", writeBW(false, true), cmServer},
+	} {
+		if d := cmp.Diff(tc.want, perfTestInfo(&tc.o)); d != "" {
+			t.Errorf("%s header (-perftest +rdmago):\n%s", tc.name, d)
+		}
 	}
 
 	// The lines that depend on the test and options.
-	o, _ = perfParse("x", perfTests["atomic_bw"], []string{"-d", "mlx5_0", "-A", "CMP_AND_SWAP", "-l", "2", "-e", "-X", "3", "-q", "4"})
+	o, _ := perfParse("x", perfTests["atomic_bw"], []string{"-d", "mlx5_0", "-A", "CMP_AND_SWAP", "-l", "2", "-e", "-X", "3", "-q", "4"})
 	o.transport, o.linkType, o.curMTU, o.gidIndex = "IB", "IB", 5, -1
 	h := perfTestInfo(&o)
 	for _, want := range []string{"                    Atomic CMP_AND_SWAP Post List BW Test\n",
