@@ -11,7 +11,6 @@ package perf
 // verbs.go the run over the verbs API.
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -765,10 +764,7 @@ func perfParse(argv0 string, t perfTest, args []string) (perfOptions, perfStop) 
 		},
 	}
 
-	fs := flag.NewFlagSet(argv0, flag.ContinueOnError)
-	var flagErrs bytes.Buffer
-	fs.SetOutput(&flagErrs)
-	fs.Usage = func() {}
+	fs := getopt.NewFlagSet(argv0)
 	for _, p := range perfOpts {
 		key := p.short
 		if key == "" {
@@ -785,7 +781,7 @@ func perfParse(argv0 string, t perfTest, args []string) (perfOptions, perfStop) 
 		fs.Var(getopt.FuncValue{IsBool: !hasArg, SetFunc: func(string) error { return unsupported("--" + name) }}, name, "")
 	}
 
-	operands, err := getopt.ParsePermuted(fs, getopt.ExpandShortOptions(fs, args))
+	operands, err := getopt.Parse(fs, args)
 	if err != nil {
 		if stop.kind != perfGo {
 			return o, stop

@@ -92,9 +92,7 @@ func rsParse(argv0 string, server bool, args []string, stderr, stdout io.Writer)
 	if server {
 		o.addr = "0.0.0.0"
 	}
-	fs := flag.NewFlagSet(argv0, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fs.Usage = func() {}
+	fs := getopt.NewFlagSet(argv0)
 	fs.Var(getopt.FuncValue{SetFunc: func(v string) error { o.addr = v; return nil }}, "s", "")
 	fs.Var(getopt.FuncValue{SetFunc: func(v string) error { o.port = v; return nil }}, "p", "")
 	fs.Var(getopt.FuncValue{IsBool: true, SetFunc: func(v string) error {
@@ -104,7 +102,7 @@ func rsParse(argv0 string, server bool, args []string, stderr, stdout io.Writer)
 		o.verbose = true
 		return nil
 	}}, "v", "")
-	if _, err := getopt.ParsePermuted(fs, getopt.ExpandShortOptions(fs, args)); err != nil {
+	if _, err := getopt.Parse(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			rsUsage(stdout, argv0)
 			return o, 0, false
