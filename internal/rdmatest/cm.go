@@ -144,6 +144,23 @@ func Dial(ctx context.Context, t testing.TB, ps cm.PortSpace, port uint16, caps 
 	return id, nil
 }
 
+// ServeRequest is a test's server side for one connection, in a
+// goroutine: it takes the next connection request on the synchronous
+// listener l and runs serve on the new ID. The channel gets GetRequest's
+// error, or serve's outcome.
+func ServeRequest(ctx context.Context, l *cm.ID, serve func(id *cm.ID) error) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		id, err := l.GetRequest(ctx)
+		if err != nil {
+			done <- err
+			return
+		}
+		done <- serve(id)
+	}()
+	return done
+}
+
 // Accepted is what AcceptAsync's server side got: the accepted ID, or the
 // error that ended it.
 type Accepted struct {
