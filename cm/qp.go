@@ -276,24 +276,24 @@ func (id *ID) QP() *uverbs.QP { return id.qp.Load() }
 // receives; SendCompChannel and RecvCompChannel the completion channels
 // CreateQP made for them (nil for CQs the program gave).
 func (id *ID) SendCQ() *uverbs.CQ {
-	return locked(id, func() *uverbs.CQ { return id.verbs.sendCQ })
+	return locked(id, func(id *ID) *uverbs.CQ { return id.verbs.sendCQ })
 }
 
 // RecvCQ returns the CQ of the ID's QP's receives.
 func (id *ID) RecvCQ() *uverbs.CQ {
-	return locked(id, func() *uverbs.CQ { return id.verbs.recvCQ })
+	return locked(id, func(id *ID) *uverbs.CQ { return id.verbs.recvCQ })
 }
 
 // SendCompChannel returns the completion channel of the send CQ CreateQP
 // made, or nil.
 func (id *ID) SendCompChannel() *uverbs.CompChannel {
-	return locked(id, func() *uverbs.CompChannel { return id.verbs.sendCh })
+	return locked(id, func(id *ID) *uverbs.CompChannel { return id.verbs.sendCh })
 }
 
 // RecvCompChannel returns the completion channel of the receive CQ
 // CreateQP made, or nil.
 func (id *ID) RecvCompChannel() *uverbs.CompChannel {
-	return locked(id, func() *uverbs.CompChannel { return id.verbs.recvCh })
+	return locked(id, func(id *ID) *uverbs.CompChannel { return id.verbs.recvCh })
 }
 
 // CreateSRQ creates a shared receive queue for the ID's QP
@@ -336,7 +336,7 @@ func (id *ID) DestroySRQ() error {
 
 // SRQ returns the SRQ CreateSRQ made, or nil.
 func (id *ID) SRQ() *uverbs.SRQ {
-	return locked(id, func() *uverbs.SRQ { return id.srq })
+	return locked(id, func(id *ID) *uverbs.SRQ { return id.srq })
 }
 
 // CreateAH creates an address handle on the ID's PD for UD sends to the
