@@ -497,6 +497,30 @@ func perfParse(argv0 string, t perfTest, args []string) (perfOptions, perfStop) 
 		}
 	}
 
+	// latOnly is the handler of a latency test's report switch; a
+	// bandwidth test refuses it with perftest's message refusal.
+	latOnly := func(refusal string, dst *bool) func(string) error {
+		return func(string) error {
+			if t.tst == perfBW {
+				return fail(refusal)
+			}
+			*dst = true
+			return nil
+		}
+	}
+	// limit is the handler of a verifier limit (-w, -y): perftest reads it
+	// with atof into a float and refuses a negative one with bad.
+	limit := func(bad string, on *bool, dst *float64) func(string) error {
+		return func(v string) error {
+			*on = true
+			*dst = float64(float32(perfAtof(v)))
+			if *dst < 0 {
+				return fail(bad)
+			}
+			return nil
+		}
+	}
+
 	set := map[string]func(v string) error{
 		"p": number("Port", "int", &o.port, nil),
 		"d": func(v string) error { o.devName = v; return nil },
@@ -696,36 +720,10 @@ func perfParse(argv0 string, t perfTest, args []string) (perfOptions, perfStop) 
 			}
 			return unsupported("-C (reporting in CPU cycles)")
 		},
-		"H": func(string) error {
-			if t.tst == perfBW {
-				return fail(" Available only on Latency tests\n")
-			}
-			o.histogram = true
-			return nil
-		},
-		"U": func(string) error {
-			if t.tst == perfBW {
-				return fail(" is Available only on Latency tests\n")
-			}
-			o.unsorted = true
-			return nil
-		},
-		"w": func(v string) error {
-			o.limitBWOn = true
-			o.limitBW = float64(float32(perfAtof(v)))
-			if o.limitBW < 0 {
-				return fail(" Invalid Minimum BW Limit\n")
-			}
-			return nil
-		},
-		"y": func(v string) error {
-			o.limitMROn = true
-			o.limitMR = float64(float32(perfAtof(v)))
-			if o.limitMR < 0 {
-				return fail(" Invalid Minimum msgRate Limit\n")
-			}
-			return nil
-		},
+		"H":                 latOnly(" Available only on Latency tests\n", &o.histogram),
+		"U":                 latOnly(" is Available only on Latency tests\n", &o.unsorted),
+		"w":                 limit(" Invalid Minimum BW Limit\n", &o.limitBWOn, &o.limitBW),
+		"y":                 limit(" Invalid Minimum msgRate Limit\n", &o.limitMROn, &o.limitMR),
 		"json":              func(string) error { o.json = true; return nil },
 		"ipv6":              func(string) error { o.ipv6 = true; return nil },
 		"report_gbits":      func(string) error { o.reportG = true; return nil },
