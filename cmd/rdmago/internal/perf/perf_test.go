@@ -367,6 +367,14 @@ func TestPerfParseDefaults(t *testing.T) {
 	if o.margin != 2 || o.duration != 8 || !o.durationOn {
 		t.Errorf("-D 8: margin %d duration %d", o.margin, o.duration)
 	}
+	o, stop := perfParse("x", perfTests["read_lat"], []string{"-S", "3", "-u", "14", "-m", "1024", "-o", "4", "-f", "1", "-H", "-U"})
+	if stop.kind != perfGo || o.sl != 3 || o.qpTimeout != 14 || o.mtu != 1024 || o.outReads != 4 || o.margin != 1 || !o.histogram || !o.unsorted {
+		t.Errorf("read_lat -S 3 -u 14 -m 1024 -o 4 -f 1 -H -U: %+v, %+v", stop, o)
+	}
+	o, stop = perfParse("x", perfTests["write_bw"], []string{"-l", "2", "-w", "5.5", "-y", "2", "-n", "200"})
+	if stop.kind != perfGo || o.postList != 2 || !o.limitBWOn || o.limitBW != 5.5 || !o.limitMROn || o.limitMR != 2 {
+		t.Errorf("write_bw -l 2 -w 5.5 -y 2: %+v, %+v", stop, o)
+	}
 }
 
 func TestPerfParseErrors(t *testing.T) {
@@ -401,6 +409,18 @@ func TestPerfParseErrors(t *testing.T) {
 		{"write_lat", []string{"--output=bandwidth"}, perfResultLine, " Output verbosity level for LAT can be: latency\n", false},
 		{"send_bw", []string{"-T", "3"}, " TOS only valid for rdma_cm based QP and RawEth QP \n", "", false},
 		{"send_bw", []string{"-L", "3"}, " Hop limit only valid for RawEth QP \n", "", false},
+		{"write_bw", []string{"-p", "x"}, "", " Port argument x should be int\n", false},
+		{"write_bw", []string{"-i", "0"}, "", "IB Port can't be less than 1\n Parser function exited with Error\n", false},
+		{"write_bw", []string{"-S", "16"}, "", " Only 15 Service levels\n", false},
+		{"write_bw", []string{"-x", "65"}, "", " Gid index should be between 0 and 64\n", false},
+		{"write_bw", []string{"-o", "4"}, "", " Setting Outstanding reads only available on READ verb\n", false},
+		{"write_bw", []string{"-l", "0"}, "", " Send Post List size must be positive\n", false},
+		{"write_bw", []string{"-D", "0"}, "", " Duration period must be positive\n", false},
+		{"write_bw", []string{"-f", "-1"}, "", " Margin must be non-negative\n", false},
+		{"write_bw", []string{"-H"}, "", " Available only on Latency tests\n", false},
+		{"write_bw", []string{"-U"}, "", " is Available only on Latency tests\n", false},
+		{"write_bw", []string{"-w", "-1"}, "", " Invalid Minimum BW Limit\n", false},
+		{"write_bw", []string{"-y", "-1"}, "", " Invalid Minimum msgRate Limit\n", false},
 	} {
 		var o, e bytes.Buffer
 		st := perfMain(t.Context(), "rdmago perf", perfTests[tc.test], tc.args, &o, &e)
