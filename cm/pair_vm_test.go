@@ -653,9 +653,7 @@ func udServer(ctx context.Context, t *testing.T, side pairSide) {
 	ah, err := s.PD().CreateAHFromWC(&first, buf[:uverbs.GRHSize], s.PortNum())
 	rdmatest.Must(t, err)
 	defer ah.Close()
-	rdmatest.Must(t, s.PostUDSend(1<<20, []byte(report), nil, wr.Signaled|wr.Inline, ah, first.SrcQP))
-	wc, err := s.GetSendComp(ctx)
-	wantComp(t, "report", wc, err, 1<<20, wr.WCSend)
+	sendUD(ctx, t, "report", s, 1<<20, []byte(report), nil, wr.Signaled|wr.Inline, ah, first.SrcQP)
 }
 
 func udClient(ctx context.Context, t *testing.T, side pairSide) {

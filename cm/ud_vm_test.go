@@ -61,9 +61,7 @@ func TestDeviceUD(t *testing.T) {
 		rdmatest.Must(t, err)
 		defer ah.Close()
 		copy(sbuf[1000:], "reply")
-		rdmatest.Must(t, id.PostUDSend(2, sbuf[1000:1005], m, wr.Signaled, ah, wc.SrcQP))
-		wc, err = id.GetSendComp(ctx)
-		wantComp(t, "server send", wc, err, 2, wr.WCSend)
+		sendUD(ctx, t, "server send", id, 2, sbuf[1000:1005], m, wr.Signaled, ah, wc.SrcQP)
 		close(done)
 	}()
 
@@ -85,10 +83,8 @@ func TestDeviceUD(t *testing.T) {
 	cbuf, m := rdmatest.Msgs(t, c, 4096)
 	rdmatest.Must(t, c.PostRecv(3, cbuf[:grh+64], m))
 	ah := rdmatest.CreateAH(t, c, ev.UD.AHAttr)
-	rdmatest.Must(t, c.PostUDSend(4, []byte("datagram"), nil, wr.Signaled|wr.Inline, ah, ev.UD.QPNum))
-	wc, err := c.GetSendComp(ctx)
-	wantComp(t, "client send", wc, err, 4, wr.WCSend)
-	wc, err = c.GetRecvComp(ctx)
+	sendUD(ctx, t, "client send", c, 4, []byte("datagram"), nil, wr.Signaled|wr.Inline, ah, ev.UD.QPNum)
+	wc, err := c.GetRecvComp(ctx)
 	wantComp(t, "client recv", wc, err, 3, wr.WCRecv)
 	if got := string(cbuf[grh:wc.ByteLen]); got != "reply" || wc.SrcQP != s.qpn {
 		t.Errorf("client got %q from QP %d", got, wc.SrcQP)

@@ -2,6 +2,7 @@ package cm_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"testing"
 
@@ -23,6 +24,15 @@ func wantComp(t testing.TB, what string, c wr.Completion, err error, id uint64, 
 	if c.ID != id || c.Status != wr.Success || c.Opcode != op {
 		t.Fatalf("%s: completion %+v, want ID %d opcode %v success", what, c, id, op)
 	}
+}
+
+// sendUD posts a UD send of msg (from mr; nil for an inline one) to the
+// QP qpn through ah and checks its completion, what naming it.
+func sendUD(ctx context.Context, t testing.TB, what string, id *cm.ID, wrID uint64, msg []byte, mr *uverbs.MR, flags wr.SendFlags, ah *uverbs.AH, qpn uint32) {
+	t.Helper()
+	rdmatest.Must(t, id.PostUDSend(wrID, msg, mr, flags, ah, qpn))
+	wc, err := id.GetSendComp(ctx)
+	wantComp(t, what, wc, err, wrID, wr.WCSend)
 }
 
 func wantErrno(t testing.TB, what string, err error, errno unix.Errno) {
