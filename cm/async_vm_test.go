@@ -36,20 +36,14 @@ func nextEvent(ctx context.Context, t testing.TB, ch *cm.EventChannel, want cm.E
 func TestDeviceAsync(t *testing.T) {
 	ctx := rdmatest.Context(t)
 	_, _ = rdmatest.Listen(t, cm.PSTCP) // RequireDevice
-	ch, err := cm.NewEventChannel()
-	rdmatest.Must(t, err)
-	defer ch.Close()
+	ch := rdmatest.NewChannel(t)
 
-	listen, err := cm.CreateID(ch, "listener", cm.PSTCP)
-	rdmatest.Must(t, err)
-	defer rdmatest.Destroy(t, listen)
+	listen := rdmatest.NewID(t, ch, "listener", cm.PSTCP)
 	rdmatest.Must(t, listen.BindAddr(netip.AddrPortFrom(rdmatest.VMAddr, 0)))
 	rdmatest.Must(t, listen.Listen(4))
 	dst := netip.AddrPortFrom(rdmatest.VMAddr, listen.SrcAddr().Port())
 
-	client, err := cm.CreateID(ch, "client", cm.PSTCP)
-	rdmatest.Must(t, err)
-	defer rdmatest.Destroy(t, client)
+	client := rdmatest.NewID(t, ch, "client", cm.PSTCP)
 	rdmatest.Must(t, client.ResolveAddr(ctx, netip.AddrPort{}, dst, 0))
 	nextEvent(ctx, t, ch, cm.EventAddrResolved, client)
 	if client.Verbs() == nil || client.PortNum() != 1 {
@@ -93,9 +87,7 @@ func TestDeviceAsync(t *testing.T) {
 	}
 
 	// A second client without a QP on its ID.
-	c2, err := cm.CreateID(ch, "bare client", cm.PSTCP)
-	rdmatest.Must(t, err)
-	defer rdmatest.Destroy(t, c2)
+	c2 := rdmatest.NewID(t, ch, "bare client", cm.PSTCP)
 	rdmatest.Must(t, c2.ResolveAddr(ctx, netip.AddrPort{}, dst, 0))
 	nextEvent(ctx, t, ch, cm.EventAddrResolved, c2)
 	rdmatest.Must(t, c2.ResolveRoute(ctx, 0))
@@ -129,8 +121,7 @@ func TestDeviceAsync(t *testing.T) {
 	nextEvent(ctx, t, ch, cm.EventEstablished, s2)
 
 	// Traffic on the program's own QP.
-	buf := rdmatest.Alloc(t, 4096)
-	sm := rdmatest.Reg(t, s2.RegMsgs, buf)
+	buf, sm := rdmatest.Msgs(t, s2, 4096)
 	rdmatest.Must(t, s2.PostRecv(1, buf[:64], sm))
 	cm2 := rdmatest.Reg(t, c2.RegMsgs, buf[1024:2048])
 	copy(buf[1024:], "own QP")
@@ -174,15 +165,9 @@ func TestDeviceAsync(t *testing.T) {
 func TestDeviceMigrate(t *testing.T) {
 	ctx := rdmatest.Context(t)
 	_, port := rdmatest.Listen(t, cm.PSTCP)
-	ch1, err := cm.NewEventChannel()
-	rdmatest.Must(t, err)
-	defer ch1.Close()
-	ch2, err := cm.NewEventChannel()
-	rdmatest.Must(t, err)
-	defer ch2.Close()
-	id, err := cm.CreateID(ch1, nil, cm.PSTCP)
-	rdmatest.Must(t, err)
-	defer rdmatest.Destroy(t, id)
+	ch1 := rdmatest.NewChannel(t)
+	ch2 := rdmatest.NewChannel(t)
+	id := rdmatest.NewID(t, ch1, nil, cm.PSTCP)
 	rdmatest.Must(t, id.ResolveAddr(ctx, netip.AddrPort{}, rdmatest.VMAddrPort(port), 0))
 	// The event is queued on ch1 and moves with the ID.
 	time.Sleep(50 * time.Millisecond)

@@ -48,13 +48,24 @@ func (bp *benchPair) sendComp(b *testing.B) {
 	}
 }
 
-func BenchmarkDevicePostWrite(b *testing.B) {
-	bp := newBenchPair(b)
+// run measures post, a signaled request of the client's, with its send
+// completion.
+func (bp *benchPair) run(b *testing.B, post func() error) {
 	b.ReportAllocs()
 	for b.Loop() {
-		rdmatest.Must(b, bp.c.PostWrite(1, bp.cbuf[:64], bp.cmsg, wr.Signaled, bp.swrite.Remote()))
+		rdmatest.Must(b, post())
 		bp.sendComp(b)
 	}
+}
+
+// postWrite is the RDMA write the write benchmarks measure.
+func (bp *benchPair) postWrite() error {
+	return bp.c.PostWrite(1, bp.cbuf[:64], bp.cmsg, wr.Signaled, bp.swrite.Remote())
+}
+
+func BenchmarkDevicePostWrite(b *testing.B) {
+	bp := newBenchPair(b)
+	bp.run(b, bp.postWrite)
 }
 
 // BenchmarkDevicePostWriteInline is uverbs' BenchmarkDeviceWriteRoundTrip
@@ -63,11 +74,12 @@ func BenchmarkDevicePostWrite(b *testing.B) {
 // the two is what cm adds per message (docs/performance.md).
 func BenchmarkDevicePostWriteInline(b *testing.B) {
 	bp := newBenchPair(b)
-	b.ReportAllocs()
-	for b.Loop() {
-		rdmatest.Must(b, bp.c.PostWrite(1, bp.cbuf[:64], nil, wr.Signaled|wr.Inline, bp.swrite.Remote()))
-		bp.sendComp(b)
-	}
+	bp.run(b, bp.postWriteInline)
+}
+
+// postWriteInline is the inline write of the layer benchmarks.
+func (bp *benchPair) postWriteInline() error {
+	return bp.c.PostWrite(1, bp.cbuf[:64], nil, wr.Signaled|wr.Inline, bp.swrite.Remote())
 }
 
 // pollOne busy-polls cq for one successful completion.
@@ -110,7 +122,7 @@ func BenchmarkDevicePostWritePoll(b *testing.B) {
 	cq := bp.c.SendCQ()
 	b.ReportAllocs()
 	for b.Loop() {
-		rdmatest.Must(b, bp.c.PostWrite(1, bp.cbuf[:64], nil, wr.Signaled|wr.Inline, bp.swrite.Remote()))
+		rdmatest.Must(b, bp.postWriteInline())
 		pollOne(b, cq, out)
 	}
 }
@@ -121,20 +133,14 @@ func BenchmarkDevicePostWritePoll(b *testing.B) {
 func BenchmarkDevicePostWriteKeepAlive(b *testing.B) {
 	bp := newBenchPair(b)
 	rdmatest.Must(b, bp.c.SetKeepAlive(time.Millisecond, 10*time.Second))
-	b.ReportAllocs()
-	for b.Loop() {
-		rdmatest.Must(b, bp.c.PostWrite(1, bp.cbuf[:64], bp.cmsg, wr.Signaled, bp.swrite.Remote()))
-		bp.sendComp(b)
-	}
+	bp.run(b, bp.postWrite)
 }
 
 func BenchmarkDevicePostRead(b *testing.B) {
 	bp := newBenchPair(b)
-	b.ReportAllocs()
-	for b.Loop() {
-		rdmatest.Must(b, bp.c.PostRead(1, bp.cbuf[:64], bp.cmsg, wr.Signaled, bp.sread.Remote()))
-		bp.sendComp(b)
-	}
+	bp.run(b, func() error {
+		return bp.c.PostRead(1, bp.cbuf[:64], bp.cmsg, wr.Signaled, bp.sread.Remote())
+	})
 }
 
 // BenchmarkDevicePostSendRecv is one message: rdma_post_recv on the

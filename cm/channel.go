@@ -311,13 +311,10 @@ func processEvent(ch *EventChannel, r *abi.RdmaUcmEventResp) *Event {
 		if id == nil {
 			return nil // dropped meanwhile
 		}
-		id.mu.Lock()
-		defer id.mu.Unlock()
-		if id.destroyed.Load() {
+		if !id.report(ev) {
 			return nil
 		}
-		id.eventsReported++
-		ev.ID = id
+		defer id.mu.Unlock()
 		ev.UserData = mc.userData
 		copyUD(&ev.UD, udParamOf(r))
 		if ev.Type == EventMulticastJoin {
@@ -359,13 +356,10 @@ func processEvent(ch *EventChannel, r *abi.RdmaUcmEventResp) *Event {
 		return nil // destroyed meanwhile
 	}
 
-	id.mu.Lock()
-	defer id.mu.Unlock()
-	if id.destroyed.Load() {
+	if !id.report(ev) {
 		return nil
 	}
-	id.eventsReported++
-	ev.ID = id
+	defer id.mu.Unlock()
 	switch ev.Type {
 	case EventAddrResolved:
 		if err := id.queryRoute(); err != nil {
@@ -481,5 +475,19 @@ func (listen *ID) processConnReq(ev *Event, r *abi.RdmaUcmEventResp) bool {
 		listen.eventsAcked.Add(1)
 		return false
 	}
+	return true
+}
+
+// report makes ev an event of id and counts it, with id.mu locked for the
+// caller to finish the event and unlock; it returns false, unlocked, for
+// an ID destroyed meanwhile, whose event is dropped.
+func (id *ID) report(ev *Event) bool {
+	id.mu.Lock()
+	if id.destroyed.Load() {
+		id.mu.Unlock()
+		return false
+	}
+	id.eventsReported++
+	ev.ID = id
 	return true
 }

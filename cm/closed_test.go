@@ -29,7 +29,6 @@ func TestErrClosedIsNetErrClosed(t *testing.T) {
 // command reaching the kernel.
 func TestClosedID(t *testing.T) {
 	k := newFakeKernel(t)
-	k.install(t)
 	k.withDevice(t)
 	ctx := context.Background()
 	for _, sync := range []bool{false, true} {
@@ -126,7 +125,6 @@ func TestClosedID(t *testing.T) {
 // migrating to it, before the kernel sees anything.
 func TestClosedChannel(t *testing.T) {
 	k := newFakeKernel(t)
-	k.install(t)
 	ch := k.channel()
 	id, err := CreateID(nil, nil, PSTCP)
 	mustT(t, err)
@@ -166,7 +164,6 @@ func TestClosedChannel(t *testing.T) {
 // is closed.
 func TestDroppedIDs(t *testing.T) {
 	k := newFakeKernel(t)
-	k.install(t)
 	k.handle(abi.RDMA_USER_CM_CMD_JOIN_MCAST, func(f *fakeFile, c *fakeCmd) error {
 		respond(body[abi.RdmaUcmJoinMcast](c).Response, abi.RdmaUcmCreateIdResp{Id: 7})
 		return nil

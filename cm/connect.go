@@ -17,21 +17,17 @@ import (
 // address; backlog ≤ 0 means the kernel's maximum. Requests arrive as
 // CONNECT_REQUEST events, or through GetRequest on a synchronous ID.
 func (id *ID) Listen(backlog int) error {
-	id.mu.Lock()
-	defer id.mu.Unlock()
-	f, err := id.file()
-	if err != nil {
-		return err
-	}
-	c := newCmd[abi.RdmaUcmListen](abi.RDMA_USER_CM_CMD_LISTEN, 0)
-	c.body.Id = id.handle
-	if backlog > 0 {
-		c.body.Backlog = uint32(min(backlog, 1<<31-1))
-	}
-	if err := exec(f, c, nil); err != nil {
-		return wrapErr("listen", err)
-	}
-	return id.queryRoute()
+	return id.withFile(func(f ucmaFile) error {
+		c := newCmd[abi.RdmaUcmListen](abi.RDMA_USER_CM_CMD_LISTEN, 0)
+		c.body.Id = id.handle
+		if backlog > 0 {
+			c.body.Backlog = uint32(min(backlog, 1<<31-1))
+		}
+		if err := exec(f, c, nil); err != nil {
+			return wrapErr("listen", err)
+		}
+		return id.queryRoute()
+	})
 }
 
 // complete waits, on a synchronous ID, for the event that ends op and
@@ -43,22 +39,9 @@ func (id *ID) complete(ctx context.Context, op string, want EventType) error {
 		id.mu.Unlock()
 		return nil
 	}
-	ch := id.ch
-	if id.event != nil {
-		id.event.Ack()
-		id.event = nil
-	}
-	id.mu.Unlock()
-	ev, err := ch.GetEvent(ctx)
+	ev, err := id.nextSyncEvent(ctx, op)
 	if err != nil {
-		if errors.Is(err, ErrClosed) {
-			return err
-		}
-		var ce *Error
-		if errors.As(err, &ce) {
-			return err
-		}
-		return &Error{Op: op, Err: err}
+		return err
 	}
 	id.mu.Lock()
 	id.event = ev
@@ -68,6 +51,49 @@ func (id *ID) complete(ctx context.Context, op string, want EventType) error {
 			Err: fmt.Errorf("event of another ID on a synchronous ID's channel: %w", unix.EPROTO)}
 	}
 	return eventErr(op, ev, want)
+}
+
+// nextSyncEvent acknowledges the synchronous ID's last event and waits on
+// its own channel for the next one. The caller holds id.mu, which
+// nextSyncEvent releases.
+func (id *ID) nextSyncEvent(ctx context.Context, op string) (*Event, error) {
+	ch := id.ch
+	if id.event != nil {
+		id.event.Ack()
+		id.event = nil
+	}
+	id.mu.Unlock()
+	ev, err := ch.GetEvent(ctx)
+	if err != nil {
+		if errors.Is(err, ErrClosed) {
+			return nil, err
+		}
+		var ce *Error
+		if errors.As(err, &ce) {
+			return nil, err
+		}
+		return nil, &Error{Op: op, Err: err}
+	}
+	return ev, nil
+}
+
+// lockConnecting locks id.mu for Connect or Accept (op) and checks what
+// both need: a live ID, a valid param and a device, hint saying how an ID
+// gets one. It returns the ID's file, or an error with id.mu unlocked.
+func (id *ID) lockConnecting(op string, param *ConnParam, hint string) (ucmaFile, error) {
+	f, err := id.lockFile()
+	if err != nil {
+		return nil, err
+	}
+	err = id.validParam(op, param)
+	if err == nil && id.dev == nil {
+		err = errf(op, unix.EINVAL, "the ID is not bound to a device (%s)", hint)
+	}
+	if err != nil {
+		id.mu.Unlock()
+		return nil, err
+	}
+	return f, nil
 }
 
 // validParam checks a connection parameter as librdmacm's ucma_valid_param.
@@ -146,19 +172,9 @@ func (id *ID) qpNumOf(p *ConnParam) (uint32, bool) {
 // error wrapping unix.ECONNREFUSED, an unreachable peer unix.ETIMEDOUT or
 // the like (see Error).
 func (id *ID) Connect(ctx context.Context, param *ConnParam) error {
-	id.mu.Lock()
-	f, err := id.file()
+	f, err := id.lockConnecting("connect", param, "resolve its address and route first")
 	if err != nil {
-		id.mu.Unlock()
 		return err
-	}
-	if err := id.validParam("connect", param); err != nil {
-		id.mu.Unlock()
-		return err
-	}
-	if id.dev == nil {
-		id.mu.Unlock()
-		return errf("connect", unix.EINVAL, "the ID is not bound to a device (resolve its address and route first)")
 	}
 	if param != nil && param.InitiatorDepth != MaxInitDepth {
 		id.initiatorDepth = param.InitiatorDepth
@@ -200,19 +216,9 @@ func (id *ID) Connect(ctx context.Context, param *ConnParam) error {
 // the depths the peer asked for, within the device's limits. A synchronous
 // RC ID waits until the connection is established; UD IDs do not wait.
 func (id *ID) Accept(ctx context.Context, param *ConnParam) error {
-	id.mu.Lock()
-	f, err := id.file()
+	f, err := id.lockConnecting("accept", param, "not from a connection request?")
 	if err != nil {
-		id.mu.Unlock()
 		return err
-	}
-	if err := id.validParam("accept", param); err != nil {
-		id.mu.Unlock()
-		return err
-	}
-	if id.dev == nil {
-		id.mu.Unlock()
-		return errf("accept", unix.EINVAL, "the ID is not bound to a device (not from a connection request?)")
 	}
 	if param == nil || param.InitiatorDepth == MaxInitDepth {
 		id.initiatorDepth = min(id.initiatorDepth, id.dev.maxInitDepth)
@@ -271,39 +277,32 @@ func (id *ID) RejectECE(privateData []byte) error {
 }
 
 func (id *ID) reject(privateData []byte, reason uint8) error {
-	id.mu.Lock()
-	defer id.mu.Unlock()
-	f, err := id.file()
-	if err != nil {
-		return err
-	}
-	c := newCmd[abi.RdmaUcmReject](abi.RDMA_USER_CM_CMD_REJECT, 0)
-	c.body.Id = id.handle
-	c.body.Reason = reason
-	if len(privateData) > math.MaxUint8 {
-		return errf("reject", unix.EINVAL, "%d bytes of private data, more than %d (the length is one byte)", len(privateData), math.MaxUint8)
-	}
-	c.body.Private_data_len = uint8(copy(c.body.Private_data[:], privateData))
-	return wrapErr("reject", exec(f, c, nil))
+	return id.withFile(func(f ucmaFile) error {
+		c := newCmd[abi.RdmaUcmReject](abi.RDMA_USER_CM_CMD_REJECT, 0)
+		c.body.Id = id.handle
+		c.body.Reason = reason
+		if len(privateData) > math.MaxUint8 {
+			return errf("reject", unix.EINVAL, "%d bytes of private data, more than %d (the length is one byte)", len(privateData), math.MaxUint8)
+		}
+		c.body.Private_data_len = uint8(copy(c.body.Private_data[:], privateData))
+		return wrapErr("reject", exec(f, c, nil))
+	})
 }
 
 // Establish completes a connection on an ID without a QP (rdma_establish):
 // after the CONNECT_RESPONSE event, once the program has moved its own QP
 // to RTS, it tells the peer the connection is up.
 func (id *ID) Establish() error {
-	id.mu.Lock()
-	defer id.mu.Unlock()
-	if _, err := id.file(); err != nil {
-		return err
-	}
-	if id.qp.Load() != nil {
-		return errf("establish", unix.EINVAL, "the ID has a QP; its CONNECT_RESPONSE is handled by GetEvent")
-	}
-	if err := id.establish(); err != nil {
-		return err
-	}
-	id.setState(stateConnected)
-	return nil
+	return id.withFile(func(ucmaFile) error {
+		if id.qp.Load() != nil {
+			return errf("establish", unix.EINVAL, "the ID has a QP; its CONNECT_RESPONSE is handled by GetEvent")
+		}
+		if err := id.establish(); err != nil {
+			return err
+		}
+		id.setState(stateConnected)
+		return nil
+	})
 }
 
 // establish is librdmacm's ucma_process_conn_resp: the QP, if any, to RTR
@@ -335,16 +334,12 @@ func (id *ID) establish() error {
 // such as uverbs.EventCommEst when a message arrives on a QP before its
 // ESTABLISHED event.
 func (id *ID) Notify(event uverbs.EventType) error {
-	id.mu.Lock()
-	defer id.mu.Unlock()
-	f, err := id.file()
-	if err != nil {
-		return err
-	}
-	c := newCmd[abi.RdmaUcmNotify](abi.RDMA_USER_CM_CMD_NOTIFY, 0)
-	c.body.Id = id.handle
-	c.body.Event = uint32(event)
-	return wrapErr("notify", exec(f, c, nil))
+	return id.withFile(func(f ucmaFile) error {
+		c := newCmd[abi.RdmaUcmNotify](abi.RDMA_USER_CM_CMD_NOTIFY, 0)
+		c.body.Id = id.handle
+		c.body.Event = uint32(event)
+		return wrapErr("notify", exec(f, c, nil))
+	})
 }
 
 // Disconnect disconnects (rdma_disconnect): it moves the ID's QP to the
@@ -356,10 +351,8 @@ func (id *ID) Notify(event uverbs.EventType) error {
 // keepalive (SetKeepAlive) reported the peer gone: the keepalive
 // disconnected already.
 func (id *ID) Disconnect(ctx context.Context) error {
-	id.mu.Lock()
-	f, err := id.file()
+	f, err := id.lockFile()
 	if err != nil {
-		id.mu.Unlock()
 		return err
 	}
 	if id.disconnected {

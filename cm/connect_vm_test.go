@@ -25,26 +25,18 @@ func TestDeviceSyncConnect(t *testing.T) {
 	listen, port := rdmatest.Listen(t, cm.PSTCP)
 	t.Logf("listening on %v, device %v port %d", listen.SrcAddr(), listen.Verbs().Device().Name, listen.PortNum())
 	caps := qp.Caps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}
-	done := make(chan error, 1)
-	go func() {
-		id, err := listen.GetRequest(ctx)
-		if err != nil {
-			done <- err
-			return
-		}
+	done := rdmatest.ServeRequest(ctx, listen, func(id *cm.ID) error {
 		defer id.Close()
 		t.Logf("request: %v private %q", id.Event(), id.Event().PrivateData())
 		if err := id.CreateQP(nil, uverbs.QPInitAttr{Caps: caps}); err != nil {
-			done <- err
-			return
+			return err
 		}
 		if err := id.Accept(ctx, nil); err != nil {
-			done <- err
-			return
+			return err
 		}
 		t.Logf("server established, QP %d state %v", id.QP().Num(), id.QP().State())
-		done <- id.Disconnect(ctx)
-	}()
+		return id.Disconnect(ctx)
+	})
 	id, err := cm.CreateID(nil, nil, cm.PSTCP)
 	if err != nil {
 		t.Fatal(err)
@@ -80,29 +72,21 @@ func TestDeviceSyncConnect(t *testing.T) {
 func TestDeviceReject(t *testing.T) {
 	ctx := rdmatest.Context(t)
 	l, port := rdmatest.Listen(t, cm.PSTCP)
-	srv := make(chan error, 1)
-	go func() {
-		id, err := l.GetRequest(ctx)
-		if err != nil {
-			srv <- err
-			return
-		}
+	srv := rdmatest.ServeRequest(ctx, l, func(id *cm.ID) error {
 		if pd := id.Event().PrivateData(); !strings.HasPrefix(string(pd), "let me in") {
 			t.Errorf("request private data %q", pd)
 		}
-		err = id.Reject([]byte("go away"))
+		err := id.Reject([]byte("go away"))
 		rdmatest.Destroy(t, id)
-		srv <- err
-	}()
+		return err
+	})
 	p := cm.DefaultConnParam()
 	p.PrivateData = []byte("let me in")
-	id, err := cm.CreateID(nil, nil, cm.PSTCP)
-	rdmatest.Must(t, err)
-	defer rdmatest.Destroy(t, id)
+	id := rdmatest.NewID(t, nil, nil, cm.PSTCP)
 	rdmatest.Must(t, id.ResolveAddr(ctx, netip.AddrPort{}, rdmatest.VMAddrPort(port), 0))
 	rdmatest.Must(t, id.ResolveRoute(ctx, 0))
 	rdmatest.Must(t, id.CreateQP(nil, uverbs.QPInitAttr{Caps: rdmatest.Caps}))
-	err = id.Connect(ctx, &p)
+	err := id.Connect(ctx, &p)
 	rdmatest.Must(t, <-srv)
 	wantErrno(t, "connect", err, unix.ECONNREFUSED)
 	var ce *cm.Error

@@ -2,7 +2,6 @@ package cm
 
 import (
 	"context"
-	"errors"
 
 	"golang.org/x/sys/unix"
 
@@ -95,22 +94,9 @@ func (id *ID) GetRequest(ctx context.Context) (*ID, error) {
 		id.mu.Unlock()
 		return nil, errf(op, unix.EINVAL, "the listening ID is not synchronous")
 	}
-	ch := id.ch
-	if id.event != nil {
-		id.event.Ack()
-		id.event = nil
-	}
-	id.mu.Unlock()
-	ev, err := ch.GetEvent(ctx)
+	ev, err := id.nextSyncEvent(ctx, op)
 	if err != nil {
-		if errors.Is(err, ErrClosed) {
-			return nil, err
-		}
-		var ce *Error
-		if errors.As(err, &ce) {
-			return nil, err
-		}
-		return nil, &Error{Op: op, Err: err}
+		return nil, err
 	}
 	if ev.Type != EventConnectRequest || ev.Status != 0 {
 		id.mu.Lock()

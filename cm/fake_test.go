@@ -46,6 +46,8 @@ type fakeFile struct {
 	closed bool
 }
 
+// newFakeKernel makes a fake kernel, installed for the test: the package
+// opens its channels on it (see install).
 func newFakeKernel(t *testing.T) *fakeKernel {
 	k := &fakeKernel{t: t, handlers: map[uint32]func(*fakeFile, *fakeCmd) error{}, nextID: 100, nextFD: 1000}
 	// Commands that only need to succeed.
@@ -70,7 +72,20 @@ func newFakeKernel(t *testing.T) *fakeKernel {
 		respond(body[abi.RdmaUcmQuery](c).Response, abi.RdmaUcmQueryRouteResp{})
 		return nil
 	}
+	k.install(t)
 	return k
+}
+
+// syncBoundID is the start of the tests of a synchronous ID: one for TCP,
+// bound to vmTestAddr on k's device (see withDevice) and destroyed at the
+// test's end, with the fake file of its channel.
+func syncBoundID(t *testing.T, k *fakeKernel) (*ID, *fakeFile) {
+	t.Helper()
+	id, err := CreateID(nil, nil, PSTCP)
+	mustT(t, err)
+	t.Cleanup(func() { id.destroy() })
+	mustT(t, id.BindAddr(vmTestAddr))
+	return id, id.Channel().f.(*fakeFile)
 }
 
 // install makes the package open channels on k.
@@ -90,6 +105,13 @@ func (k *fakeKernel) open() *fakeFile {
 }
 
 func (k *fakeKernel) channel() *EventChannel { return &EventChannel{f: k.open()} }
+
+// channelFile is a new channel on k with its fake file, on which a test
+// queues the channel's events.
+func (k *fakeKernel) channelFile() (*EventChannel, *fakeFile) {
+	f := k.open()
+	return &EventChannel{f: f}, f
+}
 
 func (k *fakeKernel) handle(cmd uint32, h func(f *fakeFile, c *fakeCmd) error) {
 	k.mu.Lock()

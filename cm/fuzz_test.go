@@ -49,9 +49,7 @@ func FuzzEvent(f *testing.F) {
 	f.Add([]byte{1, 2, 3}, uint8(2))
 	f.Fuzz(func(t *testing.T, b []byte, target uint8) {
 		k := newFakeKernel(t)
-		k.install(t)
-		ch := k.channel()
-		file := ch.f.(*fakeFile)
+		ch, file := k.channelFile()
 		rc, err := CreateID(ch, nil, PSTCP)
 		if err != nil {
 			t.Fatal(err)

@@ -224,6 +224,40 @@ func (id *ID) file() (ucmaFile, error) {
 	return id.ch.f, nil
 }
 
+// lockFile locks id.mu and returns the ID's file, or ErrClosed with id.mu
+// unlocked again for a destroyed ID.
+func (id *ID) lockFile() (ucmaFile, error) {
+	id.mu.Lock()
+	f, err := id.file()
+	if err != nil {
+		id.mu.Unlock()
+		return nil, err
+	}
+	return f, nil
+}
+
+// withFile runs do with id.mu held and the ID's file, as most commands on
+// an ID need, or returns ErrClosed for a destroyed ID.
+func (id *ID) withFile(do func(f ucmaFile) error) error {
+	f, err := id.lockFile()
+	if err != nil {
+		return err
+	}
+	defer id.mu.Unlock()
+	return do(f)
+}
+
+// locked returns get's reading of the ID's fields under id.mu: the body
+// of the ID's getters. get takes the ID rather than capturing it, so that
+// it is a static function: a capturing one would be allocated in callers
+// in other packages, which inline the getter, and the polling loops call
+// SendCQ and RecvCQ.
+func locked[T any](id *ID, get func(*ID) T) T {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	return get(id)
+}
+
 // destroyKernID destroys the kernel's ID with handle h on f and returns how
 // many events the kernel reported for it.
 func destroyKernID(f ucmaFile, h uint32) (int, error) {
@@ -322,18 +356,14 @@ func (id *ID) Close() error {
 // Channel returns the event channel the ID reports on; a synchronous ID's
 // own one.
 func (id *ID) Channel() *EventChannel {
-	id.mu.Lock()
-	defer id.mu.Unlock()
-	return id.ch
+	return locked(id, func(id *ID) *EventChannel { return id.ch })
 }
 
 // UserData returns the program's value for the ID: the one given to
 // CreateID (for an ID from a connection request, the listening ID's, as
 // librdmacm copies its context), or the last SetUserData.
 func (id *ID) UserData() any {
-	id.mu.Lock()
-	defer id.mu.Unlock()
-	return id.userData
+	return locked(id, func(id *ID) any { return id.userData })
 }
 
 // SetUserData replaces the program's value for the ID (rdma_cm_id's
@@ -353,9 +383,7 @@ func (id *ID) QPType() qp.Type { return id.qpType }
 
 // PortNum returns the device port the ID is bound to (0 before it is).
 func (id *ID) PortNum() uint8 {
-	id.mu.Lock()
-	defer id.mu.Unlock()
-	return id.port
+	return locked(id, func(id *ID) uint8 { return id.port })
 }
 
 // Verbs returns the uverbs context of the device the ID is bound to, or
@@ -366,12 +394,12 @@ func (id *ID) PortNum() uint8 {
 // close it. Only a device the kernel removes (DEVICE_REMOVAL) is closed,
 // with the last ID on it.
 func (id *ID) Verbs() *uverbs.Context {
-	id.mu.Lock()
-	defer id.mu.Unlock()
-	if id.dev == nil {
-		return nil
-	}
-	return id.dev.ctx
+	return locked(id, func(id *ID) *uverbs.Context {
+		if id.dev == nil {
+			return nil
+		}
+		return id.dev.ctx
+	})
 }
 
 // PD returns the protection domain the ID's QP and memory use: the device's
@@ -379,29 +407,25 @@ func (id *ID) Verbs() *uverbs.Context {
 // ID is bound to a device and after Close, as Verbs is. The shared one is
 // kept open with the device's context (see Verbs): do not close it.
 func (id *ID) PD() *uverbs.PD {
-	id.mu.Lock()
-	defer id.mu.Unlock()
-	if id.destroyed.Load() {
-		return nil
-	}
-	return id.pd
+	return locked(id, func(id *ID) *uverbs.PD {
+		if id.destroyed.Load() {
+			return nil
+		}
+		return id.pd
+	})
 }
 
 // Event returns the event that ended the last operation of a synchronous
 // ID (its id->event): for an ID from GetRequest, the CONNECT_REQUEST with
 // the peer's private data; after Accept or Connect, the ESTABLISHED event.
 func (id *ID) Event() *Event {
-	id.mu.Lock()
-	defer id.mu.Unlock()
-	return id.event
+	return locked(id, func(id *ID) *Event { return id.event })
 }
 
 // EventsReported returns how many events the ID has received;
 // EventsAcked how many of them were acknowledged.
 func (id *ID) EventsReported() int {
-	id.mu.Lock()
-	defer id.mu.Unlock()
-	return id.eventsReported
+	return locked(id, func(id *ID) int { return id.eventsReported })
 }
 
 // EventsAcked returns how many of the ID's events were acknowledged.

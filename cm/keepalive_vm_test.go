@@ -50,8 +50,7 @@ func TestDeviceKeepAlive(t *testing.T) {
 	})
 	defer smsg.Close()
 	c, s := p.Client, p.Server
-	cbuf := rdmatest.Alloc(t, 4096)
-	cmsg := rdmatest.Reg(t, c.RegMsgs, cbuf)
+	cbuf, cmsg := rdmatest.Msgs(t, c, 4096)
 
 	wantErrno(t, "negative interval", c.SetKeepAlive(-time.Second, time.Second), unix.EINVAL)
 	wantErrno(t, "no timeout", c.SetKeepAlive(time.Millisecond, 0), unix.EINVAL)

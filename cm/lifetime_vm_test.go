@@ -79,12 +79,8 @@ func TestDeviceVerbsOutliveIDs(t *testing.T) {
 func TestDeviceAsyncPeerGoneFlush(t *testing.T) {
 	ctx := rdmatest.Context(t)
 	l, port := rdmatest.Listen(t, cm.PSTCP)
-	ch, err := cm.NewEventChannel()
-	rdmatest.Must(t, err)
-	defer ch.Close()
-	client, err := cm.CreateID(ch, nil, cm.PSTCP)
-	rdmatest.Must(t, err)
-	defer rdmatest.Destroy(t, client)
+	ch := rdmatest.NewChannel(t)
+	client := rdmatest.NewID(t, ch, nil, cm.PSTCP)
 	rdmatest.Must(t, client.SetAckTimeout(20))
 	rdmatest.Must(t, client.ResolveAddr(ctx, netip.AddrPort{}, netip.AddrPortFrom(rdmatest.VMAddr, port), 0))
 	nextEvent(ctx, t, ch, cm.EventAddrResolved, client)
@@ -93,36 +89,19 @@ func TestDeviceAsyncPeerGoneFlush(t *testing.T) {
 	rdmatest.Must(t, client.CreateQP(nil, uverbs.QPInitAttr{Caps: rdmatest.Caps}))
 
 	sbuf := rdmatest.Alloc(t, 1<<16)
-	type accepted struct {
-		id  *cm.ID
-		err error
-	}
-	srv := make(chan accepted, 1)
-	go func() {
-		id, err := l.GetRequest(ctx)
-		if err == nil {
-			if err = id.CreateQP(nil, uverbs.QPInitAttr{Caps: rdmatest.Caps}); err == nil {
-				err = id.Accept(ctx, nil)
-			}
-			if err != nil {
-				id.Close()
-			}
-		}
-		srv <- accepted{id, err}
-	}()
+	srv := rdmatest.AcceptAsync(ctx, l, rdmatest.Caps, nil)
 	rdmatest.Must(t, client.Connect(ctx, nil))
 	nextEvent(ctx, t, ch, cm.EventEstablished, client)
 	s := <-srv
-	rdmatest.Must(t, s.err)
-	sm := rdmatest.Reg(t, s.id.RegWrite, sbuf)
+	rdmatest.Must(t, s.Err)
+	sm := rdmatest.Reg(t, s.ID.RegWrite, sbuf)
 	remote := sm.Remote()
 
 	// The peer goes: its QP, then its ID, which sends the DREQ.
-	rdmatest.Destroy(t, s.id)
+	rdmatest.Destroy(t, s.ID)
 
 	const n = 16
-	cbuf := rdmatest.Alloc(t, 1<<16)
-	cmr := rdmatest.Reg(t, client.RegMsgs, cbuf)
+	cbuf, cmr := rdmatest.Msgs(t, client, 1<<16)
 	for i := range n {
 		rdmatest.Must(t, client.PostWrite(uint64(i), cbuf[i*1024:(i+1)*1024], cmr, wr.Signaled, remote.Add(uint64(i*1024))))
 	}
@@ -196,19 +175,10 @@ func dropIDs(ctx context.Context, t *testing.T) int {
 	l := bindID(t)
 	rdmatest.Must(t, l.Listen(0))
 	port := l.SrcAddr().Port()
-	srv := make(chan error, 1)
-	go func() {
-		id, err := l.GetRequest(ctx)
-		if err == nil {
-			if err = id.CreateQP(nil, uverbs.QPInitAttr{Caps: rdmatest.Caps}); err == nil {
-				err = id.Accept(ctx, nil)
-			}
-		}
-		srv <- err
-	}()
+	srv := rdmatest.AcceptAsync(ctx, l, rdmatest.Caps, nil)
 	c, err := rdmatest.Dial(ctx, t, cm.PSTCP, port, rdmatest.Caps, nil)
 	rdmatest.Must(t, err)
-	rdmatest.Must(t, <-srv)
+	rdmatest.Must(t, (<-srv).Err)
 	if c.QP().State() != qp.StateRTS {
 		t.Fatalf("client QP in %v", c.QP().State())
 	}

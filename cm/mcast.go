@@ -74,10 +74,8 @@ func (id *ID) JoinMulticast(ctx context.Context, addr netip.Addr, flags JoinFlag
 	if flags != JoinFullMember && flags != JoinSendOnlyFullMember {
 		return errf(op, unix.EINVAL, "join flags %d", flags)
 	}
-	id.mu.Lock()
-	f, err := id.file()
+	f, err := id.lockFile()
 	if err != nil {
-		id.mu.Unlock()
 		return err
 	}
 	mc := &multicast{id: id.self, uid: newUID(), userData: userData, addr: addr, flags: flags}
@@ -87,12 +85,10 @@ func (id *ID) JoinMulticast(ctx context.Context, addr netip.Addr, flags JoinFlag
 	c.body.Uid = mc.uid
 	c.body.Id = id.handle
 	c.body.Join_flags = uint16(flags)
-	n, err := putSockaddr(c.body.Addr.Anon0[:], netip.AddrPortFrom(addr, 0))
-	if err != nil {
+	if err := setSockaddr(op, c.body.Addr.Anon0[:], &c.body.Addr_size, netip.AddrPortFrom(addr, 0)); err != nil {
 		id.mu.Unlock()
-		return &Error{Op: op, Err: err}
+		return err
 	}
-	c.body.Addr_size = uint16(n)
 	// Registered first: the event may come before the write returns.
 	registerMulticast(mc)
 	if err := exec(f, c, unsafe.Pointer(resp)); err != nil {
@@ -127,30 +123,26 @@ func (id *ID) processJoin(mc *multicast, ud *UDParam) error {
 // gives unix.EADDRNOTAVAIL.
 func (id *ID) LeaveMulticast(addr netip.Addr) error {
 	const op = "leave multicast"
-	id.mu.Lock()
-	defer id.mu.Unlock()
-	f, err := id.file()
-	if err != nil {
-		return err
-	}
-	var mc *multicast
-	for i, m := range id.mcs {
-		if m.addr == addr {
-			mc = m
-			id.mcs = append(id.mcs[:i], id.mcs[i+1:]...)
-			break
+	return id.withFile(func(f ucmaFile) error {
+		var mc *multicast
+		for i, m := range id.mcs {
+			if m.addr == addr {
+				mc = m
+				id.mcs = append(id.mcs[:i], id.mcs[i+1:]...)
+				break
+			}
 		}
-	}
-	if mc == nil {
-		return errf(op, unix.EADDRNOTAVAIL, "not a member of %v", addr)
-	}
-	unregisterMulticast(mc)
-	if q := id.qp.Load(); q != nil && mc.joined {
-		q.DetachMcast(mc.mgid, mc.mlid)
-	}
-	resp := new(abi.RdmaUcmDestroyIdResp)
-	c := newCmd[abi.RdmaUcmDestroyId](abi.RDMA_USER_CM_CMD_LEAVE_MCAST, int(unsafe.Sizeof(*resp)))
-	c.body.Response = ptr(resp)
-	c.body.Id = mc.handle
-	return wrapErr(op, exec(f, c, unsafe.Pointer(resp)))
+		if mc == nil {
+			return errf(op, unix.EADDRNOTAVAIL, "not a member of %v", addr)
+		}
+		unregisterMulticast(mc)
+		if q := id.qp.Load(); q != nil && mc.joined {
+			q.DetachMcast(mc.mgid, mc.mlid)
+		}
+		resp := new(abi.RdmaUcmDestroyIdResp)
+		c := newCmd[abi.RdmaUcmDestroyId](abi.RDMA_USER_CM_CMD_LEAVE_MCAST, int(unsafe.Sizeof(*resp)))
+		c.body.Response = ptr(resp)
+		c.body.Id = mc.handle
+		return wrapErr(op, exec(f, c, unsafe.Pointer(resp)))
+	})
 }

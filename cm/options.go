@@ -22,21 +22,17 @@ const (
 // SetOption sets an option (rdma_set_option) with the value's bytes as the
 // kernel reads them; the typed setters below are easier.
 func (id *ID) SetOption(level, name uint32, value []byte) error {
-	id.mu.Lock()
-	defer id.mu.Unlock()
-	f, err := id.file()
-	if err != nil {
-		return err
-	}
-	val := make([]byte, max(len(value), 1)) // heap memory, pinned below
-	copy(val, value)
-	c := newCmd[abi.RdmaUcmSetOption](abi.RDMA_USER_CM_CMD_SET_OPTION, 0)
-	c.body.Optval = ptr(&val[0])
-	c.body.Id = id.handle
-	c.body.Level = level
-	c.body.Optname = name
-	c.body.Optlen = uint32(len(value))
-	return wrapErr("set option", exec(f, c, unsafe.Pointer(&val[0])))
+	return id.withFile(func(f ucmaFile) error {
+		val := make([]byte, max(len(value), 1)) // heap memory, pinned below
+		copy(val, value)
+		c := newCmd[abi.RdmaUcmSetOption](abi.RDMA_USER_CM_CMD_SET_OPTION, 0)
+		c.body.Optval = ptr(&val[0])
+		c.body.Id = id.handle
+		c.body.Level = level
+		c.body.Optname = name
+		c.body.Optlen = uint32(len(value))
+		return wrapErr("set option", exec(f, c, unsafe.Pointer(&val[0])))
+	})
 }
 
 func int32Bytes(v bool) []byte {

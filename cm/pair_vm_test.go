@@ -58,6 +58,17 @@ type pairSide struct {
 	local, peer netip.Addr
 }
 
+// pairRun runs this VM's part of a pair test: server in VM a, client in
+// VM b (see pairSetup).
+func pairRun(t *testing.T, server, client func(context.Context, *testing.T, pairSide)) {
+	ctx, side := pairSetup(t)
+	if side.server {
+		server(ctx, t, side)
+	} else {
+		client(ctx, t, side)
+	}
+}
+
 // pairSetup skips the test outside a pair; inside one, anything missing is
 // a failure.
 func pairSetup(t *testing.T) (context.Context, pairSide) {
@@ -310,12 +321,7 @@ var rcCaps = qp.Caps{MaxSendWR: rcSendDepth, MaxRecvWR: rcRecvSlots, MaxSendSGE:
 // checks that every message arrives once, in order, intact, and that the
 // injector did drop some.
 func TestPairRCLoss(t *testing.T) {
-	ctx, side := pairSetup(t)
-	if side.server {
-		rcServer(ctx, t, side)
-	} else {
-		rcClient(ctx, t, side)
-	}
+	pairRun(t, rcServer, rcClient)
 }
 
 // pairRegion is an address and rkey, as the private data carries them.
@@ -533,12 +539,7 @@ const (
 // is damaged or duplicated and that exactly those the injector did not
 // drop arrived.
 func TestPairUDLoss(t *testing.T) {
-	ctx, side := pairSetup(t)
-	if side.server {
-		udServer(ctx, t, side)
-	} else {
-		udClient(ctx, t, side)
-	}
+	pairRun(t, udServer, udClient)
 }
 
 func udServer(ctx context.Context, t *testing.T, side pairSide) {
@@ -652,9 +653,7 @@ func udServer(ctx context.Context, t *testing.T, side pairSide) {
 	ah, err := s.PD().CreateAHFromWC(&first, buf[:uverbs.GRHSize], s.PortNum())
 	rdmatest.Must(t, err)
 	defer ah.Close()
-	rdmatest.Must(t, s.PostUDSend(1<<20, []byte(report), nil, wr.Signaled|wr.Inline, ah, first.SrcQP))
-	wc, err := s.GetSendComp(ctx)
-	wantComp(t, "report", wc, err, 1<<20, wr.WCSend)
+	sendUD(ctx, t, "report", s, 1<<20, []byte(report), nil, wr.Signaled|wr.Inline, ah, first.SrcQP)
 }
 
 func udClient(ctx context.Context, t *testing.T, side pairSide) {
@@ -670,9 +669,7 @@ func udClient(ctx context.Context, t *testing.T, side pairSide) {
 	if ev.Type != cm.EventEstablished || ev.UD.QPNum == 0 {
 		t.Fatalf("UD connect event %v %+v", ev, ev.UD)
 	}
-	ah, err := c.CreateAH(ev.UD.AHAttr)
-	rdmatest.Must(t, err)
-	defer ah.Close()
+	ah := rdmatest.CreateAH(t, c, ev.UD.AHAttr)
 	rdmatest.Must(t, c.PostRecv(1, rbuf[:udSlot], m))
 
 	start := time.Now()

@@ -31,84 +31,86 @@ type verbsState struct {
 // has work requests, as librdmacm does; GetSendComp and GetRecvComp wait on
 // them. The caps the device granted are in QP().Caps().
 func (id *ID) CreateQP(pd *uverbs.PD, attr uverbs.QPInitAttr) error {
-	id.mu.Lock()
-	defer id.mu.Unlock()
-	if _, err := id.file(); err != nil {
-		return err
-	}
-	if id.qp.Load() != nil {
-		return errf("create QP", unix.EINVAL, "the ID already has a QP")
-	}
-	if id.dev == nil {
-		return errf("create QP", unix.EINVAL, "the ID is not bound to a device (bind or resolve its address first)")
-	}
-	if pd == nil {
-		pd = id.pd
-	} else if pd.Context() != id.dev.ctx {
-		return errf("create QP", unix.EINVAL, "PD of another device context than the ID's")
-	}
-	if attr.Type == 0 {
-		attr.Type = id.qpType
-	} else if attr.Type != id.qpType {
-		return errf("create QP", unix.EINVAL, "QP type %d on an ID of type %d", attr.Type, id.qpType)
-	}
-	if attr.SRQ == nil {
-		attr.SRQ = id.srq
-	}
-	v := verbsState{hasSRQ: attr.SRQ != nil}
-	fail := func(err error) error {
+	return id.withFile(func(ucmaFile) error {
+		if id.qp.Load() != nil {
+			return errf("create QP", unix.EINVAL, "the ID already has a QP")
+		}
+		if id.dev == nil {
+			return errf("create QP", unix.EINVAL, "the ID is not bound to a device (bind or resolve its address first)")
+		}
+		if pd == nil {
+			pd = id.pd
+		} else if pd.Context() != id.dev.ctx {
+			return errf("create QP", unix.EINVAL, "PD of another device context than the ID's")
+		}
+		if attr.Type == 0 {
+			attr.Type = id.qpType
+		} else if attr.Type != id.qpType {
+			return errf("create QP", unix.EINVAL, "QP type %d on an ID of type %d", attr.Type, id.qpType)
+		}
+		if attr.SRQ == nil {
+			attr.SRQ = id.srq
+		}
+		v := verbsState{hasSRQ: attr.SRQ != nil}
+		fail := func(err error) error {
+			id.verbs = v
+			id.destroyCQs()
+			return wrapErr("create QP", err)
+		}
+		ctx := id.dev.ctx
+		var err error
+		if v.ownSend, err = cqFor(ctx, &attr.SendCQ, true, attr.Caps.MaxSendWR, &v.sendCQ, &v.sendCh); err != nil {
+			return fail(err)
+		}
+		// A QP on an SRQ without receives of its own needs no receive CQ.
+		needRecv := attr.SRQ == nil || attr.Caps.MaxRecvWR > 0
+		if v.ownRecv, err = cqFor(ctx, &attr.RecvCQ, needRecv, attr.Caps.MaxRecvWR, &v.recvCQ, &v.recvCh); err != nil {
+			return fail(err)
+		}
+		q, err := pd.CreateQP(attr)
+		if err != nil {
+			return fail(err)
+		}
+		if id.qpType == qp.UD {
+			err = id.initUDQP(q)
+		} else {
+			err = id.initConnQP(q)
+		}
+		if err != nil {
+			q.Close()
+			return fail(err)
+		}
 		id.verbs = v
-		id.destroyCQs()
-		return wrapErr("create QP", err)
-	}
-	ctx := id.dev.ctx
-	var err error
-	if attr.SendCQ == nil {
-		if v.sendCh, err = ctx.NewCompChannel(); err != nil {
-			return fail(err)
-		}
-		v.ownSend = true
-		if v.sendCQ, err = ctx.CreateCQ(uverbs.CQAttr{CQE: int(max(attr.Caps.MaxSendWR, 1)), Channel: v.sendCh}); err != nil {
-			return fail(err)
-		}
-		attr.SendCQ = v.sendCQ
-	} else {
-		v.sendCQ = attr.SendCQ
-	}
-	if attr.RecvCQ == nil && (attr.SRQ == nil || attr.Caps.MaxRecvWR > 0) {
-		if v.recvCh, err = ctx.NewCompChannel(); err != nil {
-			return fail(err)
-		}
-		v.ownRecv = true
-		if v.recvCQ, err = ctx.CreateCQ(uverbs.CQAttr{CQE: int(max(attr.Caps.MaxRecvWR, 1)), Channel: v.recvCh}); err != nil {
-			return fail(err)
-		}
-		attr.RecvCQ = v.recvCQ
-	} else {
-		v.recvCQ = attr.RecvCQ
-	}
-	q, err := pd.CreateQP(attr)
-	if err != nil {
-		return fail(err)
-	}
-	if id.qpType == qp.UD {
-		err = id.initUDQP(q)
-	} else {
-		err = id.initConnQP(q)
-	}
-	if err != nil {
-		q.Close()
-		return fail(err)
-	}
-	id.verbs = v
-	id.pd = pd
-	id.scratch.reset(attr.SRQ, attr.SingleThreaded)
-	id.qp.Store(q)
-	return nil
+		id.pd = pd
+		id.scratch.reset(attr.SRQ, attr.SingleThreaded)
+		id.qp.Store(q)
+		return nil
+	})
 }
 
 // initConnQP moves a new RC QP to INIT with the kernel's attributes
 // (ucma_init_conn_qp).
+// cqFor sets cq to the CQ *given names for a queue of wrs work requests,
+// or, when that is nil and want, to one of its own (at least one entry)
+// with a completion channel ch, as librdmacm's ucma_create_cqs, which
+// *given then names too. It returns whether it made them; on failure, what
+// it made is left in cq and ch for destroyCQs.
+func cqFor(ctx *uverbs.Context, given **uverbs.CQ, want bool, wrs uint32, cq **uverbs.CQ, ch **uverbs.CompChannel) (bool, error) {
+	if *given != nil || !want {
+		*cq = *given
+		return false, nil
+	}
+	var err error
+	if *ch, err = ctx.NewCompChannel(); err != nil {
+		return true, err
+	}
+	if *cq, err = ctx.CreateCQ(uverbs.CQAttr{CQE: int(max(wrs, 1)), Channel: *ch}); err != nil {
+		return true, err
+	}
+	*given = *cq
+	return true, nil
+}
+
 func (id *ID) initConnQP(q *uverbs.QP) error {
 	a, mask, err := id.initQPAttr(qp.StateInit)
 	if err != nil {
@@ -138,20 +140,14 @@ func (id *ID) modifyQPRTR(respRes uint8) error {
 	if q == nil {
 		return nil
 	}
-	a, mask, err := id.initQPAttr(qp.StateInit)
-	if err != nil {
+	if err := id.modifyQPKern(q, qp.StateInit, nil); err != nil {
 		return err
 	}
-	if err := q.Modify(&a, mask); err != nil {
-		return err
-	}
-	if a, mask, err = id.initQPAttr(qp.StateRTR); err != nil {
-		return err
-	}
-	if respRes != MaxRespRes {
-		a.MaxDestRdAtomic = respRes
-	}
-	return q.Modify(&a, mask)
+	return id.modifyQPKern(q, qp.StateRTR, func(a *qp.Attr) {
+		if respRes != MaxRespRes {
+			a.MaxDestRdAtomic = respRes
+		}
+	})
 }
 
 // modifyQPRTS moves the ID's QP, if any, to RTS with the kernel's
@@ -162,12 +158,23 @@ func (id *ID) modifyQPRTS(initDepth uint8) error {
 	if q == nil {
 		return nil
 	}
-	a, mask, err := id.initQPAttr(qp.StateRTS)
+	return id.modifyQPKern(q, qp.StateRTS, func(a *qp.Attr) {
+		if initDepth != MaxInitDepth {
+			a.MaxRdAtomic = initDepth
+		}
+	})
+}
+
+// modifyQPKern moves q to state with the attributes the kernel gives for
+// it (InitQPAttr), which adjust, if not nil, may change first. The caller
+// holds id.mu.
+func (id *ID) modifyQPKern(q *uverbs.QP, state qp.State, adjust func(*qp.Attr)) error {
+	a, mask, err := id.initQPAttr(state)
 	if err != nil {
 		return err
 	}
-	if initDepth != MaxInitDepth {
-		a.MaxRdAtomic = initDepth
+	if adjust != nil {
+		adjust(&a)
 	}
 	return q.Modify(&a, mask)
 }
@@ -265,58 +272,47 @@ func (id *ID) QP() *uverbs.QP { return id.qp.Load() }
 // receives; SendCompChannel and RecvCompChannel the completion channels
 // CreateQP made for them (nil for CQs the program gave).
 func (id *ID) SendCQ() *uverbs.CQ {
-	id.mu.Lock()
-	defer id.mu.Unlock()
-	return id.verbs.sendCQ
+	return locked(id, func(id *ID) *uverbs.CQ { return id.verbs.sendCQ })
 }
 
 // RecvCQ returns the CQ of the ID's QP's receives.
 func (id *ID) RecvCQ() *uverbs.CQ {
-	id.mu.Lock()
-	defer id.mu.Unlock()
-	return id.verbs.recvCQ
+	return locked(id, func(id *ID) *uverbs.CQ { return id.verbs.recvCQ })
 }
 
 // SendCompChannel returns the completion channel of the send CQ CreateQP
 // made, or nil.
 func (id *ID) SendCompChannel() *uverbs.CompChannel {
-	id.mu.Lock()
-	defer id.mu.Unlock()
-	return id.verbs.sendCh
+	return locked(id, func(id *ID) *uverbs.CompChannel { return id.verbs.sendCh })
 }
 
 // RecvCompChannel returns the completion channel of the receive CQ
 // CreateQP made, or nil.
 func (id *ID) RecvCompChannel() *uverbs.CompChannel {
-	id.mu.Lock()
-	defer id.mu.Unlock()
-	return id.verbs.recvCh
+	return locked(id, func(id *ID) *uverbs.CompChannel { return id.verbs.recvCh })
 }
 
 // CreateSRQ creates a shared receive queue for the ID's QP
 // (rdma_create_srq): CreateQP then receives through it, and PostRecv posts
 // to it. pd nil means the ID's PD. Close destroys it.
 func (id *ID) CreateSRQ(pd *uverbs.PD, attr uverbs.SRQAttr) error {
-	id.mu.Lock()
-	defer id.mu.Unlock()
-	if _, err := id.file(); err != nil {
-		return err
-	}
-	if id.srq != nil {
-		return errf("create SRQ", unix.EINVAL, "the ID already has an SRQ")
-	}
-	if pd == nil {
-		pd = id.pd
-	}
-	if pd == nil {
-		return errf("create SRQ", unix.EINVAL, "the ID is not bound to a device")
-	}
-	s, err := pd.CreateSRQ(attr)
-	if err != nil {
-		return wrapErr("create SRQ", err)
-	}
-	id.srq = s
-	return nil
+	return id.withFile(func(ucmaFile) error {
+		if id.srq != nil {
+			return errf("create SRQ", unix.EINVAL, "the ID already has an SRQ")
+		}
+		if pd == nil {
+			pd = id.pd
+		}
+		if pd == nil {
+			return errf("create SRQ", unix.EINVAL, "the ID is not bound to a device")
+		}
+		s, err := pd.CreateSRQ(attr)
+		if err != nil {
+			return wrapErr("create SRQ", err)
+		}
+		id.srq = s
+		return nil
+	})
 }
 
 // DestroySRQ destroys the SRQ CreateSRQ made (rdma_destroy_srq).
@@ -336,9 +332,7 @@ func (id *ID) DestroySRQ() error {
 
 // SRQ returns the SRQ CreateSRQ made, or nil.
 func (id *ID) SRQ() *uverbs.SRQ {
-	id.mu.Lock()
-	defer id.mu.Unlock()
-	return id.srq
+	return locked(id, func(id *ID) *uverbs.SRQ { return id.srq })
 }
 
 // CreateAH creates an address handle on the ID's PD for UD sends to the

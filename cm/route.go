@@ -137,23 +137,17 @@ func bytesOf[T any](v *T) []byte {
 // unspecified address (0.0.0.0 or ::) listens on all devices. Port 0
 // picks a free port (SrcAddr tells which).
 func (id *ID) BindAddr(addr netip.AddrPort) error {
-	id.mu.Lock()
-	defer id.mu.Unlock()
-	f, err := id.file()
-	if err != nil {
-		return err
-	}
-	c := newCmd[abi.RdmaUcmBind](abi.RDMA_USER_CM_CMD_BIND, 0)
-	c.body.Id = id.handle
-	n, err := putSockaddr(c.body.Addr.Anon0[:], addr)
-	if err != nil {
-		return &Error{Op: "bind addr", Err: err}
-	}
-	c.body.Addr_size = uint16(n)
-	if err := exec(f, c, nil); err != nil {
-		return wrapErr("bind addr", err)
-	}
-	return id.queryRoute()
+	return id.withFile(func(f ucmaFile) error {
+		c := newCmd[abi.RdmaUcmBind](abi.RDMA_USER_CM_CMD_BIND, 0)
+		c.body.Id = id.handle
+		if err := setSockaddr("bind addr", c.body.Addr.Anon0[:], &c.body.Addr_size, addr); err != nil {
+			return err
+		}
+		if err := exec(f, c, nil); err != nil {
+			return wrapErr("bind addr", err)
+		}
+		return id.queryRoute()
+	})
 }
 
 // timeoutMS converts an operation timeout to the kernel's milliseconds; 0
@@ -176,36 +170,26 @@ func timeoutMS(d time.Duration) uint32 {
 // outcome; ctx ends the wait early (the kernel's resolution still runs; the
 // ID should then be destroyed).
 func (id *ID) ResolveAddr(ctx context.Context, src, dst netip.AddrPort, timeout time.Duration) error {
-	id.mu.Lock()
-	f, err := id.file()
-	if err != nil {
-		id.mu.Unlock()
-		return err
-	}
-	c := newCmd[abi.RdmaUcmResolveAddr](abi.RDMA_USER_CM_CMD_RESOLVE_ADDR, 0)
-	c.body.Id = id.handle
-	c.body.Timeout_ms = timeoutMS(timeout)
-	if src.Addr().IsValid() {
-		n, err := putSockaddr(c.body.Src_addr.Anon0[:], src)
-		if err != nil {
-			id.mu.Unlock()
-			return &Error{Op: "resolve addr", Err: err}
+	err := id.withFile(func(f ucmaFile) error {
+		c := newCmd[abi.RdmaUcmResolveAddr](abi.RDMA_USER_CM_CMD_RESOLVE_ADDR, 0)
+		c.body.Id = id.handle
+		c.body.Timeout_ms = timeoutMS(timeout)
+		if src.Addr().IsValid() {
+			if err := setSockaddr("resolve addr", c.body.Src_addr.Anon0[:], &c.body.Src_size, src); err != nil {
+				return err
+			}
 		}
-		c.body.Src_size = uint16(n)
-	}
-	n, err := putSockaddr(c.body.Dst_addr.Anon0[:], dst)
-	if err != nil {
-		id.mu.Unlock()
-		return &Error{Op: "resolve addr", Err: err}
-	}
-	c.body.Dst_size = uint16(n)
-	err = exec(f, c, nil)
-	if err == nil {
+		if err := setSockaddr("resolve addr", c.body.Dst_addr.Anon0[:], &c.body.Dst_size, dst); err != nil {
+			return err
+		}
+		if err := exec(f, c, nil); err != nil {
+			return wrapErr("resolve addr", err)
+		}
 		id.route.DstAddr = dst
-	}
-	id.mu.Unlock()
+		return nil
+	})
 	if err != nil {
-		return wrapErr("resolve addr", err)
+		return err
 	}
 	return id.complete(ctx, "resolve addr", EventAddrResolved)
 }
@@ -214,19 +198,14 @@ func (id *ID) ResolveAddr(ctx context.Context, src, dst netip.AddrPort, timeout 
 // (rdma_resolve_route), giving up after timeout (0: 2 s). A synchronous ID
 // waits for the outcome, or until ctx is done.
 func (id *ID) ResolveRoute(ctx context.Context, timeout time.Duration) error {
-	id.mu.Lock()
-	f, err := id.file()
+	err := id.withFile(func(f ucmaFile) error {
+		c := newCmd[abi.RdmaUcmResolveRoute](abi.RDMA_USER_CM_CMD_RESOLVE_ROUTE, 0)
+		c.body.Id = id.handle
+		c.body.Timeout_ms = timeoutMS(timeout)
+		return wrapErr("resolve route", exec(f, c, nil))
+	})
 	if err != nil {
-		id.mu.Unlock()
 		return err
-	}
-	c := newCmd[abi.RdmaUcmResolveRoute](abi.RDMA_USER_CM_CMD_RESOLVE_ROUTE, 0)
-	c.body.Id = id.handle
-	c.body.Timeout_ms = timeoutMS(timeout)
-	err = exec(f, c, nil)
-	id.mu.Unlock()
-	if err != nil {
-		return wrapErr("resolve route", err)
 	}
 	return id.complete(ctx, "resolve route", EventRouteResolved)
 }

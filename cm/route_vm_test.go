@@ -23,11 +23,9 @@ import (
 func TestDeviceResolveNoRoute(t *testing.T) {
 	testenv.RequireDevice(t)
 	ctx := rdmatest.Context(t)
-	id, err := cm.CreateID(nil, nil, cm.PSTCP)
-	rdmatest.Must(t, err)
-	defer rdmatest.Destroy(t, id)
+	id := rdmatest.NewID(t, nil, nil, cm.PSTCP)
 	start := time.Now()
-	err = id.ResolveAddr(ctx, netip.AddrPort{}, netip.MustParseAddrPort("192.0.2.1:7471"), time.Second)
+	err := id.ResolveAddr(ctx, netip.AddrPort{}, netip.MustParseAddrPort("192.0.2.1:7471"), time.Second)
 	t.Logf("%v after %v", err, time.Since(start))
 	if !errors.Is(err, unix.ENETUNREACH) && !errors.Is(err, unix.EHOSTUNREACH) && !errors.Is(err, unix.ETIMEDOUT) {
 		t.Fatalf("resolve 192.0.2.1: %v, want an unreachable or timeout error", err)
@@ -73,11 +71,9 @@ func needBlackhole(t *testing.T) {
 func TestDeviceResolveTimeout(t *testing.T) {
 	needBlackhole(t)
 	ctx := rdmatest.Context(t)
-	id, err := cm.CreateID(nil, nil, cm.PSTCP)
-	rdmatest.Must(t, err)
-	defer rdmatest.Destroy(t, id)
+	id := rdmatest.NewID(t, nil, nil, cm.PSTCP)
 	start := time.Now()
-	err = id.ResolveAddr(ctx, netip.AddrPort{}, netip.MustParseAddrPort("192.0.2.1:7471"), 500*time.Millisecond)
+	err := id.ResolveAddr(ctx, netip.AddrPort{}, netip.MustParseAddrPort("192.0.2.1:7471"), 500*time.Millisecond)
 	d := time.Since(start)
 	t.Logf("%v after %v", err, d)
 	wantErrno(t, "resolve", err, unix.ETIMEDOUT)

@@ -16,6 +16,17 @@ const (
 	sizeofSockaddrIn6 = 28
 )
 
+// setSockaddr puts a into a command's address field b and its length into
+// size, or returns op's error for an address it cannot write.
+func setSockaddr(op string, b []byte, size *uint16, a netip.AddrPort) error {
+	n, err := putSockaddr(b, a)
+	if err != nil {
+		return &Error{Op: op, Err: err}
+	}
+	*size = uint16(n)
+	return nil
+}
+
 // putSockaddr writes a as a struct sockaddr_in (IPv4, including
 // IPv4-mapped IPv6 addresses) or sockaddr_in6 into b and returns its
 // length. An IPv6 zone becomes the scope id: an interface name or a number.

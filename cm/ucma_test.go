@@ -109,7 +109,6 @@ func TestSockaddr(t *testing.T) {
 
 func TestCreateBindDestroy(t *testing.T) {
 	k := newFakeKernel(t)
-	k.install(t)
 	ch := k.channel()
 	id, err := CreateID(ch, "ctx", PSTCP)
 	mustT(t, err)
@@ -166,7 +165,6 @@ func TestCreateBindDestroy(t *testing.T) {
 
 func TestSyncResolve(t *testing.T) {
 	k := newFakeKernel(t)
-	k.install(t)
 	id, err := CreateID(nil, nil, PSTCP)
 	mustT(t, err)
 	defer id.destroy()
@@ -227,13 +225,8 @@ func TestSyncResolve(t *testing.T) {
 
 func TestUnexpectedEvents(t *testing.T) {
 	k := newFakeKernel(t)
-	k.install(t)
 	k.withDevice(t)
-	id, err := CreateID(nil, nil, PSTCP)
-	mustT(t, err)
-	defer id.destroy()
-	f := id.Channel().f.(*fakeFile)
-	mustT(t, id.BindAddr(vmTestAddr))
+	id, f := syncBoundID(t, k)
 	for _, tc := range []struct {
 		ev     EventType
 		status int32
@@ -258,10 +251,8 @@ func TestUnexpectedEvents(t *testing.T) {
 
 func TestConnectAcceptEncoding(t *testing.T) {
 	k := newFakeKernel(t)
-	k.install(t)
 	k.withDevice(t)
-	ch := k.channel()
-	f := ch.f.(*fakeFile)
+	ch, f := k.channelFile()
 	listen, err := CreateID(ch, "L", PSTCP)
 	mustT(t, err)
 	defer listen.destroy()
@@ -379,9 +370,7 @@ func TestConnectAcceptEncoding(t *testing.T) {
 
 func TestEventDispatch(t *testing.T) {
 	k := newFakeKernel(t)
-	k.install(t)
-	ch := k.channel()
-	f := ch.f.(*fakeFile)
+	ch, f := k.channelFile()
 	a, err := CreateID(ch, nil, PSTCP)
 	mustT(t, err)
 	b, err := CreateID(ch, nil, PSUDP)
@@ -436,7 +425,6 @@ func TestEventDispatch(t *testing.T) {
 
 func TestInitQPAttrAndOptions(t *testing.T) {
 	k := newFakeKernel(t)
-	k.install(t)
 	id, err := CreateID(k.channel(), nil, PSTCP)
 	mustT(t, err)
 	defer id.destroy()
@@ -496,9 +484,7 @@ func TestInitQPAttrAndOptions(t *testing.T) {
 
 func TestMulticastAndMigrate(t *testing.T) {
 	k := newFakeKernel(t)
-	k.install(t)
-	ch := k.channel()
-	f := ch.f.(*fakeFile)
+	ch, f := k.channelFile()
 	id, err := CreateID(ch, nil, PSUDP)
 	mustT(t, err)
 	defer id.destroy()
@@ -565,13 +551,8 @@ func TestMulticastAndMigrate(t *testing.T) {
 
 func TestGetRequest(t *testing.T) {
 	k := newFakeKernel(t)
-	k.install(t)
 	k.withDevice(t)
-	l, err := CreateID(nil, nil, PSTCP)
-	mustT(t, err)
-	defer l.destroy()
-	mustT(t, l.BindAddr(vmTestAddr))
-	f := l.Channel().f.(*fakeFile)
+	l, f := syncBoundID(t, k)
 	migrated := 0
 	k.handle(abi.RDMA_USER_CM_CMD_MIGRATE_ID, func(ff *fakeFile, c *fakeCmd) error {
 		migrated++
@@ -631,13 +612,8 @@ func TestNames(t *testing.T) {
 
 func TestSyncConnectWithoutQP(t *testing.T) {
 	k := newFakeKernel(t)
-	k.install(t)
 	k.withDevice(t)
-	id, err := CreateID(nil, nil, PSTCP)
-	mustT(t, err)
-	defer id.destroy()
-	mustT(t, id.BindAddr(vmTestAddr))
-	f := id.Channel().f.(*fakeFile)
+	id, f := syncBoundID(t, k)
 	k.handle(abi.RDMA_USER_CM_CMD_CONNECT, func(*fakeFile, *fakeCmd) error {
 		resp := event(id, EventConnectResponse, 0)
 		cp := connParamOf(&resp)

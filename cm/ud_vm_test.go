@@ -61,9 +61,7 @@ func TestDeviceUD(t *testing.T) {
 		rdmatest.Must(t, err)
 		defer ah.Close()
 		copy(sbuf[1000:], "reply")
-		rdmatest.Must(t, id.PostUDSend(2, sbuf[1000:1005], m, wr.Signaled, ah, wc.SrcQP))
-		wc, err = id.GetSendComp(ctx)
-		wantComp(t, "server send", wc, err, 2, wr.WCSend)
+		sendUD(ctx, t, "server send", id, 2, sbuf[1000:1005], m, wr.Signaled, ah, wc.SrcQP)
 		close(done)
 	}()
 
@@ -82,16 +80,11 @@ func TestDeviceUD(t *testing.T) {
 	if st := c.QP().State(); st != qp.StateRTS {
 		t.Fatalf("UD QP in %v", st)
 	}
-	cbuf := rdmatest.Alloc(t, 4096)
-	m := rdmatest.Reg(t, c.RegMsgs, cbuf)
+	cbuf, m := rdmatest.Msgs(t, c, 4096)
 	rdmatest.Must(t, c.PostRecv(3, cbuf[:grh+64], m))
-	ah, err := c.CreateAH(ev.UD.AHAttr)
-	rdmatest.Must(t, err)
-	defer ah.Close()
-	rdmatest.Must(t, c.PostUDSend(4, []byte("datagram"), nil, wr.Signaled|wr.Inline, ah, ev.UD.QPNum))
-	wc, err := c.GetSendComp(ctx)
-	wantComp(t, "client send", wc, err, 4, wr.WCSend)
-	wc, err = c.GetRecvComp(ctx)
+	ah := rdmatest.CreateAH(t, c, ev.UD.AHAttr)
+	sendUD(ctx, t, "client send", c, 4, []byte("datagram"), nil, wr.Signaled|wr.Inline, ah, ev.UD.QPNum)
+	wc, err := c.GetRecvComp(ctx)
 	wantComp(t, "client recv", wc, err, 3, wr.WCRecv)
 	if got := string(cbuf[grh:wc.ByteLen]); got != "reply" || wc.SrcQP != s.qpn {
 		t.Errorf("client got %q from QP %d", got, wc.SrcQP)

@@ -122,9 +122,7 @@ func sendUdaddy(ctx context.Context, t *testing.T, id *cm.ID, buf []byte, m *uve
 // (CreateAHFromWC); the CONNECT_REQUEST carries no address to answer to.
 func TestDeviceUdaddyClient(t *testing.T) {
 	ctx := rdmatest.Context(t)
-	l, err := cm.CreateID(nil, nil, cm.PSUDP)
-	rdmatest.Must(t, err)
-	defer rdmatest.Destroy(t, l)
+	l := rdmatest.NewID(t, nil, nil, cm.PSUDP)
 	rdmatest.Must(t, l.BindAddr(netip.AddrPortFrom(rdmatest.VMAddr, udaddyPort)))
 	rdmatest.Must(t, l.Listen(0))
 	_, wait := startUdaddy(ctx, t, "-s", rdmatest.VMAddr.String())
@@ -133,8 +131,7 @@ func TestDeviceUdaddyClient(t *testing.T) {
 	rdmatest.Must(t, err)
 	defer rdmatest.Destroy(t, id)
 	rdmatest.Must(t, id.CreateQP(nil, uverbs.QPInitAttr{Caps: rdmatest.Caps}))
-	buf := rdmatest.Alloc(t, 2*udaddyCount*udaddySlot)
-	m := rdmatest.Reg(t, id.RegMsgs, buf)
+	buf, m := rdmatest.Msgs(t, id, 2*udaddyCount*udaddySlot)
 	postUdaddyRecvs(t, id, buf, m)
 	rdmatest.Must(t, id.Accept(ctx, nil))
 
@@ -182,12 +179,9 @@ func TestDeviceUdaddyServer(t *testing.T) {
 	if ev.Type != cm.EventEstablished || ev.UD.QKey != cm.UDPQKey || !ev.UD.AHAttr.IsGlobal {
 		t.Fatalf("UD connect event %v %+v", ev, ev.UD)
 	}
-	buf := rdmatest.Alloc(t, 2*udaddyCount*udaddySlot)
-	m := rdmatest.Reg(t, c.RegMsgs, buf)
+	buf, m := rdmatest.Msgs(t, c, 2*udaddyCount*udaddySlot)
 	postUdaddyRecvs(t, c, buf, m)
-	ah, err := c.CreateAH(ev.UD.AHAttr)
-	rdmatest.Must(t, err)
-	defer ah.Close()
+	ah := rdmatest.CreateAH(t, c, ev.UD.AHAttr)
 	sendUdaddy(ctx, t, c, buf, m, ah, ev.UD.QPNum, ev.UD.QKey)
 	first := recvUdaddy(ctx, t, c, ev.UD.QPNum)
 	attr, err := c.Verbs().InitAHFromWC(c.PortNum(), &first, buf[:uverbs.GRHSize])
@@ -206,31 +200,18 @@ func TestDeviceUdaddyServer(t *testing.T) {
 func TestDeviceUDConnectRequest(t *testing.T) {
 	ctx := rdmatest.Context(t)
 	l, port := rdmatest.Listen(t, cm.PSUDP)
-	type result struct {
-		id  *cm.ID
-		err error
-	}
-	srv := make(chan result, 1)
-	go func() {
-		id, err := l.GetRequest(ctx)
-		if err == nil {
-			if err = id.CreateQP(nil, uverbs.QPInitAttr{Caps: rdmatest.Caps}); err == nil {
-				err = id.Accept(ctx, nil)
-			}
-		}
-		srv <- result{id, err}
-	}()
+	srv := rdmatest.AcceptAsync(ctx, l, rdmatest.Caps, nil)
 	p := cm.DefaultConnParam()
 	p.PrivateData = []byte("udreq")
 	c, err := rdmatest.Dial(ctx, t, cm.PSUDP, port, rdmatest.Caps, &p)
 	s := <-srv
-	if s.id != nil {
-		defer rdmatest.Destroy(t, s.id)
+	if s.ID != nil {
+		defer rdmatest.Destroy(t, s.ID)
 	}
 	rdmatest.Must(t, err)
 	defer rdmatest.Destroy(t, c)
-	rdmatest.Must(t, s.err)
-	ev := s.id.Event()
+	rdmatest.Must(t, s.Err)
+	ev := s.ID.Event()
 	t.Logf("%v: address %+v, QP %d, Q_Key %#x", ev, ev.UD.AHAttr, ev.UD.QPNum, ev.UD.QKey)
 	if ev.Type != cm.EventConnectRequest || !strings.HasPrefix(string(ev.UD.PrivateData), "udreq") {
 		t.Fatalf("event %v with private data %q", ev, ev.UD.PrivateData)
@@ -239,7 +220,7 @@ func TestDeviceUDConnectRequest(t *testing.T) {
 		t.Errorf("the kernel now fills the CONNECT_REQUEST's address (%+v, QP %d): cm/qp.go's CreateAH doc and this test are out of date",
 			ev.UD.AHAttr, ev.UD.QPNum)
 	}
-	_, err = s.id.CreateAH(ev.UD.AHAttr)
+	_, err = s.ID.CreateAH(ev.UD.AHAttr)
 	if !errors.Is(err, unix.EINVAL) {
 		t.Errorf("CreateAH of the CONNECT_REQUEST's empty address: %v, want EINVAL", err)
 	}

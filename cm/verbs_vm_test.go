@@ -2,6 +2,7 @@ package cm_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"testing"
 
@@ -23,6 +24,15 @@ func wantComp(t testing.TB, what string, c wr.Completion, err error, id uint64, 
 	if c.ID != id || c.Status != wr.Success || c.Opcode != op {
 		t.Fatalf("%s: completion %+v, want ID %d opcode %v success", what, c, id, op)
 	}
+}
+
+// sendUD posts a UD send of msg (from mr; nil for an inline one) to the
+// QP qpn through ah and checks its completion, what naming it.
+func sendUD(ctx context.Context, t testing.TB, what string, id *cm.ID, wrID uint64, msg []byte, mr *uverbs.MR, flags wr.SendFlags, ah *uverbs.AH, qpn uint32) {
+	t.Helper()
+	rdmatest.Must(t, id.PostUDSend(wrID, msg, mr, flags, ah, qpn))
+	wc, err := id.GetSendComp(ctx)
+	wantComp(t, what, wc, err, wrID, wr.WCSend)
 }
 
 func wantErrno(t testing.TB, what string, err error, errno unix.Errno) {
@@ -47,8 +57,7 @@ func TestDeviceVerbsRC(t *testing.T) {
 		rdmatest.Must(t, s.PostRecv(3, sbuf[300:364], smsg))
 	})
 	c, s := p.Client, p.Server
-	cbuf := rdmatest.Alloc(t, 4096)
-	cmsg := rdmatest.Reg(t, c.RegMsgs, cbuf)
+	cbuf, cmsg := rdmatest.Msgs(t, c, 4096)
 
 	// PostSend from registered memory.
 	copy(cbuf, "hello, server")
@@ -211,14 +220,11 @@ func TestDeviceVerbsErrors(t *testing.T) {
 func TestDeviceNotConnected(t *testing.T) {
 	ctx := rdmatest.Context(t)
 	_, port := rdmatest.Listen(t, cm.PSTCP)
-	id, err := cm.CreateID(nil, nil, cm.PSTCP)
-	rdmatest.Must(t, err)
-	defer rdmatest.Destroy(t, id)
+	id := rdmatest.NewID(t, nil, nil, cm.PSTCP)
 	rdmatest.Must(t, id.ResolveAddr(ctx, rdmatest.VMAddrPort(0), rdmatest.VMAddrPort(port), 0))
 	rdmatest.Must(t, id.ResolveRoute(ctx, 0))
 	rdmatest.Must(t, id.CreateQP(nil, uverbs.QPInitAttr{Caps: rdmatest.Caps}))
-	buf := rdmatest.Alloc(t, 4096)
-	m := rdmatest.Reg(t, id.RegMsgs, buf)
+	buf, m := rdmatest.Msgs(t, id, 4096)
 	wantErrno(t, "send before connect", id.PostSend(1, buf[:8], m, wr.Signaled), unix.ENOTCONN)
 	wantErrno(t, "write before connect", id.PostWrite(1, buf[:8], m, wr.Signaled, wr.Remote{}), unix.ENOTCONN)
 	// Receives may be posted before the connection is up.
@@ -235,8 +241,7 @@ func TestDeviceAllocs(t *testing.T) {
 		sread = rdmatest.Reg(t, s.RegRead, sbuf[2048:])
 	})
 	c, s := p.Client, p.Server
-	cbuf := rdmatest.Alloc(t, 4096)
-	cmsg := rdmatest.Reg(t, c.RegMsgs, cbuf)
+	cbuf, cmsg := rdmatest.Msgs(t, c, 4096)
 	sgl := []wr.SGE{cmsg.SGE(0, 8), cmsg.SGE(100, 8)}
 	rsgl := []wr.SGE{smsg.SGE(0, 64)}
 	wcs := make([]wr.Completion, 8)

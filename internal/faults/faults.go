@@ -123,15 +123,10 @@ type Injector struct {
 // native XDP mode when it has one and in generic mode otherwise. The policy
 // starts disabled: packets are counted but none is touched.
 func Attach(iface string) (*Injector, error) {
-	ifc, err := net.InterfaceByName(iface)
-	if err != nil {
-		return nil, fmt.Errorf("faults: %w", err)
-	}
-	inj, err := load(xdpHook)
+	inj, index, err := loadFor(iface, xdpHook)
 	if err != nil {
 		return nil, err
 	}
-	inj.Iface = iface
 	ok := false
 	defer func() {
 		if !ok {
@@ -143,7 +138,7 @@ func Attach(iface string) (*Injector, error) {
 		name  string
 		flags link.XDPAttachFlags
 	}{{"driver", link.XDPDriverMode}, {"generic", link.XDPGenericMode}} {
-		l, err := link.AttachXDP(link.XDPOptions{Program: inj.prog, Interface: ifc.Index, Flags: m.flags})
+		l, err := link.AttachXDP(link.XDPOptions{Program: inj.prog, Interface: index, Flags: m.flags})
 		if err == nil {
 			inj.link, inj.Mode = l, m.name
 			ok = true
@@ -160,15 +155,11 @@ func Attach(iface string) (*Injector, error) {
 // ACKs or the last packet of its own message. Corrupt is refused there (see
 // Set). The policy starts disabled.
 func AttachEgress(iface string) (*Injector, error) {
-	ifc, err := net.InterfaceByName(iface)
-	if err != nil {
-		return nil, fmt.Errorf("faults: %w", err)
-	}
-	inj, err := load(tcHook)
+	inj, index, err := loadFor(iface, tcHook)
 	if err != nil {
 		return nil, err
 	}
-	l, err := link.AttachTCX(link.TCXOptions{Interface: ifc.Index, Program: inj.prog, Attach: ebpf.AttachTCXEgress})
+	l, err := link.AttachTCX(link.TCXOptions{Interface: index, Program: inj.prog, Attach: ebpf.AttachTCXEgress})
 	if err != nil {
 		inj.Close()
 		if errors.Is(err, ebpf.ErrNotSupported) {
@@ -176,8 +167,24 @@ func AttachEgress(iface string) (*Injector, error) {
 		}
 		return nil, fmt.Errorf("faults: attaching to the egress of %s with TCX: %w", iface, err)
 	}
-	inj.Iface, inj.Mode, inj.link = iface, "tcx-egress", l
+	inj.Mode, inj.link = "tcx-egress", l
 	return inj, nil
+}
+
+// loadFor finds the interface named iface and loads the program for hook
+// h (load), for the caller to attach there; it returns the interface's
+// index.
+func loadFor(iface string, h hook) (*Injector, int, error) {
+	ifc, err := net.InterfaceByName(iface)
+	if err != nil {
+		return nil, 0, fmt.Errorf("faults: %w", err)
+	}
+	inj, err := load(h)
+	if err != nil {
+		return nil, 0, err
+	}
+	inj.Iface = iface
+	return inj, ifc.Index, nil
 }
 
 // load creates the maps and loads the program for hook h.

@@ -68,6 +68,43 @@ func Reg(t testing.TB, reg func([]byte) (*uverbs.MR, error), buf []byte) *uverbs
 	return m
 }
 
+// NewChannel makes an event channel, closed when the test ends.
+func NewChannel(t testing.TB) *cm.EventChannel {
+	t.Helper()
+	ch, err := cm.NewEventChannel()
+	Must(t, err)
+	t.Cleanup(func() { ch.Close() })
+	return ch
+}
+
+// NewID makes an ID on ch (nil: a synchronous one) with the program's
+// value userData, destroyed when the test ends.
+func NewID(t testing.TB, ch *cm.EventChannel, userData any, ps cm.PortSpace) *cm.ID {
+	t.Helper()
+	id, err := cm.CreateID(ch, userData, ps)
+	Must(t, err)
+	t.Cleanup(func() { Destroy(t, id) })
+	return id
+}
+
+// CreateAH makes an address handle on id's PD for attr (a UD event's
+// peer), closed when the test ends.
+func CreateAH(t testing.TB, id *cm.ID, attr qp.AHAttr) *uverbs.AH {
+	t.Helper()
+	ah, err := id.CreateAH(attr)
+	Must(t, err)
+	t.Cleanup(func() { ah.Close() })
+	return ah
+}
+
+// Msgs allocates n bytes (Alloc) and registers them for id's sends and
+// receives (id.RegMsgs, Reg).
+func Msgs(t testing.TB, id *cm.ID, n int) ([]byte, *uverbs.MR) {
+	t.Helper()
+	buf := Alloc(t, n)
+	return buf, Reg(t, id.RegMsgs, buf)
+}
+
 // Listen makes a synchronous listening ID of port space ps on VMAddr, any
 // port, destroyed when the test ends, and returns it with its port.
 func Listen(t testing.TB, ps cm.PortSpace) (*cm.ID, uint16) {
@@ -107,6 +144,58 @@ func Dial(ctx context.Context, t testing.TB, ps cm.PortSpace, port uint16, caps 
 	return id, nil
 }
 
+// ServeRequest is a test's server side for one connection, in a
+// goroutine: it takes the next connection request on the synchronous
+// listener l and runs serve on the new ID. The channel gets GetRequest's
+// error, or serve's outcome.
+func ServeRequest(ctx context.Context, l *cm.ID, serve func(id *cm.ID) error) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		id, err := l.GetRequest(ctx)
+		if err != nil {
+			done <- err
+			return
+		}
+		done <- serve(id)
+	}()
+	return done
+}
+
+// Accepted is what AcceptAsync's server side got: the accepted ID, or the
+// error that ended it.
+type Accepted struct {
+	ID  *cm.ID
+	Err error
+}
+
+// AcceptAsync is a test's server side, in a goroutine: it takes the next
+// connection request on the synchronous listener l, creates the new ID's
+// QP with caps, runs prep (if not nil) on the ID, to post receives, and
+// accepts. The channel gets the outcome; an ID that failed is closed and
+// not passed on.
+func AcceptAsync(ctx context.Context, l *cm.ID, caps qp.Caps, prep func(*cm.ID)) <-chan Accepted {
+	srv := make(chan Accepted, 1)
+	go func() {
+		id, err := l.GetRequest(ctx)
+		if err != nil {
+			srv <- Accepted{Err: err}
+			return
+		}
+		if err = id.CreateQP(nil, uverbs.QPInitAttr{Caps: caps}); err == nil {
+			if prep != nil {
+				prep(id)
+			}
+			err = id.Accept(ctx, nil)
+		}
+		if err != nil {
+			id.Close()
+			id = nil
+		}
+		srv <- Accepted{id, err}
+	}()
+	return srv
+}
+
 // CMPair is a synchronous client ID connected to a synchronous server ID.
 type CMPair struct {
 	Client, Server *cm.ID
@@ -120,41 +209,19 @@ func ConnectCM(t testing.TB, ps cm.PortSpace, caps qp.Caps, prep func(*cm.ID)) *
 	t.Helper()
 	ctx := Context(t)
 	l, port := Listen(t, ps)
-	type res struct {
-		id  *cm.ID
-		err error
-	}
-	srv := make(chan res, 1)
-	go func() {
-		id, err := l.GetRequest(ctx)
-		if err != nil {
-			srv <- res{err: err}
-			return
-		}
-		if err = id.CreateQP(nil, uverbs.QPInitAttr{Caps: caps}); err == nil {
-			if prep != nil {
-				prep(id)
-			}
-			err = id.Accept(ctx, nil)
-		}
-		if err != nil {
-			id.Close()
-			id = nil
-		}
-		srv <- res{id, err}
-	}()
+	srv := AcceptAsync(ctx, l, caps, prep)
 	c, err := Dial(ctx, t, ps, port, caps, nil)
 	s := <-srv
-	if err != nil || s.err != nil {
+	if err != nil || s.Err != nil {
 		if c != nil {
 			c.Close()
 		}
-		if s.id != nil {
-			s.id.Close()
+		if s.ID != nil {
+			s.ID.Close()
 		}
-		t.Fatalf("connect: client %v, server %v", err, s.err)
+		t.Fatalf("connect: client %v, server %v", err, s.Err)
 	}
-	p := &CMPair{Client: c, Server: s.id}
+	p := &CMPair{Client: c, Server: s.ID}
 	t.Cleanup(func() { p.close(t) })
 	return p
 }

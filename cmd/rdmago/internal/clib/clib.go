@@ -284,3 +284,14 @@ func Inet6String(a [16]byte) string {
 	}
 	return b.String()
 }
+
+// CloseIf closes p unless it is nil, as the C tools' cleanup frees only
+// what was made; an error closing is of no use by then.
+func CloseIf[T any, P interface {
+	*T
+	Close() error
+}](p P) {
+	if p != nil {
+		p.Close()
+	}
+}

@@ -155,3 +155,17 @@ func TestCStrtol(t *testing.T) {
 		}
 	}
 }
+
+type closeCounter struct{ n int }
+
+func (c *closeCounter) Close() error { c.n++; return nil }
+
+func TestCloseIf(t *testing.T) {
+	var none *closeCounter
+	CloseIf(none) // must not call Close on nil
+	c := &closeCounter{}
+	CloseIf(c)
+	if c.n != 1 {
+		t.Fatalf("CloseIf closed a non-nil value %d times, want 1", c.n)
+	}
+}

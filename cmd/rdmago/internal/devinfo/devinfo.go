@@ -200,7 +200,7 @@ func devinfoMain(b devinfoBackend, args []string, stdout, stderr io.Writer) int 
 		fs.Var(verbose, n, "print all the attributes of the IB device(s)")
 	}
 
-	_, err := getopt.ParsePermuted(fs, getopt.ExpandShortOptions(fs, args))
+	_, err := getopt.Parse(fs, args)
 	if err != nil && end == endNone {
 		end = endBadOption
 		if errors.Is(err, flag.ErrHelp) {

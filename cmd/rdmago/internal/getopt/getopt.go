@@ -11,6 +11,7 @@ package getopt
 import (
 	"flag"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 )
@@ -98,6 +99,23 @@ func longOptionFor(fs *flag.FlagSet, prefix string) string {
 		return ""
 	}
 	return found
+}
+
+// NewFlagSet is a flag set for a C tool's options: flag prints nothing
+// (no messages, no usage), as the tool prints its own (see Message), and
+// parsing continues to the caller on an error.
+func NewFlagSet(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	return fs
+}
+
+// Parse parses a command line as the C tools' getopt_long loops do:
+// clustered short options are split (ExpandShortOptions) and options may
+// follow operands (ParsePermuted). It returns the operands.
+func Parse(fs *flag.FlagSet, args []string) ([]string, error) {
+	return ParsePermuted(fs, ExpandShortOptions(fs, args))
 }
 
 // ParsePermuted parses args as getopt_long does by default: options may

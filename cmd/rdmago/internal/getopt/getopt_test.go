@@ -51,3 +51,17 @@ func TestParsePermuted(t *testing.T) {
 		t.Errorf("v=%v d=%q operands=%q", *v, *d, ops)
 	}
 }
+
+func TestParse(t *testing.T) {
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	v := fs.Bool("v", false, "")
+	d := fs.String("d", "", "")
+	ops, err := Parse(fs, []string{"a", "-vdx", "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !*v || *d != "x" || !slices.Equal(ops, []string{"a", "b"}) {
+		t.Errorf("v=%v d=%q operands=%q", *v, *d, ops)
+	}
+}

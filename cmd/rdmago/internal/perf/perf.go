@@ -11,7 +11,6 @@ package perf
 // verbs.go the run over the verbs API.
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -437,19 +436,20 @@ func perfStrtolFull(s string) (int64, bool) {
 func perfParse(argv0 string, t perfTest, args []string) (perfOptions, perfStop) {
 	o := perfDefaults(t)
 	stop := perfStop{kind: perfGo}
-	fail := func(msg string) error {
+	// stopWith records why parsing stops, unless an earlier option did.
+	stopWith := func(s perfStop) error {
 		if stop.kind == perfGo {
-			stop = perfStop{kind: perfFail, msg: msg, parserError: true}
+			stop = s
 		}
 		return errPerfStop
+	}
+	fail := func(msg string) error {
+		return stopWith(perfStop{kind: perfFail, msg: msg, parserError: true})
 	}
 	// failExit is a check that perftest ends with exit(1) inside the
 	// parser, without " Parser function exited with Error".
 	failExit := func(stdout, msg string) error {
-		if stop.kind == perfGo {
-			stop = perfStop{kind: perfFail, stdout: stdout, msg: msg}
-		}
-		return errPerfStop
+		return stopWith(perfStop{kind: perfFail, stdout: stdout, msg: msg})
 	}
 	intArg := func(name, typ string, v string, dst *int64) error {
 		n, ok := perfStrtolFull(v)
@@ -472,41 +472,65 @@ func perfParse(argv0 string, t perfTest, args []string) (perfOptions, perfStop) 
 		return nil
 	}
 	unsupported := func(what string) error {
-		if stop.kind == perfGo {
-			stop = perfStop{kind: perfFail, msg: fmt.Sprintf("%s: %s is not supported by rdmago\n", argv0, what)}
+		return stopWith(perfStop{kind: perfFail, msg: fmt.Sprintf("%s: %s is not supported by rdmago\n", argv0, what)})
+	}
+	// number is the handler of an option perftest reads with strtol into
+	// an int, or into a uint8_t when typ says so: the value, so truncated,
+	// goes to dst unless bad, when not nil, complains of it.
+	number := func(name, typ string, dst *int, bad func(n int) string) func(string) error {
+		return func(v string) error {
+			var n int64
+			if err := intArg(name, typ, v, &n); err != nil {
+				return err
+			}
+			c := int(int32(n))
+			if typ == "uint8_t" {
+				c = int(uint8(n))
+			}
+			if bad != nil {
+				if msg := bad(c); msg != "" {
+					return fail(msg)
+				}
+			}
+			*dst = c
+			return nil
 		}
-		return errPerfStop
+	}
+
+	// latOnly is the handler of a latency test's report switch; a
+	// bandwidth test refuses it with perftest's message refusal.
+	latOnly := func(refusal string, dst *bool) func(string) error {
+		return func(string) error {
+			if t.tst == perfBW {
+				return fail(refusal)
+			}
+			*dst = true
+			return nil
+		}
+	}
+	// limit is the handler of a verifier limit (-w, -y): perftest reads it
+	// with atof into a float and refuses a negative one with bad.
+	limit := func(bad string, on *bool, dst *float64) func(string) error {
+		return func(v string) error {
+			*on = true
+			*dst = float64(float32(perfAtof(v)))
+			if *dst < 0 {
+				return fail(bad)
+			}
+			return nil
+		}
 	}
 
 	set := map[string]func(v string) error{
-		"p": func(v string) error {
-			var n int64
-			if err := intArg("Port", "int", v, &n); err != nil {
-				return err
-			}
-			o.port = int(int32(n))
-			return nil
-		},
+		"p": number("Port", "int", &o.port, nil),
 		"d": func(v string) error { o.devName = v; return nil },
-		"i": func(v string) error {
-			var n int64
-			if err := intArg("IB Port", "uint8_t", v, &n); err != nil {
-				return err
+		"i": number("IB Port", "uint8_t", &o.ibPort, func(n int) string {
+			if n < 1 {
+				return "IB Port can't be less than 1\n"
 			}
-			o.ibPort = int(uint8(n))
-			if o.ibPort < 1 {
-				return fail("IB Port can't be less than 1\n")
-			}
-			return nil
-		},
-		"m": func(v string) error {
-			var n int64
-			if err := intArg("MTU", "int", v, &n); err != nil {
-				return err
-			}
-			o.mtu = int(int32(n))
-			return nil
-		},
+			return ""
+		}),
+		"m": number("MTU", "int", &o.mtu, nil),
 		"n": func(v string) error {
 			var n int
 			if err := inRange("Iteration num", v, 5, 100000000, &n); err != nil {
@@ -534,36 +558,21 @@ func perfParse(argv0 string, t perfTest, args []string) (perfOptions, perfStop) 
 			}
 			return nil
 		},
-		"u": func(v string) error {
-			var n int64
-			if err := intArg("QP Timeout", "uint8_t", v, &n); err != nil {
-				return err
+		"u": number("QP Timeout", "uint8_t", &o.qpTimeout, nil),
+		"S": number("Service Level", "uint8_t", &o.sl, func(n int) string {
+			if n > 15 {
+				return " Only 15 Service levels\n"
 			}
-			o.qpTimeout = int(uint8(n))
-			return nil
-		},
-		"S": func(v string) error {
-			var n int64
-			if err := intArg("Service Level", "uint8_t", v, &n); err != nil {
-				return err
-			}
-			o.sl = int(uint8(n))
-			if o.sl > 15 {
-				return fail(" Only 15 Service levels\n")
-			}
-			return nil
-		},
+			return ""
+		}),
 		"x": func(v string) error {
-			var n int64
-			if err := intArg("Gid index", "uint8_t", v, &n); err != nil {
-				return err
-			}
-			n = int64(uint8(n))
-			if n > 64 {
-				return fail(" Gid index should be between 0 and 64\n")
-			}
-			o.gidIndex, o.useGIDUser = int(n), true
-			return nil
+			o.useGIDUser = true
+			return number("Gid index", "uint8_t", &o.gidIndex, func(n int) string {
+				if n > 64 {
+					return " Gid index should be between 0 and 64\n"
+				}
+				return ""
+			})(v)
 		},
 		"c": func(v string) error {
 			switch v {
@@ -601,17 +610,12 @@ func perfParse(argv0 string, t perfTest, args []string) (perfOptions, perfStop) 
 			}
 			return nil
 		},
-		"o": func(v string) error {
-			var n int64
-			if err := intArg("Outstanding Reads", "int", v, &n); err != nil {
-				return err
-			}
-			o.outReads = int(int32(n))
+		"o": number("Outstanding Reads", "int", &o.outReads, func(int) string {
 			if t.verb != perfRead && t.verb != perfAtomic {
-				return fail(" Setting Outstanding reads only available on READ verb\n")
+				return " Setting Outstanding reads only available on READ verb\n"
 			}
-			return nil
-		},
+			return ""
+		}),
 		"r": func(v string) error {
 			if err := inRange(" Rx depth", v, 1, 16384, &o.rxDepth); err != nil {
 				return err
@@ -639,53 +643,31 @@ func perfParse(argv0 string, t perfTest, args []string) (perfOptions, perfStop) 
 			}
 			return nil
 		},
-		"l": func(v string) error {
-			var n int64
-			if err := intArg("Send Post List size", "int", v, &n); err != nil {
-				return err
+		"l": number("Send Post List size", "int", &o.postList, func(n int) string {
+			if n < 1 {
+				return " Send Post List size must be positive\n"
 			}
-			o.postList = int(int32(n))
-			if o.postList < 1 {
-				return fail(" Send Post List size must be positive\n")
-			}
-			return nil
-		},
+			return ""
+		}),
 		"D": func(v string) error {
-			var n int64
-			if err := intArg("Duration period", "int", v, &n); err != nil {
-				return err
-			}
-			if int32(n) <= 0 {
-				return fail(" Duration period must be positive\n")
-			}
-			o.duration, o.durationOn = int(int32(n)), true
-			return nil
+			o.durationOn = true
+			return number("Duration period", "int", &o.duration, func(n int) string {
+				if n <= 0 {
+					return " Duration period must be positive\n"
+				}
+				return ""
+			})(v)
 		},
-		"f": func(v string) error {
-			var n int64
-			if err := intArg("Margin", "int", v, &n); err != nil {
-				return err
+		"f": number("Margin", "int", &o.margin, func(n int) string {
+			if n < 0 {
+				return " Margin must be non-negative\n"
 			}
-			if int32(n) < 0 {
-				return fail(" Margin must be non-negative\n")
-			}
-			o.margin = int(int32(n))
-			return nil
-		},
+			return ""
+		}),
 		"a": func(string) error { o.runAll = true; return nil },
 		"F": func(string) error { return nil }, // rdmago reads no CPU frequency
-		"V": func(string) error {
-			if stop.kind == perfGo {
-				stop = perfStop{kind: perfVersionV}
-			}
-			return errPerfStop
-		},
-		"h": func(string) error {
-			if stop.kind == perfGo {
-				stop = perfStop{kind: perfHelp}
-			}
-			return errPerfStop
-		},
+		"V": func(string) error { return stopWith(perfStop{kind: perfVersionV}) },
+		"h": func(string) error { return stopWith(perfStop{kind: perfHelp}) },
 		"z": func(string) error { return unsupported("-z (data exchange over rdma_cm)") },
 		"R": func(string) error {
 			o.rdmaCM = true
@@ -738,36 +720,10 @@ func perfParse(argv0 string, t perfTest, args []string) (perfOptions, perfStop) 
 			}
 			return unsupported("-C (reporting in CPU cycles)")
 		},
-		"H": func(string) error {
-			if t.tst == perfBW {
-				return fail(" Available only on Latency tests\n")
-			}
-			o.histogram = true
-			return nil
-		},
-		"U": func(string) error {
-			if t.tst == perfBW {
-				return fail(" is Available only on Latency tests\n")
-			}
-			o.unsorted = true
-			return nil
-		},
-		"w": func(v string) error {
-			o.limitBWOn = true
-			o.limitBW = float64(float32(perfAtof(v)))
-			if o.limitBW < 0 {
-				return fail(" Invalid Minimum BW Limit\n")
-			}
-			return nil
-		},
-		"y": func(v string) error {
-			o.limitMROn = true
-			o.limitMR = float64(float32(perfAtof(v)))
-			if o.limitMR < 0 {
-				return fail(" Invalid Minimum msgRate Limit\n")
-			}
-			return nil
-		},
+		"H":                 latOnly(" Available only on Latency tests\n", &o.histogram),
+		"U":                 latOnly(" is Available only on Latency tests\n", &o.unsorted),
+		"w":                 limit(" Invalid Minimum BW Limit\n", &o.limitBWOn, &o.limitBW),
+		"y":                 limit(" Invalid Minimum msgRate Limit\n", &o.limitMROn, &o.limitMR),
 		"json":              func(string) error { o.json = true; return nil },
 		"ipv6":              func(string) error { o.ipv6 = true; return nil },
 		"report_gbits":      func(string) error { o.reportG = true; return nil },
@@ -806,10 +762,7 @@ func perfParse(argv0 string, t perfTest, args []string) (perfOptions, perfStop) 
 		},
 	}
 
-	fs := flag.NewFlagSet(argv0, flag.ContinueOnError)
-	var flagErrs bytes.Buffer
-	fs.SetOutput(&flagErrs)
-	fs.Usage = func() {}
+	fs := getopt.NewFlagSet(argv0)
 	for _, p := range perfOpts {
 		key := p.short
 		if key == "" {
@@ -826,7 +779,7 @@ func perfParse(argv0 string, t perfTest, args []string) (perfOptions, perfStop) 
 		fs.Var(getopt.FuncValue{IsBool: !hasArg, SetFunc: func(string) error { return unsupported("--" + name) }}, name, "")
 	}
 
-	operands, err := getopt.ParsePermuted(fs, getopt.ExpandShortOptions(fs, args))
+	operands, err := getopt.Parse(fs, args)
 	if err != nil {
 		if stop.kind != perfGo {
 			return o, stop

@@ -367,6 +367,14 @@ func TestPerfParseDefaults(t *testing.T) {
 	if o.margin != 2 || o.duration != 8 || !o.durationOn {
 		t.Errorf("-D 8: margin %d duration %d", o.margin, o.duration)
 	}
+	o, stop := perfParse("x", perfTests["read_lat"], []string{"-S", "3", "-u", "14", "-m", "1024", "-o", "4", "-f", "1", "-H", "-U"})
+	if stop.kind != perfGo || o.sl != 3 || o.qpTimeout != 14 || o.mtu != 1024 || o.outReads != 4 || o.margin != 1 || !o.histogram || !o.unsorted {
+		t.Errorf("read_lat -S 3 -u 14 -m 1024 -o 4 -f 1 -H -U: %+v, %+v", stop, o)
+	}
+	o, stop = perfParse("x", perfTests["write_bw"], []string{"-l", "2", "-w", "5.5", "-y", "2", "-n", "200"})
+	if stop.kind != perfGo || o.postList != 2 || !o.limitBWOn || o.limitBW != 5.5 || !o.limitMROn || o.limitMR != 2 {
+		t.Errorf("write_bw -l 2 -w 5.5 -y 2: %+v, %+v", stop, o)
+	}
 }
 
 func TestPerfParseErrors(t *testing.T) {
@@ -401,6 +409,18 @@ func TestPerfParseErrors(t *testing.T) {
 		{"write_lat", []string{"--output=bandwidth"}, perfResultLine, " Output verbosity level for LAT can be: latency\n", false},
 		{"send_bw", []string{"-T", "3"}, " TOS only valid for rdma_cm based QP and RawEth QP \n", "", false},
 		{"send_bw", []string{"-L", "3"}, " Hop limit only valid for RawEth QP \n", "", false},
+		{"write_bw", []string{"-p", "x"}, "", " Port argument x should be int\n", false},
+		{"write_bw", []string{"-i", "0"}, "", "IB Port can't be less than 1\n Parser function exited with Error\n", false},
+		{"write_bw", []string{"-S", "16"}, "", " Only 15 Service levels\n", false},
+		{"write_bw", []string{"-x", "65"}, "", " Gid index should be between 0 and 64\n", false},
+		{"write_bw", []string{"-o", "4"}, "", " Setting Outstanding reads only available on READ verb\n", false},
+		{"write_bw", []string{"-l", "0"}, "", " Send Post List size must be positive\n", false},
+		{"write_bw", []string{"-D", "0"}, "", " Duration period must be positive\n", false},
+		{"write_bw", []string{"-f", "-1"}, "", " Margin must be non-negative\n", false},
+		{"write_bw", []string{"-H"}, "", " Available only on Latency tests\n", false},
+		{"write_bw", []string{"-U"}, "", " is Available only on Latency tests\n", false},
+		{"write_bw", []string{"-w", "-1"}, "", " Invalid Minimum BW Limit\n", false},
+		{"write_bw", []string{"-y", "-1"}, "", " Invalid Minimum msgRate Limit\n", false},
 	} {
 		var o, e bytes.Buffer
 		st := perfMain(t.Context(), "rdmago perf", perfTests[tc.test], tc.args, &o, &e)
@@ -478,17 +498,6 @@ func TestPerfHeader(t *testing.T) {
  Data ex. method : Ethernet
 ---------------------------------------------------------------------------------------
 `
-	o := perfWriteBWOptions(true)
-	o.inline = 0
-	if d := cmp.Diff(cWriteBWClient, perfTestInfo(&o)); d != "" {
-		t.Errorf("write_bw client header (-perftest +rdmago):\n%s", d)
-	}
-	o = perfWriteBWOptions(false)
-	o.inline = 0
-	if d := cmp.Diff(strings.Replace(cWriteBWClient, " TX depth        : 128\n", "", 1), perfTestInfo(&o)); d != "" {
-		t.Errorf("write_bw server header (-perftest +rdmago):\n%s", d)
-	}
-
 	const cReadLatClient = `---------------------------------------------------------------------------------------
                     RDMA_Read Latency Test
  Dual-port       : OFF		Device         : rxe0
@@ -505,30 +514,36 @@ func TestPerfHeader(t *testing.T) {
  Data ex. method : Ethernet
 ---------------------------------------------------------------------------------------
 `
-	o, _ = perfParse("x", perfTests["read_lat"], []string{"-d", "rxe0", "-x", "1", "host"})
-	o.transport, o.linkType, o.curMTU, o.outReads = "IB", "Ethernet", 3, 128
-	if d := cmp.Diff(cReadLatClient, perfTestInfo(&o)); d != "" {
-		t.Errorf("read_lat client header (-perftest +rdmago):\n%s", d)
+	readLat, _ := perfParse("x", perfTests["read_lat"], []string{"-d", "rxe0", "-x", "1", "host"})
+	readLat.transport, readLat.linkType, readLat.curMTU, readLat.outReads = "IB", "Ethernet", 3, 128
+	writeBW := func(client, rdmaCM bool) perfOptions {
+		o := perfWriteBWOptions(client)
+		o.inline, o.rdmaCM = 0, rdmaCM
+		return o
 	}
-
+	noTX := func(h string) string { return strings.Replace(h, " TX depth        : 128\n", "", 1) }
 	// With -R (perftest 4.5-0.17's ib_write_bw -R on the VM).
-	o = perfWriteBWOptions(true)
-	o.inline, o.rdmaCM = 0, true
-	cm := strings.Replace(cWriteBWClient, " rdma_cm QPs\t : OFF\n Data ex. method : Ethernet\n", " rdma_cm QPs\t : ON\n Data ex. method : rdma_cm\n", 1)
-	if d := cmp.Diff(cm, perfTestInfo(&o)); d != "" {
-		t.Errorf("write_bw -R client header (-perftest +rdmago):\n%s", d)
-	}
-	o = perfWriteBWOptions(false)
-	o.inline, o.rdmaCM = 0, true
-	cm = strings.Replace(cm, " TX depth        : 128\n", "", 1)
-	cm = strings.Replace(cm, " Data ex. method : rdma_cm\n", " Data ex. method : rdma_cm\n"+perfResultLine+
+	cmClient := strings.Replace(cWriteBWClient, " rdma_cm QPs\t : OFF\n Data ex. method : Ethernet\n", " rdma_cm QPs\t : ON\n Data ex. method : rdma_cm\n", 1)
+	cmServer := strings.Replace(noTX(cmClient), " Data ex. method : rdma_cm\n", " Data ex. method : rdma_cm\n"+perfResultLine+
 		" Waiting for client rdma_cm QP to connect\n Please run the same command with the IB/RoCE interface IP\n", 1)
-	if d := cmp.Diff(cm, perfTestInfo(&o)); d != "" {
-		t.Errorf("write_bw -R server header (-perftest +rdmago):\n%s", d)
+	for _, tc := range []struct {
+		name string
+		o    perfOptions
+		want string
+	}{
+		{"write_bw client", writeBW(true, false), cWriteBWClient},
+		{"write_bw server", writeBW(false, false), noTX(cWriteBWClient)},
+		{"read_lat client", readLat, cReadLatClient},
+		{"write_bw -R client", writeBW(true, true), cmClient},
+		{"write_bw -R server", writeBW(false, true), cmServer},
+	} {
+		if d := cmp.Diff(tc.want, perfTestInfo(&tc.o)); d != "" {
+			t.Errorf("%s header (-perftest +rdmago):\n%s", tc.name, d)
+		}
 	}
 
 	// The lines that depend on the test and options.
-	o, _ = perfParse("x", perfTests["atomic_bw"], []string{"-d", "mlx5_0", "-A", "CMP_AND_SWAP", "-l", "2", "-e", "-X", "3", "-q", "4"})
+	o, _ := perfParse("x", perfTests["atomic_bw"], []string{"-d", "mlx5_0", "-A", "CMP_AND_SWAP", "-l", "2", "-e", "-X", "3", "-q", "4"})
 	o.transport, o.linkType, o.curMTU, o.gidIndex = "IB", "IB", 5, -1
 	h := perfTestInfo(&o)
 	for _, want := range []string{"                    Atomic CMP_AND_SWAP Post List BW Test\n",

@@ -2019,31 +2019,17 @@ func (r *perfRun) ownCtx() *uverbs.Context {
 func (r *perfRun) release() {
 	r.stopClock()
 	for i, q := range r.qps {
-		if r.ahs != nil && r.ahs[i] != nil {
-			r.ahs[i].Close()
+		if r.ahs != nil {
+			clib.CloseIf(r.ahs[i])
 		}
 		q.Close()
 	}
-	if r.sendCQ != nil {
-		r.sendCQ.Close()
-	}
-	if r.recvCQ != nil {
-		r.recvCQ.Close()
-	}
-	if r.mr != nil {
-		r.mr.Close()
-	}
-	if r.pd != nil {
-		r.pd.Close()
-	}
-	if r.ch != nil {
-		r.ch.Close()
-	}
+	clib.CloseIf(r.sendCQ)
+	clib.CloseIf(r.recvCQ)
+	clib.CloseIf(r.mr)
+	clib.CloseIf(r.pd)
+	clib.CloseIf(r.ch)
 	r.releaseCM()
-	if c := r.ownCtx(); c != nil {
-		c.Close()
-	}
-	if r.mem != nil {
-		r.mem.Close()
-	}
+	clib.CloseIf(r.ownCtx())
+	clib.CloseIf(r.mem)
 }

@@ -9,7 +9,6 @@ package pingpong
 // lines; verbs.go the run over the verbs API.
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -218,10 +217,7 @@ func ppParseKind(argv0 string, k ppKind, withType bool, o ppOptions, args []stri
 		}
 		return errPPStop
 	}
-	fs := flag.NewFlagSet(argv0, flag.ContinueOnError)
-	var flagErrs bytes.Buffer
-	fs.SetOutput(&flagErrs)
-	fs.Usage = func() {}
+	fs := getopt.NewFlagSet(argv0)
 
 	set := map[string]func(v string) error{
 		"p": func(v string) error {
@@ -292,7 +288,7 @@ func ppParseKind(argv0 string, k ppKind, withType bool, o ppOptions, args []stri
 		}}, "type", "rc, uc, ud or srq")
 	}
 
-	operands, err := getopt.ParsePermuted(fs, getopt.ExpandShortOptions(fs, args))
+	operands, err := getopt.Parse(fs, args)
 	if err != nil {
 		if stop.kind != ppGo {
 			return o, stop

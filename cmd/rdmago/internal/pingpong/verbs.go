@@ -699,28 +699,12 @@ func (r *ppRun) release() {
 	for _, q := range r.qps {
 		q.Close()
 	}
-	if r.srq != nil {
-		r.srq.Close()
-	}
-	if r.cq != nil {
-		r.cq.Close()
-	}
-	if r.mr != nil {
-		r.mr.Close()
-	}
-	if r.ah != nil {
-		r.ah.Close()
-	}
-	if r.pd != nil {
-		r.pd.Close()
-	}
-	if r.ch != nil {
-		r.ch.Close()
-	}
-	if r.uctx != nil {
-		r.uctx.Close()
-	}
-	if r.mem != nil {
-		r.mem.Close()
-	}
+	clib.CloseIf(r.srq)
+	clib.CloseIf(r.cq)
+	clib.CloseIf(r.mr)
+	clib.CloseIf(r.ah)
+	clib.CloseIf(r.pd)
+	clib.CloseIf(r.ch)
+	clib.CloseIf(r.uctx)
+	clib.CloseIf(r.mem)
 }

@@ -92,9 +92,7 @@ func rsParse(argv0 string, server bool, args []string, stderr, stdout io.Writer)
 	if server {
 		o.addr = "0.0.0.0"
 	}
-	fs := flag.NewFlagSet(argv0, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fs.Usage = func() {}
+	fs := getopt.NewFlagSet(argv0)
 	fs.Var(getopt.FuncValue{SetFunc: func(v string) error { o.addr = v; return nil }}, "s", "")
 	fs.Var(getopt.FuncValue{SetFunc: func(v string) error { o.port = v; return nil }}, "p", "")
 	fs.Var(getopt.FuncValue{IsBool: true, SetFunc: func(v string) error {
@@ -104,7 +102,7 @@ func rsParse(argv0 string, server bool, args []string, stderr, stdout io.Writer)
 		o.verbose = true
 		return nil
 	}}, "v", "")
-	if _, err := getopt.ParsePermuted(fs, getopt.ExpandShortOptions(fs, args)); err != nil {
+	if _, err := getopt.Parse(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			rsUsage(stdout, argv0)
 			return o, 0, false
@@ -236,6 +234,32 @@ func (r *rsRun) received(c wr.Completion, msg []byte) {
 	}
 }
 
+// send sends msg as both programs do (rdma_post_send, then
+// rdma_get_send_comp); false when a call failed, which it printed.
+func (r *rsRun) send(ctx context.Context, id *cm.ID, msg []byte, mr *uverbs.MR, flags wr.SendFlags) bool {
+	if err := id.PostSend(0, msg, mr, flags); err != nil {
+		r.perror("rdma_post_send", err)
+		return false
+	}
+	if _, err := id.GetSendComp(ctx); compErr(err) != nil {
+		r.perror("rdma_get_send_comp", err)
+		return false
+	}
+	return true
+}
+
+// recv waits for the message posted into msg (rdma_get_recv_comp) and
+// prints it with -v; false when the call failed, which it printed.
+func (r *rsRun) recv(ctx context.Context, id *cm.ID, msg []byte) bool {
+	wc, err := id.GetRecvComp(ctx)
+	if err = compErr(err); err != nil {
+		r.perror("rdma_get_recv_comp", err)
+		return false
+	}
+	r.received(wc, msg)
+	return true
+}
+
 // compErr is how the C programs judge rdma_get_*_comp: a completion, even
 // a failed one, counts as success (they do not look at its status); only
 // the call's own failure is an error.
@@ -286,18 +310,10 @@ func (r *rsRun) server(ctx context.Context) int {
 		return -1
 	}
 	defer id.Disconnect(ctx)
-	wc, err := id.GetRecvComp(ctx)
-	if err = compErr(err); err != nil {
-		r.perror("rdma_get_recv_comp", err)
+	if !r.recv(ctx, id, recvMsg) {
 		return -1
 	}
-	r.received(wc, recvMsg)
-	if err := id.PostSend(0, sendMsg, sendMR, sendFlags); err != nil {
-		r.perror("rdma_post_send", err)
-		return -1
-	}
-	if _, err := id.GetSendComp(ctx); compErr(err) != nil {
-		r.perror("rdma_get_send_comp", err)
+	if !r.send(ctx, id, sendMsg, sendMR, sendFlags) {
 		return -1
 	}
 	return 0
@@ -370,19 +386,11 @@ func (r *rsRun) client(ctx context.Context) int {
 		return -1
 	}
 	defer id.Disconnect(ctx)
-	if err := id.PostSend(0, sendMsg, sendMR, sendFlags); err != nil {
-		r.perror("rdma_post_send", err)
+	if !r.send(ctx, id, sendMsg, sendMR, sendFlags) {
 		return -1
 	}
-	if _, err := id.GetSendComp(ctx); compErr(err) != nil {
-		r.perror("rdma_get_send_comp", err)
+	if !r.recv(ctx, id, recvMsg) {
 		return -1
 	}
-	wc, err := id.GetRecvComp(ctx)
-	if err = compErr(err); err != nil {
-		r.perror("rdma_get_recv_comp", err)
-		return -1
-	}
-	r.received(wc, recvMsg)
 	return 0
 }

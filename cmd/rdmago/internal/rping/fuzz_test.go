@@ -3,6 +3,8 @@ package rping
 import (
 	"bytes"
 	"testing"
+
+	"github.com/rdmago/rdma/cmd/rdmago/internal/tooltest"
 )
 
 func FuzzRpingInfo(f *testing.F) {
@@ -13,14 +15,8 @@ func FuzzRpingInfo(f *testing.F) {
 	f.Add([]byte{0, 0, 0x7f})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := decodeRpInfo(b)
-		if len(b) < rpInfoSize {
-			if err == nil {
-				t.Fatalf("a %d-byte message decoded", len(b))
-			}
+		if !tooltest.DecodedFixed(t, b, rpInfoSize, err) {
 			return
-		}
-		if err != nil {
-			t.Fatal(err)
 		}
 		var out [rpInfoSize]byte
 		m.encode(out[:])

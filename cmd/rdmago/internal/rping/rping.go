@@ -115,9 +115,7 @@ func rpParse(ctx context.Context, args []string, stdout, stderr io.Writer) (o rp
 			fmt.Fprintf(stdout, format, a...)
 		}
 	}
-	fs := flag.NewFlagSet("rping", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fs.Usage = func() {}
+	fs := getopt.NewFlagSet("rping")
 	val := func(name string, set func(v string)) {
 		fs.Var(getopt.FuncValue{SetFunc: func(v string) error { set(v); return nil }}, name, "")
 	}
@@ -180,7 +178,7 @@ func rpParse(ctx context.Context, args []string, stdout, stderr io.Writer) (o rp
 	// -t is in rping's option string but not handled: its usage.
 	fs.Var(getopt.FuncValue{SetFunc: func(string) error { return errors.New("not handled") }}, "t", "")
 
-	if _, err := getopt.ParsePermuted(fs, getopt.ExpandShortOptions(fs, args)); err != nil {
+	if _, err := getopt.Parse(fs, args); err != nil {
 		rpUsage(stdout)
 		if errors.Is(err, flag.ErrHelp) {
 			return o, 0, false

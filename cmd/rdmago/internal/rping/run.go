@@ -174,12 +174,8 @@ type rpBuf struct {
 func (b *rpBuf) bytes() []byte { return b.mem.Bytes() }
 
 func (b *rpBuf) free() {
-	if b.mr != nil {
-		b.mr.Close()
-	}
-	if b.mem != nil {
-		b.mem.Close()
-	}
+	clib.CloseIf(b.mr)
+	clib.CloseIf(b.mem)
 	*b = rpBuf{}
 }
 
@@ -766,9 +762,48 @@ func (c *rpConn) formatSend(b *rpBuf) {
 	c.r.debugf("RDMA addr %x rkey %x len %d\n", m.Addr, m.RKey, int32(m.Size))
 }
 
+// await waits for the state want; another one is rping's failure, which
+// it reports as "what state N" and returns as -1.
+func (c *rpConn) await(want rpState, what string) int {
+	if s := c.wait(); s != want {
+		c.r.eprintf("%s state %d\n", what, s)
+		return -1
+	}
+	return 0
+}
+
+// post posts w; a failure it reports as rping does and returns as its
+// errno.
+func (c *rpConn) post(w []wr.SendWR) int {
+	if err := c.postSend(w); err != nil {
+		c.r.eprintf("post send error %d\n", clib.Errno(err))
+		return clib.Errno(err)
+	}
+	return 0
+}
+
+// release ends the CQ goroutine, waiting up to grace for it, and frees
+// the connection's buffers and QP, as rping's teardown does.
+func (c *rpConn) release(grace time.Duration) {
+	c.joinCQ(grace)
+	c.freeBuffers()
+	c.freeQP()
+}
+
 func (c *rpConn) postSend(w []wr.SendWR) error {
 	_, err := c.qp.PostSend(w)
 	return err
+}
+
+// aimRDMA makes the RDMA work request an op on the buffer the client
+// advertised last, and returns that advertisement.
+func (c *rpConn) aimRDMA(op wr.Opcode) rpInfo {
+	c.mu.Lock()
+	rem := c.remote
+	c.mu.Unlock()
+	c.rdmaWR[0].Opcode = op
+	c.rdmaWR[0].RKey, c.rdmaWR[0].RemoteAddr = rem.RKey, rem.Addr
+	return rem
 }
 
 // testServer is rping_test_server: answer pings until the client goes.
@@ -777,27 +812,16 @@ func (c *rpConn) testServer() int {
 	ret := 0
 	for {
 		// The client's source buffer.
-		if s := c.wait(); s != rpReadAdv {
-			r.eprintf("wait for RDMA_READ_ADV state %d\n", s)
-			ret = -1
+		if ret = c.await(rpReadAdv, "wait for RDMA_READ_ADV"); ret != 0 {
 			break
 		}
 		r.debugf("server received sink adv\n")
-		c.mu.Lock()
-		rem := c.remote
-		c.mu.Unlock()
-		c.rdmaWR[0].Opcode = wr.OpRDMARead
-		c.rdmaWR[0].RKey, c.rdmaWR[0].RemoteAddr = rem.RKey, rem.Addr
-		c.rdmaSGL[0].Length = rem.Size
-		if err := c.postSend(c.rdmaWR[:]); err != nil {
-			r.eprintf("post send error %d\n", clib.Errno(err))
-			ret = clib.Errno(err)
+		c.rdmaSGL[0].Length = c.aimRDMA(wr.OpRDMARead).Size
+		if ret = c.post(c.rdmaWR[:]); ret != 0 {
 			break
 		}
 		r.debugf("server posted rdma read req \n")
-		if s := c.wait(); s != rpReadComplete {
-			r.eprintf("wait for RDMA_READ_COMPLETE state %d\n", s)
-			ret = -1
+		if ret = c.await(rpReadComplete, "wait for RDMA_READ_COMPLETE"); ret != 0 {
 			break
 		}
 		r.debugf("server received read complete\n")
@@ -805,43 +829,29 @@ func (c *rpConn) testServer() int {
 			r.printf("server ping data: %s\n", cStr(c.rdmaBuf.bytes()))
 		}
 		// Go ahead.
-		if err := c.postSend(c.sqWR[:]); err != nil {
-			r.eprintf("post send error %d\n", clib.Errno(err))
-			ret = clib.Errno(err)
+		if ret = c.post(c.sqWR[:]); ret != 0 {
 			break
 		}
 		r.debugf("server posted go ahead\n")
 
 		// The client's sink buffer.
-		if s := c.wait(); s != rpWriteAdv {
-			r.eprintf("wait for RDMA_WRITE_ADV state %d\n", s)
-			ret = -1
+		if ret = c.await(rpWriteAdv, "wait for RDMA_WRITE_ADV"); ret != 0 {
 			break
 		}
 		r.debugf("server received sink adv\n")
-		c.mu.Lock()
-		rem = c.remote
-		c.mu.Unlock()
+		c.aimRDMA(wr.OpRDMAWrite)
 		buf := c.rdmaBuf.bytes()
-		c.rdmaWR[0].Opcode = wr.OpRDMAWrite
-		c.rdmaWR[0].RKey, c.rdmaWR[0].RemoteAddr = rem.RKey, rem.Addr
 		c.rdmaSGL[0].Length = uint32(min(cStrlen(buf)+1, len(buf)))
 		r.debugf("rdma write from lkey %x laddr %x len %d\n", c.rdmaSGL[0].LKey, c.rdmaSGL[0].Addr, c.rdmaSGL[0].Length)
-		if err := c.postSend(c.rdmaWR[:]); err != nil {
-			r.eprintf("post send error %d\n", clib.Errno(err))
-			ret = clib.Errno(err)
+		if ret = c.post(c.rdmaWR[:]); ret != 0 {
 			break
 		}
-		if s := c.wait(); s != rpWriteComplete {
-			r.eprintf("wait for RDMA_WRITE_COMPLETE state %d\n", s)
-			ret = -1
+		if ret = c.await(rpWriteComplete, "wait for RDMA_WRITE_COMPLETE"); ret != 0 {
 			break
 		}
 		r.debugf("server rdma write complete \n")
 		// Go ahead: begin again.
-		if err := c.postSend(c.sqWR[:]); err != nil {
-			r.eprintf("post send error %d\n", clib.Errno(err))
-			ret = clib.Errno(err)
+		if ret = c.post(c.sqWR[:]); ret != 0 {
 			break
 		}
 		r.debugf("server posted go ahead\n")
@@ -863,27 +873,19 @@ func (c *rpConn) testClient() int {
 		start = rpNextStart(start)
 
 		c.formatSend(&c.startBuf)
-		if err := c.postSend(c.sqWR[:]); err != nil {
-			r.eprintf("post send error %d\n", clib.Errno(err))
-			ret = clib.Errno(err)
+		if ret = c.post(c.sqWR[:]); ret != 0 {
 			break
 		}
 		// The server has read the source buffer.
-		if s := c.wait(); s != rpWriteAdv {
-			r.eprintf("wait for RDMA_WRITE_ADV state %d\n", s)
-			ret = -1
+		if ret = c.await(rpWriteAdv, "wait for RDMA_WRITE_ADV"); ret != 0 {
 			break
 		}
 		c.formatSend(&c.rdmaBuf)
-		if err := c.postSend(c.sqWR[:]); err != nil {
-			r.eprintf("post send error %d\n", clib.Errno(err))
-			ret = clib.Errno(err)
+		if ret = c.post(c.sqWR[:]); ret != 0 {
 			break
 		}
 		// The server has written the sink buffer.
-		if s := c.wait(); s != rpWriteComplete {
-			r.eprintf("wait for RDMA_WRITE_COMPLETE state %d\n", s)
-			ret = -1
+		if ret = c.await(rpWriteComplete, "wait for RDMA_WRITE_COMPLETE"); ret != 0 {
 			break
 		}
 		if r.o.validate > 0 && !bytes.Equal(c.startBuf.bytes(), c.rdmaBuf.bytes()) {
@@ -945,9 +947,7 @@ func (c *rpConn) serve(persistent bool) int {
 	c.startCQ()
 	if ret := c.accept(); ret != 0 {
 		r.eprintf("connect error %d\n", ret)
-		c.joinCQ(0)
-		c.freeBuffers()
-		c.freeQP()
+		c.release(0)
 		id.Close()
 		return ret
 	}
@@ -956,9 +956,7 @@ func (c *rpConn) serve(persistent bool) int {
 		r.eprintf("rping server failed: %d\n", ret)
 	}
 	c.disconnect(id)
-	c.joinCQ(2 * time.Second)
-	c.freeBuffers()
-	c.freeQP()
+	c.release(2 * time.Second)
 	id.Close()
 	return ret
 }
@@ -1015,8 +1013,7 @@ func (r *rpRun) bindClient() int {
 		r.perror("rdma_resolve_addr", err)
 		return -1
 	}
-	if s := r.cb.wait(); s != rpRouteResolved {
-		r.eprintf("waiting for addr/route resolution state %d\n", s)
+	if r.cb.await(rpRouteResolved, "waiting for addr/route resolution") != 0 {
 		return -1
 	}
 	r.debugf("rdma_resolve_addr - rdma_resolve_route successful\n")
@@ -1031,8 +1028,7 @@ func (c *rpConn) connectClient() int {
 		r.perror("rdma_connect", err)
 		return -1
 	}
-	if s := c.wait(); s != rpConnected {
-		r.eprintf("wait for CONNECTED state %d\n", s)
+	if c.await(rpConnected, "wait for CONNECTED") != 0 {
 		return -1
 	}
 	if r.o.selfQP {
@@ -1062,9 +1058,7 @@ func (r *rpRun) runClient() int {
 	c.startCQ()
 	if ret := c.connectClient(); ret != 0 {
 		r.eprintf("connect error %d\n", ret)
-		c.joinCQ(0)
-		c.freeBuffers()
-		c.freeQP()
+		c.release(0)
 		return ret
 	}
 	ret := c.testClient()
@@ -1072,8 +1066,6 @@ func (r *rpRun) runClient() int {
 		r.eprintf("rping client failed: %d\n", ret)
 	}
 	c.disconnect(c.id)
-	c.joinCQ(2 * time.Second)
-	c.freeBuffers()
-	c.freeQP()
+	c.release(2 * time.Second)
 	return ret
 }

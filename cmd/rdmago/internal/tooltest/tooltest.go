@@ -194,6 +194,23 @@ func (p FuzzPeer) Read(b []byte) (int, error) { return p.R.Read(b) }
 
 func (p FuzzPeer) Write(b []byte) (int, error) { return len(b), nil }
 
+// DecodedFixed checks how a fixed-size wire message of size bytes decoded
+// from the fuzzer's msg: a shorter one must fail, any other must not. It
+// returns whether the message is whole, for the caller's further checks.
+func DecodedFixed(t *testing.T, msg []byte, size int, err error) bool {
+	t.Helper()
+	if len(msg) < size {
+		if err == nil {
+			t.Fatalf("a %d-byte message decoded", len(msg))
+		}
+		return false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return true
+}
+
 // Run runs the command line args among cmds (and help), in
 // process, as rdmago would.
 func Run(cmds []*command.Command, args ...string) (stdout, stderr string, status int) {
