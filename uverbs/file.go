@@ -86,14 +86,7 @@ func (f *devFile) fastWrite(b []byte) error {
 	if f.closed {
 		return ErrClosed
 	}
-	n, _, e := unix.RawSyscall(unix.SYS_WRITE, uintptr(f.raw), uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(len(b)))
-	if e != 0 {
-		return e
-	}
-	if int(n) != len(b) {
-		return unix.EIO
-	}
-	return nil
+	return f.doorbell(b)
 }
 
 // doorbell is fastWrite without f.mu. A provider rings it only for a QP it
