@@ -270,27 +270,41 @@ func (sq *sendQueue) write(w *wr.SendWR, av *addressVector, nreq uint32) (ctrl u
 	} else {
 		ds += sq.writeGather(seg, sgl, atomicOp)
 	}
-	// finish, by hand: the one-SGE path makes no calls.
-	flags := w.Flags
-	fmCeSe := uint32(sq.sigBits)
-	if flags&wr.Fence != 0 {
-		fmCeSe |= ctrlFence
-	}
-	if flags&wr.Signaled != 0 {
-		fmCeSe |= ctrlCQUpdate
-	}
-	if flags&wr.Solicited != 0 {
-		fmCeSe |= ctrlSolicited
-	}
+	// finish, by hand: the one-SGE path makes no calls (fmCeSe,
+	// putCtrl and record inline).
 	var imm uint32
 	if op == wr.OpRDMAWriteWithImm {
 		imm = w.Imm
 	}
-	putBE64(ctrl, uint64(uint32(uint16(sq.curPost))<<8|uint32(mlx5Opcodes[op&7]))<<32|uint64(sq.qpn<<8|ds))
-	putBE64(at(ctrl, 8), uint64(fmCeSe)<<32|uint64(imm))
+	sq.putCtrl(ctrl, op, ds, sq.fmCeSe(w.Flags), imm)
 	sq.record(idx, w.ID, sq.head+nreq)
 	sq.curPost += (ds*16 + sendWQEBB - 1) / sendWQEBB
 	return ctrl, ds, false
+}
+
+// fmCeSe is the fm_ce_se byte of a request with flags: fence,
+// completion and solicited event, and the queue's signalling.
+func (sq *sendQueue) fmCeSe(flags wr.SendFlags) uint32 {
+	f := uint32(sq.sigBits)
+	if flags&wr.Fence != 0 {
+		f |= ctrlFence
+	}
+	if flags&wr.Signaled != 0 {
+		f |= ctrlCQUpdate
+	}
+	if flags&wr.Solicited != 0 {
+		f |= ctrlSolicited
+	}
+	return f
+}
+
+// putCtrl writes the control segment of a WQE ds units long, at the
+// current post position, in two 8-byte stores: what setCtrlSeg writes,
+// with the signature, DCI stream channel and fm_ce_se word zeroed first,
+// as _mlx5_post_send does. It and fmCeSe are small enough to inline.
+func (sq *sendQueue) putCtrl(ctrl unsafe.Pointer, op wr.Opcode, ds, fmCeSe, imm uint32) {
+	putBE64(ctrl, uint64(uint32(uint16(sq.curPost))<<8|uint32(mlx5Opcodes[op&7]))<<32|uint64(sq.qpn<<8|ds))
+	putBE64(at(ctrl, 8), uint64(fmCeSe)<<32|uint64(imm))
 }
 
 // record keeps the ID and head count of the WQE at BB idx, which is below
@@ -342,26 +356,12 @@ func (sq *sendQueue) writeGather(seg unsafe.Pointer, sgl []wr.SGE, atomicOp bool
 // finish writes the control segment of the WQE at BB idx, ds units long,
 // records its request and advances the post position.
 func (sq *sendQueue) finish(ctrl unsafe.Pointer, idx uint32, w *wr.SendWR, ds, nreq uint32) {
-	op, flags := w.Opcode, w.Flags
-	fmCeSe := uint32(sq.sigBits)
-	if flags&wr.Fence != 0 {
-		fmCeSe |= ctrlFence
-	}
-	if flags&wr.Signaled != 0 {
-		fmCeSe |= ctrlCQUpdate
-	}
-	if flags&wr.Solicited != 0 {
-		fmCeSe |= ctrlSolicited
-	}
+	op := w.Opcode
 	var imm uint32
 	if op == wr.OpSendWithImm || op == wr.OpRDMAWriteWithImm {
 		imm = w.Imm
 	}
-	// The control segment in two 8-byte stores: what setCtrlSeg writes,
-	// with the signature, DCI stream channel and fm_ce_se word zeroed
-	// first, as _mlx5_post_send does.
-	putBE64(ctrl, uint64(uint32(uint16(sq.curPost))<<8|uint32(mlx5Opcodes[op&7]))<<32|uint64(sq.qpn<<8|ds))
-	putBE64(at(ctrl, 8), uint64(fmCeSe)<<32|uint64(imm))
+	sq.putCtrl(ctrl, op, ds, sq.fmCeSe(w.Flags), imm)
 	sq.record(idx, w.ID, sq.head+nreq)
 	sq.curPost += (ds*16 + sendWQEBB - 1) / sendWQEBB
 }
