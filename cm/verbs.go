@@ -119,13 +119,27 @@ func (id *ID) noQP(op string) error {
 	return postErr(op, unix.EINVAL, "the ID has no QP")
 }
 
-// sendQP returns the QP to send on, or why not.
-func (id *ID) sendQP(op string) (*uverbs.QP, error) {
+// sendQP returns the QP to send on, or why not: sends need RTS or SQD.
+func (id *ID) sendQP(op string) (*uverbs.QP, error) { return id.postQP(op, true) }
+
+// recvQP returns the QP to post receives on, or why not. Receives may be
+// posted from INIT on, before the connection is up.
+func (id *ID) recvQP(op string) (*uverbs.QP, error) { return id.postQP(op, false) }
+
+// postQP returns the QP to post sends (send) or receives on, or why not:
+// the ID has none, its QP is not in a state that takes them, or the
+// connection is gone.
+func (id *ID) postQP(op string, send bool) (*uverbs.QP, error) {
 	q := id.qp.Load()
 	if q == nil {
 		return nil, id.noQP(op)
 	}
-	if s := q.State(); s != qp.StateRTS && s != qp.StateSQD {
+	s := q.State()
+	ready := s == qp.StateRTS || s == qp.StateSQD
+	if !send {
+		ready = s != qp.StateReset && s != qp.StateErr
+	}
+	if !ready {
 		if id.getState() == stateDisconnected {
 			return nil, id.goneErr(op)
 		}
@@ -143,25 +157,6 @@ func (id *ID) goneErr(op string) error {
 		return err
 	}
 	return postErr(op, unix.ENOTCONN, "the connection is gone")
-}
-
-// recvQP returns the QP to post receives on, or why not. Receives may be
-// posted from INIT on, before the connection is up.
-func (id *ID) recvQP(op string) (*uverbs.QP, error) {
-	q := id.qp.Load()
-	if q == nil {
-		return nil, id.noQP(op)
-	}
-	if s := q.State(); s == qp.StateReset || s == qp.StateErr {
-		if id.getState() == stateDisconnected {
-			return nil, id.goneErr(op)
-		}
-		return nil, postErr(op, unix.ENOTCONN, "not connected: the QP is in state "+s.String())
-	}
-	if id.qpType != qp.UD && id.getState() == stateDisconnected {
-		return nil, id.goneErr(op)
-	}
-	return q, nil
 }
 
 // sgeOf describes buf as one SGE of m. Without an MR the local key is 0,
