@@ -48,10 +48,7 @@ func (e *Error) Unwrap() error { return e.Err }
 // wrapErr wraps a kernel failure of op; nil stays nil and ErrClosed passes
 // through unchanged.
 func wrapErr(op string, err error) error {
-	if err == nil {
-		return nil
-	}
-	if errors.Is(err, ErrClosed) {
+	if err == nil || errors.Is(err, ErrClosed) {
 		return err
 	}
 	return &Error{Op: op, Err: err}

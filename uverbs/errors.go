@@ -30,10 +30,7 @@ func (e *Error) Error() string { return fmt.Sprintf("uverbs: %s: %v", e.Op, e.Er
 func (e *Error) Unwrap() error { return e.Err }
 
 func wrapErr(op string, err error) error {
-	if err == nil {
-		return nil
-	}
-	if errors.Is(err, ErrClosed) {
+	if err == nil || errors.Is(err, ErrClosed) {
 		return err
 	}
 	return &Error{Op: op, Err: err}
