@@ -1188,10 +1188,10 @@ func (r *perfRun) pollOne(ctx context.Context, cq *uverbs.CQ) (*wr.Completion, e
 	}
 }
 
-// beginMeasure and endMeasure bracket a measured loop: they make and end
-// a timed run's clock, and count the loop's heap allocations when
-// perfAllocsEnv asks for it.
-func (r *perfRun) beginMeasure() {
+// measure runs a measured loop: it makes and ends a timed run's clock
+// around it, and counts the loop's heap allocations when perfAllocsEnv
+// asks for it.
+func (r *perfRun) measure(ctx context.Context, loop func(context.Context) error) error {
 	if r.o.durationOn {
 		r.prepareClock()
 	}
@@ -1199,14 +1199,13 @@ func (r *perfRun) beginMeasure() {
 		runtime.ReadMemStats(&r.memStats)
 		r.allocs -= r.memStats.Mallocs
 	}
-}
-
-func (r *perfRun) endMeasure() {
+	err := loop(ctx)
 	if r.countAllocs {
 		runtime.ReadMemStats(&r.memStats)
 		r.allocs += r.memStats.Mallocs
 	}
 	r.stopClock()
+	return err
 }
 
 // compError prints a failed completion as perftest's NOTIFY_COMP_ERROR_*.
@@ -1294,9 +1293,7 @@ func (r *perfRun) runBW(ctx context.Context) error {
 						r.tcompleted[totccnt-1] = r.now()
 					}
 				}
-				if duration && r.state() == perfSample {
-					r.measured += cqMod
-				}
+				r.sample(cqMod)
 			}
 			if ne == 0 {
 				if spins++; spins%4096 == 0 {
@@ -1385,9 +1382,7 @@ func (r *perfRun) runBWServer(ctx context.Context) error {
 			rcntQP[id]++
 			rcnt++
 			unused[id]++
-			if duration && r.state() == perfSample {
-				r.measured++
-			}
+			r.sample(1)
 			if (duration || posted[id]+1 <= iters) && unused[id] >= 1 {
 				if _, err := r.qps[id].PostRecv(r.rwrs[id : id+1]); err != nil {
 					fmt.Fprintf(r.stderr, "Couldn't post recv Qp=%d rcnt=%d\n", id, rcntQP[id])
@@ -1500,9 +1495,7 @@ func (r *perfRun) mainRDMABW(ctx context.Context) int {
 	for _, size := range r.perfSizes(24) {
 		o.size = size
 		r.setSendWQEs()
-		r.beginMeasure()
-		err := r.runBW(ctx)
-		r.endMeasure()
+		err := r.measure(ctx, r.runBW)
 		if err != nil {
 			return r.failf(" Failed to complete run_iter_bw function successfully")
 		}
@@ -1551,17 +1544,11 @@ func (r *perfRun) mainSendBW(ctx context.Context) int {
 		if status := r.sync(); status != 0 {
 			return status
 		}
-		var err error
+		loop := r.runBWServer
 		if o.client() {
-			r.beginMeasure()
-			err = r.runBW(ctx)
-			r.endMeasure()
-		} else {
-			r.beginMeasure()
-			err = r.runBWServer(ctx)
-			r.endMeasure()
+			loop = r.runBW
 		}
-		if err != nil {
+		if err := r.measure(ctx, loop); err != nil {
 			return 17
 		}
 		ok = r.printBW(r.bwReport(), "local") && ok
@@ -1621,9 +1608,7 @@ func (r *perfRun) mainWriteLat(ctx context.Context) int {
 	}
 	for _, size := range r.perfSizes(24) {
 		o.size = size
-		r.beginMeasure()
-		err := r.runLatWrite(ctx)
-		r.endMeasure()
+		err := r.measure(ctx, r.runLatWrite)
 		if err != nil {
 			return r.failf("Test exited with Error")
 		}
@@ -1659,9 +1644,7 @@ func (r *perfRun) mainReadAtomicLat(ctx context.Context) int {
 	r.setSendWQEs()
 	for _, size := range r.perfSizes(24) {
 		o.size = size
-		r.beginMeasure()
-		err := r.runLat(ctx)
-		r.endMeasure()
+		err := r.measure(ctx, r.runLat)
 		if err != nil {
 			return 17
 		}
@@ -1700,9 +1683,7 @@ func (r *perfRun) mainSendLat(ctx context.Context) int {
 		if status := r.sync(); status != 0 {
 			return status
 		}
-		r.beginMeasure()
-		err := r.runLatSend(ctx)
-		r.endMeasure()
+		err := r.measure(ctx, r.runLatSend)
 		if err != nil {
 			return 17
 		}
@@ -1742,12 +1723,7 @@ func perfLoadByte(buf []byte, i int) byte {
 // iteration number, then writes its own.
 func (r *perfRun) runLatWrite(ctx context.Context) error {
 	o := &r.o
-	w := &r.wrs[0]
-	w.SGList[0].Length = uint32(o.size)
-	w.Flags = wr.Signaled
-	if o.size <= uint64(o.inline) {
-		w.Flags |= wr.Inline
-	}
+	r.latWR(wr.Signaled, true)
 	postOff := int(o.size - 1)
 	pollOff := int(uint64(o.numQPs)*r.unit + o.size - 1)
 	duration := o.durationOn
@@ -1774,8 +1750,7 @@ func (r *perfRun) runLatWrite(ctx context.Context) error {
 			}
 			scnt++
 			r.buf[postOff] = byte(scnt)
-			if _, err := r.qps[0].PostSend(r.wrs[:1]); err != nil {
-				fmt.Fprintf(r.stderr, "Couldn't post send: scnt=%d\n", scnt)
+			if err := r.postLat("Couldn't post send: scnt=%d\n", scnt); err != nil {
 				return err
 			}
 		}
@@ -1783,21 +1758,11 @@ func (r *perfRun) runLatWrite(ctx context.Context) error {
 			break
 		}
 		if ccnt < iters || duration {
-			c, err := r.pollTimed(ctx, r.sendCQ, duration)
-			if err != nil {
-				fmt.Fprintf(r.stderr, "poll CQ failed %d\n", -1)
-				return err
-			}
-			if c == nil {
-				break // a timed run's time is over
-			}
-			if c.Status != wr.Success {
-				return r.compError(c, "client", fmt.Sprintf("scnt=%d, ccnt=%d", scnt, ccnt))
+			if ok, err := r.pollLat(ctx, duration, "poll CQ", scnt, ccnt); !ok {
+				return err // nil: a timed run's time is over
 			}
 			ccnt++
-			if duration && r.state() == perfSample {
-				r.measured++
-			}
+			r.sample(1)
 		}
 	}
 	return nil
@@ -1807,9 +1772,7 @@ func (r *perfRun) runLatWrite(ctx context.Context) error {
 // waited for.
 func (r *perfRun) runLat(ctx context.Context) error {
 	o := &r.o
-	w := &r.wrs[0]
-	w.SGList[0].Length = uint32(o.size)
-	w.Flags = wr.Signaled
+	r.latWR(wr.Signaled, false) // reads and atomics are never inline
 	duration := o.durationOn
 	var scnt uint64
 	r.measured = 0
@@ -1821,27 +1784,16 @@ func (r *perfRun) runLat(ctx context.Context) error {
 			r.tposted[scnt] = r.now()
 			scnt++
 		}
-		if _, err := r.qps[0].PostSend(r.wrs[:1]); err != nil {
-			fmt.Fprintf(r.stderr, "Couldn't post send: scnt=%d\n", scnt)
+		if err := r.postLat("Couldn't post send: scnt=%d\n", scnt); err != nil {
 			return err
 		}
 		if duration && r.state() == perfEnd {
 			break
 		}
-		c, err := r.pollTimed(ctx, r.sendCQ, duration)
-		if err != nil {
-			fmt.Fprintf(r.stderr, "poll CQ failed %d\n", -1)
-			return err
+		if ok, err := r.pollLat(ctx, duration, "poll CQ", scnt, scnt); !ok {
+			return err // nil: a timed run's time is over
 		}
-		if c == nil {
-			break // a timed run's time is over
-		}
-		if c.Status != wr.Success {
-			return r.compError(c, "client", fmt.Sprintf("scnt=%d, ccnt=%d", scnt, scnt))
-		}
-		if duration && r.state() == perfSample {
-			r.measured++
-		}
+		r.sample(1)
 	}
 	return nil
 }
@@ -1851,12 +1803,7 @@ func (r *perfRun) runLat(ctx context.Context) error {
 // are signaled every cqMod-th (every one, as the send queue holds one).
 func (r *perfRun) runLatSend(ctx context.Context) error {
 	o := &r.o
-	w := &r.wrs[0]
-	w.SGList[0].Length = uint32(o.size)
-	w.Flags = 0
-	if o.size <= uint64(o.inline) {
-		w.Flags |= wr.Inline
-	}
+	w := r.latWR(0, true)
 	duration := o.durationOn
 	iters := o.iters
 	sizePerQP := uint64(o.rxDepth)
@@ -1882,9 +1829,7 @@ func (r *perfRun) runLatSend(ctx context.Context) error {
 					return r.compError(c, "server", fmt.Sprintf(" rcnt=%d", rcnt))
 				}
 				rcnt++
-				if duration && r.state() == perfSample {
-					r.measured++
-				}
+				r.sample(1)
 				if duration || rcnt+sizePerQP <= iters {
 					id := c.ID
 					if _, err := r.qps[id].PostRecv(r.rwrs[id : id+1]); err != nil {
@@ -1907,27 +1852,67 @@ func (r *perfRun) runLatSend(ctx context.Context) error {
 			if duration && r.state() == perfEnd {
 				break
 			}
-			if _, err := r.qps[0].PostSend(r.wrs[:1]); err != nil {
-				fmt.Fprintf(r.stderr, "Couldn't post send: scnt=%d \n", scnt)
+			if err := r.postLat("Couldn't post send: scnt=%d \n", scnt); err != nil {
 				return err
 			}
 			if poll {
-				c, err := r.pollTimed(ctx, r.sendCQ, duration)
-				if err != nil {
-					fmt.Fprintf(r.stderr, "poll on Send CQ failed %d\n", -1)
-					return err
-				}
-				if c == nil {
-					break // a timed run's time is over
-				}
-				if c.Status != wr.Success {
-					return r.compError(c, "client", fmt.Sprintf("scnt=%d, ccnt=%d", scnt, scnt))
+				if ok, err := r.pollLat(ctx, duration, "poll on Send CQ", scnt, scnt); !ok {
+					return err // nil: a timed run's time is over
 				}
 				w.Flags &^= wr.Signaled
 			}
 		}
 	}
 	return nil
+}
+
+// latWR sets up the one work request of a latency loop for o.size
+// bytes, with flags, and inline where inline allows it and the size fits.
+func (r *perfRun) latWR(flags wr.SendFlags, inline bool) *wr.SendWR {
+	w := &r.wrs[0]
+	w.SGList[0].Length = uint32(r.o.size)
+	w.Flags = flags
+	if inline && r.o.size <= uint64(r.o.inline) {
+		w.Flags |= wr.Inline
+	}
+	return w
+}
+
+// sample counts n measured iterations when a timed run is sampling.
+func (r *perfRun) sample(n uint64) {
+	if r.o.durationOn && r.state() == perfSample {
+		r.measured += n
+	}
+}
+
+// postLat posts the first work request on the first QP, the one request
+// of a latency loop; a failure is reported as perftest does, by format
+// with the send count.
+func (r *perfRun) postLat(format string, scnt uint64) error {
+	if _, err := r.qps[0].PostSend(r.wrs[:1]); err != nil {
+		fmt.Fprintf(r.stderr, format, scnt)
+		return err
+	}
+	return nil
+}
+
+// pollLat waits for a latency loop's send completion (pollTimed). It
+// reports false, with a nil error, when a timed run's time is over, and
+// false with the error when the poll (named what in the report) fails or
+// the completion has an error status (reported with the counts).
+func (r *perfRun) pollLat(ctx context.Context, duration bool, what string, scnt, ccnt uint64) (bool, error) {
+	c, err := r.pollTimed(ctx, r.sendCQ, duration)
+	if err != nil {
+		fmt.Fprintf(r.stderr, "%s failed %d\n", what, -1)
+		return false, err
+	}
+	if c == nil {
+		return false, nil
+	}
+	if c.Status != wr.Success {
+		return false, r.compError(c, "client", fmt.Sprintf("scnt=%d, ccnt=%d", scnt, ccnt))
+	}
+	return true, nil
 }
 
 // pollTimed waits for one completion on cq; in a timed run it gives up,
