@@ -175,16 +175,9 @@ func TestDeviceEndpoints(t *testing.T) {
 // rdma_server, which receives 16 bytes and answers 16.
 func TestDeviceInteropCServer(t *testing.T) {
 	testenv.RequireDevice(t)
-	srvPath, err := exec.LookPath("rdma_server")
-	if err != nil {
-		t.Skip("rdma-core's rdma_server is not installed (vm deps installs rdmacm-utils)")
-	}
 	ctx := rdmatest.Context(t)
 	port := freePort(t)
-	cmd := exec.CommandContext(ctx, srvPath, "-s", rdmatest.VMAddr.String(), "-p", fmt.Sprint(port))
-	var out strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &out
-	rdmatest.Must(t, cmd.Start())
+	cmd, out := startCTool(ctx, t, "rdma_server", "-s", rdmatest.VMAddr.String(), "-p", fmt.Sprint(port))
 	defer func() {
 		cmd.Process.Kill()
 		cmd.Wait()
@@ -216,23 +209,31 @@ func TestDeviceInteropCServer(t *testing.T) {
 // rdma_client.
 func TestDeviceInteropCClient(t *testing.T) {
 	testenv.RequireDevice(t)
-	cliPath, err := exec.LookPath("rdma_client")
-	if err != nil {
-		t.Skip("rdma-core's rdma_client is not installed (vm deps installs rdmacm-utils)")
-	}
 	ctx := rdmatest.Context(t)
 	listen, port := listenEP(ctx, t)
-	cmd := exec.CommandContext(ctx, cliPath, "-s", rdmatest.VMAddr.String(), "-p", fmt.Sprint(port))
-	var out strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &out
-	rdmatest.Must(t, cmd.Start())
-	err = rdmaServer(ctx, t, listen)
+	cmd, out := startCTool(ctx, t, "rdma_client", "-s", rdmatest.VMAddr.String(), "-p", fmt.Sprint(port))
+	err := rdmaServer(ctx, t, listen)
 	werr := cmd.Wait()
 	t.Logf("rdma_client: %s", out.String())
 	rdmatest.Must(t, err)
 	if werr != nil {
 		t.Errorf("rdma_client: %v", werr)
 	}
+}
+
+// startCTool starts rdma-core's program name with args, gathering its
+// output, or skips the test where it is not installed.
+func startCTool(ctx context.Context, t *testing.T, name string, args ...string) (*exec.Cmd, *strings.Builder) {
+	t.Helper()
+	path, err := exec.LookPath(name)
+	if err != nil {
+		t.Skipf("rdma-core's %s is not installed (vm deps installs rdmacm-utils)", name)
+	}
+	cmd := exec.CommandContext(ctx, path, args...)
+	out := new(strings.Builder)
+	cmd.Stdout, cmd.Stderr = out, out
+	rdmatest.Must(t, cmd.Start())
+	return cmd, out
 }
 
 func freePort(t testing.TB) uint16 {

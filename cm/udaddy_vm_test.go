@@ -33,14 +33,7 @@ const (
 // exited with status 0.
 func startUdaddy(ctx context.Context, t *testing.T, args ...string) (*exec.Cmd, func()) {
 	t.Helper()
-	path, err := exec.LookPath("udaddy")
-	if err != nil {
-		t.Skip("rdma-core's udaddy is not installed (vm deps installs rdmacm-utils)")
-	}
-	cmd := exec.CommandContext(ctx, path, args...)
-	var out strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &out
-	rdmatest.Must(t, cmd.Start())
+	cmd, out := startCTool(ctx, t, "udaddy", args...)
 	waited := false
 	wait := func() {
 		if waited {
