@@ -67,6 +67,16 @@ func objectContext(t testing.TB) (*fakeKernel, *Context) {
 	return k, fakeContext(t, k)
 }
 
+// allocPD allocates a PD on c or fails the test.
+func allocPD(t testing.TB, c *Context) *PD {
+	t.Helper()
+	pd, err := c.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pd
+}
+
 func wantClosed(t *testing.T, what string, err error) {
 	t.Helper()
 	if !errors.Is(err, ErrClosed) || !errors.Is(err, net.ErrClosed) {
@@ -78,20 +88,14 @@ func wantClosed(t *testing.T, what string, err error) {
 // as an argument: its handle may already name a newer object.
 func TestClosedObjectsStayClosed(t *testing.T) {
 	k, c := objectContext(t)
-	old, err := c.AllocPD()
-	if err != nil {
-		t.Fatal(err)
-	}
+	old := allocPD(t, c)
 	if err := old.Close(); err != nil {
 		t.Fatal(err)
 	}
 	if err := old.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
 	}
-	pd, err := c.AllocPD()
-	if err != nil {
-		t.Fatal(err)
-	}
+	pd := allocPD(t, c)
 	if pd.Handle() != old.Handle() {
 		t.Fatalf("the fake kernel did not reuse handle %d (got %d)", old.Handle(), pd.Handle())
 	}
@@ -102,7 +106,7 @@ func TestClosedObjectsStayClosed(t *testing.T) {
 	deadCQ := &CQ{object: newObject(c, kindCQ, 8)}
 	deadCQ.dead.Store(true)
 	buf := make([]byte, 64)
-	_, err = old.RegMR(buf, wr.LocalWrite)
+	_, err := old.RegMR(buf, wr.LocalWrite)
 	wantClosed(t, "RegMR on a closed PD", err)
 	_, err = old.CreateQP(QPInitAttr{Type: qp.RC, SendCQ: cq, RecvCQ: cq})
 	wantClosed(t, "CreateQP on a closed PD", err)
@@ -169,14 +173,8 @@ func (fakeProvAH) ProviderAH(seal.Key) any { return fakeProvAH{} }
 // the work request, and the requests before it are posted.
 func TestUDSendAddressHandles(t *testing.T) {
 	_, c := objectContext(t)
-	pd, err := c.AllocPD()
-	if err != nil {
-		t.Fatal(err)
-	}
-	other, err := c.AllocPD()
-	if err != nil {
-		t.Fatal(err)
-	}
+	pd := allocPD(t, c)
+	other := allocPD(t, c)
 	rec := &postRecorder{}
 	q := &QP{object: newObject(c, kindQP, 3), pd: pd, typ: qp.UD, prov: rec}
 	q.state.Store(uint32(qp.StateRTS))
@@ -235,10 +233,7 @@ func TestDroppedObjectsReleaseThemselves(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		pd, err := c.AllocPD()
-		if err != nil {
-			t.Fatal(err)
-		}
+		pd := allocPD(t, c)
 		buf := make([]byte, 1<<16)
 		runtime.AddCleanup(&buf[0], func(ch chan struct{}) { close(ch) }, freed)
 		if _, err := pd.RegMR(buf, wr.LocalWrite); err != nil {
@@ -287,10 +282,7 @@ func TestRegisteredMemoryOutlivesDroppedMR(t *testing.T) {
 		return nil
 	})
 	c := fakeContext(t, k)
-	pd, err := c.AllocPD()
-	if err != nil {
-		t.Fatal(err)
-	}
+	pd := allocPD(t, c)
 	func() {
 		buf := make([]byte, 1<<16)
 		runtime.AddCleanup(unsafe.SliceData(buf), func(ch chan struct{}) { close(ch) }, freed)
@@ -323,10 +315,7 @@ func TestCreateCQOutOfRange(t *testing.T) {
 // clock).
 func BenchmarkPostSendLayer(b *testing.B) {
 	_, c := objectContext(b)
-	pd, err := c.AllocPD()
-	if err != nil {
-		b.Fatal(err)
-	}
+	pd := allocPD(b, c)
 	q := &QP{object: newObject(c, kindQP, 3), pd: pd, typ: qp.RC, prov: &postRecorder{}}
 	q.state.Store(uint32(qp.StateRTS))
 	send := []wr.SendWR{{ID: 1, Opcode: wr.OpRDMAWrite, Flags: wr.Signaled, SGList: []wr.SGE{{Addr: 0x1000, Length: 64, LKey: 1}}, RemoteAddr: 0x2000, RKey: 2}}
