@@ -494,11 +494,10 @@ func (cq *CQ) ReqNotify(solicitedOnly bool) error {
 	if cq == nil {
 		return errNil
 	}
-	cq.rw.RLock()
-	defer cq.rw.RUnlock()
-	if cq.dead.Load() {
-		return ErrClosed
+	if err := cq.use(); err != nil {
+		return err
 	}
+	defer cq.done()
 	if cq.channel == nil {
 		return &Error{Op: "req notify CQ", Err: fmt.Errorf("CQ has no completion channel: %w", unix.EINVAL)}
 	}
