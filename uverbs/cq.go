@@ -49,6 +49,10 @@ type CompChannel struct {
 	pending    []uint64
 	pendingArr [16]uint64
 	buf        [16 * 8]byte
+	// dlMu orders SetReadDeadline against a read that restores deadline
+	// (the one SetReadDeadline set) before it waits.
+	dlMu     sync.Mutex
+	deadline time.Time
 }
 
 // NewCompChannel creates a completion channel (ibv_create_comp_channel).
@@ -146,11 +150,57 @@ func (ch *CompChannel) getEvent(ctx context.Context, direct bool) (*CQ, error) {
 
 // read reads at least one event description (struct ib_uverbs_comp_event_desc).
 func (ch *CompChannel) read(ctx context.Context) error {
+	if ctx.Done() == nil {
+		return ch.readUntil()
+	}
 	n, err := readContext(ctx, ch.file, ch.buf[:], "get CQ event")
 	if err != nil {
 		return err
 	}
 	ch.setPending(n)
+	return nil
+}
+
+// readUntil is read for a context that is never done: the wait ends at
+// the deadline SetReadDeadline set. A context's wait moves the file's
+// deadline, so it is restored first, under dlMu so that a SetReadDeadline
+// made meanwhile is not lost.
+func (ch *CompChannel) readUntil() error {
+	ch.dlMu.Lock()
+	ch.file.SetReadDeadline(ch.deadline)
+	ch.dlMu.Unlock()
+	n, err := ch.file.Read(ch.buf[:])
+	switch {
+	case err == nil:
+		ch.setPending(n)
+		return nil
+	case errors.Is(err, os.ErrClosed):
+		return ErrClosed
+	default:
+		return &Error{Op: "get CQ event", Err: err}
+	}
+}
+
+// SetReadDeadline bounds GetEvent's waits whose context is never done
+// (context.Background): a wait under way when t passes, or when t is set
+// in the past, ends with an error matching os.ErrDeadlineExceeded; the zero
+// time means no deadline. It works as os.File's does and, unlike a context
+// with a deadline, allocates nothing, for programs that wait with deadlines
+// that move on every call (net.Conn's). Waits with a context that can be
+// done, and GetEventDirect, take their bound from the context instead.
+func (ch *CompChannel) SetReadDeadline(t time.Time) error {
+	if ch == nil {
+		return errNil
+	}
+	ch.dlMu.Lock()
+	defer ch.dlMu.Unlock()
+	ch.deadline = t
+	if err := ch.file.SetReadDeadline(t); err != nil {
+		if errors.Is(err, os.ErrClosed) {
+			return ErrClosed
+		}
+		return &Error{Op: "set deadline", Err: err}
+	}
 	return nil
 }
 
