@@ -1,0 +1,392 @@
+package rsocket
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/netip"
+	"runtime"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rdmago/rdma/cm"
+)
+
+// Conn is an rsocket connection: a net.Conn whose bytes travel as RDMA
+// writes into the peer's memory.
+//
+// One Read and one Write may run at the same time, from different
+// goroutines; Reads take turns, as do Writes. Deadlines are real: a Read or
+// Write blocked past its deadline returns an error that matches
+// os.ErrDeadlineExceeded and is a net.Error whose Timeout is true, and
+// setting a deadline takes effect on a call already blocked. Close ends
+// blocked calls; every method after it returns an error matching
+// net.ErrClosed.
+//
+// A Conn dropped without Close is closed when the garbage collector finds
+// it unreachable.
+type Conn struct {
+	e            *endpoint
+	laddr, raddr Addr
+	network      string
+}
+
+var _ net.Conn = (*Conn)(nil)
+
+// Addr is the address of an rsocket endpoint: an IP address and port, as
+// rdma_cm binds and resolves them.
+type Addr struct {
+	netip.AddrPort
+	Net string // "rdma", "rdma4" or "rdma6"; empty means "rdma"
+}
+
+// Network is the network name, "rdma" unless the address says otherwise.
+func (a Addr) Network() string {
+	if a.Net == "" {
+		return "rdma"
+	}
+	return a.Net
+}
+
+func newConn(e *endpoint, network string) *Conn {
+	c := &Conn{
+		e:       e,
+		network: network,
+		laddr:   Addr{e.id.SrcAddr(), network},
+		raddr:   Addr{e.id.DstAddr(), network},
+	}
+	runtime.AddCleanup(c, func(e *endpoint) { e.close() }, e)
+	return c
+}
+
+// LocalAddr returns the local address.
+func (c *Conn) LocalAddr() net.Addr { return c.laddr }
+
+// RemoteAddr returns the peer's address.
+func (c *Conn) RemoteAddr() net.Addr { return c.raddr }
+
+func (c *Conn) opErr(op string, err error) error {
+	switch {
+	case err == nil || err == io.EOF:
+		return err
+	case errors.Is(err, errClosed):
+		err = net.ErrClosed
+	}
+	return &net.OpError{Op: op, Net: c.network, Source: c.laddr, Addr: c.raddr, Err: err}
+}
+
+// Read reads what has arrived, up to len(b) bytes, waiting for data if
+// none has. After the peer's last byte, once it shut its sending down
+// (CloseWrite) or closed, Read returns io.EOF.
+func (c *Conn) Read(b []byte) (int, error) {
+	n, err := c.e.read(b)
+	if err != nil {
+		return n, c.opErr("read", err)
+	}
+	return n, nil
+}
+
+func (e *endpoint) read(b []byte) (int, error) {
+	e.rmu.Lock()
+	defer e.rmu.Unlock()
+	if e.closed.Load() {
+		return 0, errClosed
+	}
+	if len(b) == 0 {
+		return 0, nil
+	}
+	e.mu.Lock()
+	if !e.s.haveData() {
+		// Completions not yet reaped may hold data, even when the
+		// connection has ended since.
+		e.progress()
+		if !e.test(condRead) {
+			e.mu.Unlock()
+			if err := e.wait(dirRead, condRead); err != nil {
+				return 0, err
+			}
+		}
+	}
+	if !e.s.haveData() {
+		err := e.s.err
+		e.mu.Unlock()
+		if err == nil {
+			err = io.EOF
+		}
+		return 0, err
+	}
+	n := e.s.take(e.rbuf.Bytes(), b)
+	e.updateCredits()
+	e.mu.Unlock()
+	return n, nil
+}
+
+// Write writes all of b, waiting for the peer's buffer and credits as it
+// must. It returns an error, with the bytes written before it, when the
+// deadline passes, the connection fails, or either side ended it.
+func (c *Conn) Write(b []byte) (int, error) {
+	n, err := c.e.write(b)
+	if err != nil {
+		return n, c.opErr("write", err)
+	}
+	return n, nil
+}
+
+func (e *endpoint) write(b []byte) (int, error) {
+	e.wmu.Lock()
+	defer e.wmu.Unlock()
+	if e.closed.Load() {
+		return 0, errClosed
+	}
+	n := 0
+	olen := uint32(olapStart)
+	for n < len(b) {
+		e.mu.Lock()
+		if !e.test(condWrite) {
+			e.mu.Unlock()
+			if err := e.wait(dirWrite, condWrite); err != nil {
+				return n, err
+			}
+		}
+		s := &e.s
+		if s.state&stWritable == 0 {
+			err := s.err
+			e.mu.Unlock()
+			switch {
+			case err != nil:
+			case e.shutWrite:
+				err = syscall.EPIPE
+			default:
+				err = syscall.ECONNRESET
+			}
+			return n, err
+		}
+		// Large writes start small and double, so that the peer sees
+		// the first bytes early (rsend's olen).
+		var size uint32
+		if left := len(b) - n; int(olen) < left {
+			size = olen
+			if olen < maxTransfer {
+				olen <<= 1
+			}
+		} else {
+			size = uint32(left)
+		}
+		size = min(size, s.sbufAvail, s.targetLen())
+		nsge := e.stage(b[n : n+int(size)])
+		err := e.writeData(nsge, size)
+		if err != nil {
+			e.fail(err)
+		}
+		e.mu.Unlock()
+		if err != nil {
+			return n, err
+		}
+		n += int(size)
+	}
+	return n, nil
+}
+
+// stage copies p into the send buffer's ring at sbufOff and describes it
+// in e.sge, with two SGEs where it wraps. Under mu.
+func (e *endpoint) stage(p []byte) int {
+	s := &e.s
+	sb := e.sbuf.Bytes()[:s.sbufSize]
+	first := copy(sb[s.sbufOff:], p)
+	e.sge[0] = e.sbuf.SGE(int(s.sbufOff), first)
+	if first == len(p) {
+		if s.sbufOff += uint32(first); s.sbufOff == s.sbufSize {
+			s.sbufOff = 0
+		}
+		return 1
+	}
+	rest := copy(sb, p[first:])
+	e.sge[1] = e.sbuf.SGE(0, rest)
+	s.sbufOff = uint32(rest)
+	return 2
+}
+
+// SetDeadline sets the read and write deadlines.
+func (c *Conn) SetDeadline(t time.Time) error {
+	if c.e.closed.Load() {
+		return c.opErr("set deadline", errClosed)
+	}
+	c.e.setDeadline(dirRead, t)
+	c.e.setDeadline(dirWrite, t)
+	return nil
+}
+
+// SetReadDeadline sets the deadline of Read calls, those blocked now
+// included. The zero time means none.
+func (c *Conn) SetReadDeadline(t time.Time) error {
+	if c.e.closed.Load() {
+		return c.opErr("set deadline", errClosed)
+	}
+	c.e.setDeadline(dirRead, t)
+	return nil
+}
+
+// SetWriteDeadline sets the deadline of Write calls, those blocked now
+// included. A Write that times out may have written part of its data.
+func (c *Conn) SetWriteDeadline(t time.Time) error {
+	if c.e.closed.Load() {
+		return c.opErr("set deadline", errClosed)
+	}
+	c.e.setDeadline(dirWrite, t)
+	return nil
+}
+
+// CloseWrite shuts down the sending side (rshutdown SHUT_WR): the peer
+// reads io.EOF after the last byte written, and may go on sending.
+func (c *Conn) CloseWrite() error {
+	return c.opErr("close", c.e.shutdown(unix.SHUT_WR))
+}
+
+// CloseRead shuts down the receiving side (SHUT_RD): Reads return io.EOF.
+// The peer learns of it only once this side's sending is shut down too.
+func (c *Conn) CloseRead() error {
+	return c.opErr("close", c.e.shutdown(unix.SHUT_RD))
+}
+
+// Close closes the connection: it tells the peer (DISCONNECT), waits a
+// moment for what was written to be delivered, disconnects and frees the
+// connection's resources. Blocked Reads and Writes return.
+func (c *Conn) Close() error {
+	return c.opErr("close", c.e.close())
+}
+
+// closeLinger bounds how long Close waits for sends to complete.
+const closeLinger = 2 * time.Second
+
+// shutdown is rshutdown.
+func (e *endpoint) shutdown(how int) error {
+	lock := &e.wmu
+	if how == unix.SHUT_RD {
+		lock = &e.rmu
+	}
+	lock.Lock()
+	defer lock.Unlock()
+	if e.closed.Load() {
+		return errClosed
+	}
+	return e.shutdownLocked(how, dirWrite)
+}
+
+func (e *endpoint) shutdownLocked(how, dir int) error {
+	e.mu.Lock()
+	s := &e.s
+	if s.state&stConnected == 0 {
+		e.mu.Unlock()
+		return nil
+	}
+	var ctrl uint32
+	switch how {
+	case unix.SHUT_RDWR:
+		ctrl = ctrlDisconnect
+		s.state &^= stReadable | stWritable
+		e.shutWrite = true
+	case unix.SHUT_WR:
+		s.state &^= stWritable
+		e.shutWrite = true
+		ctrl = ctrlDisconnect
+		if s.state&stReadable != 0 {
+			ctrl = ctrlShutdown
+		}
+	default:
+		s.state &^= stReadable
+		if s.state&stWritable != 0 {
+			e.mu.Unlock()
+			e.wakeAll()
+			return nil
+		}
+		ctrl = ctrlDisconnect
+	}
+	e.wakeAll()
+	if !s.ctrlAvail() {
+		e.mu.Unlock()
+		if err := e.wait(dir, condCtrl); err != nil {
+			return err
+		}
+	}
+	if s.state&stConnected != 0 && s.ctrlAvail() {
+		s.ctrlSeq++
+		if err := e.postMsg(msg(opCtrl, ctrl)); err != nil {
+			e.fail(err)
+		}
+	}
+	e.mu.Unlock()
+	if err := e.wait(dir, condSendsDone); err != nil {
+		return err
+	}
+	e.mu.Unlock()
+	return nil
+}
+
+// close is Close, and the cleanup of a Conn dropped without it.
+func (e *endpoint) close() error {
+	if !e.closed.CompareAndSwap(false, true) {
+		return errClosed
+	}
+	e.kick()
+	e.rmu.Lock()
+	e.wmu.Lock()
+	defer e.wmu.Unlock()
+	defer e.rmu.Unlock()
+	e.setDeadline(dirClose, time.Now().Add(closeLinger))
+	e.shutdownLocked(unix.SHUT_RDWR, dirClose)
+	e.timerMu.Lock()
+	for _, t := range e.timer {
+		if t != nil {
+			t.Stop()
+		}
+	}
+	e.timerMu.Unlock()
+	if e.stopWatch != nil {
+		e.stopWatch()
+		<-e.watchEnd
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), closeLinger)
+	e.id.Disconnect(ctx)
+	cancel()
+	e.release()
+	return e.id.Close()
+}
+
+// watch follows the connection's rdma_cm events (rsocket.c's connect
+// service): a peer that disconnects, or that the keepalive finds gone,
+// ends the connection, and the QP is flushed so that waits end.
+func (e *endpoint) watch(ctx context.Context) {
+	defer close(e.watchEnd)
+	ch := e.id.Channel()
+	for {
+		ev, err := ch.GetEvent(ctx)
+		if err != nil {
+			return
+		}
+		switch ev.Type {
+		case cm.EventDisconnected, cm.EventDeviceRemoval:
+		default:
+			continue
+		}
+		e.mu.Lock()
+		if err := ev.Err(); err != nil {
+			e.fail(err)
+		} else {
+			e.s.state = 0
+		}
+		e.mu.Unlock()
+		e.id.Disconnect(ctx)
+		e.kick()
+	}
+}
+
+// startWatch starts watch.
+func (e *endpoint) startWatch() {
+	ctx, cancel := context.WithCancel(context.Background())
+	e.stopWatch = cancel
+	e.watchEnd = make(chan struct{})
+	go e.watch(ctx)
+}

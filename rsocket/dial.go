@@ -1,0 +1,219 @@
+package rsocket
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/netip"
+	"os"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/rdmago/rdma/cm"
+)
+
+// Dialer holds options for connecting. The zero Dialer connects with
+// librdmacm's defaults: 128 KiB buffers each way, 64 bytes inline, 384
+// credits.
+type Dialer struct {
+	// Timeout bounds the whole connect; zero means no bound beyond the
+	// context's and rdma_cm's own retries.
+	Timeout time.Duration
+	// LocalAddr is the address to connect from; nil picks one.
+	LocalAddr *Addr
+	// SendBuffer and RecvBuffer size the connection's registered buffers
+	// (SO_SNDBUF and SO_RCVBUF of rsockets); zero means 128 KiB.
+	SendBuffer, RecvBuffer int
+	// Inline is the largest write sent inline, from the work request
+	// itself (RDMA_INLINE); zero means 64, negative means none.
+	Inline int
+	// QueueDepth is the number of send and receive queue entries, and so
+	// of credits (RDMA_SQSIZE and RDMA_RQSIZE); zero means 384.
+	QueueDepth int
+	// KeepAlive, if positive, checks every KeepAlive that the peer's
+	// device still answers, and ends the connection when it has not for
+	// another KeepAlive (cm.ID.SetKeepAlive): a peer whose machine died is
+	// found within about twice KeepAlive.
+	KeepAlive time.Duration
+	// PollTime is how long a blocked Read or Write polls for completions
+	// before it sleeps; zero means 10µs, as rsockets' polling_time.
+	PollTime time.Duration
+}
+
+func (d *Dialer) config() config {
+	return config{
+		sendBuf:    d.SendBuffer,
+		recvBuf:    d.RecvBuffer,
+		inline:     d.Inline,
+		queueDepth: d.QueueDepth,
+		keepAlive:  d.KeepAlive,
+		pollTime:   d.PollTime,
+	}
+}
+
+// Dial connects to address on the named network with the zero Dialer.
+// The networks are "rdma", "rdma4" and "rdma6"; the address is host:port
+// as for package net.
+func Dial(network, address string) (*Conn, error) {
+	var d Dialer
+	return d.DialContext(context.Background(), network, address)
+}
+
+// Dial connects to address on the named network.
+func (d *Dialer) Dial(network, address string) (*Conn, error) {
+	return d.DialContext(context.Background(), network, address)
+}
+
+// DialContext connects to address on the named network. ctx bounds the
+// address and route resolution and the connection handshake; once
+// connected, it no longer matters. Errors are *net.OpError; the refusals
+// of package net match theirs: errors.Is(err, syscall.ECONNREFUSED) for a
+// port nobody listens on, ENETUNREACH or EHOSTUNREACH for a peer that
+// cannot be reached, and ENODEV when no RDMA device serves the route.
+func (d *Dialer) DialContext(ctx context.Context, network, address string) (*Conn, error) {
+	opErr := func(raddr net.Addr, err error) error {
+		var laddr net.Addr
+		if d.LocalAddr != nil {
+			laddr = *d.LocalAddr
+		}
+		return &net.OpError{Op: "dial", Net: network, Source: laddr, Addr: raddr, Err: err}
+	}
+	if d.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, d.Timeout)
+		defer cancel()
+	}
+	dst, err := resolve(ctx, network, address, false)
+	if err != nil {
+		return nil, opErr(nil, err)
+	}
+	raddr := Addr{dst, network}
+	cfg := d.config().withDefaults()
+	id, err := cm.CreateID(nil, nil, cm.PSTCP)
+	if err != nil {
+		return nil, opErr(raddr, sysErr("socket", err))
+	}
+	c, err := dial(ctx, id, d.LocalAddr, dst, network, cfg)
+	if err != nil {
+		id.Close()
+		return nil, opErr(raddr, err)
+	}
+	return c, nil
+}
+
+// resolveTimeout is each rdma_cm resolution's own timeout (rsockets
+// starts at one second and doubles on each of its retries).
+const resolveTimeout = 2 * time.Second
+
+func dial(ctx context.Context, id *cm.ID, laddr *Addr, dst netip.AddrPort, network string, cfg config) (*Conn, error) {
+	var src netip.AddrPort
+	if laddr != nil {
+		src = laddr.AddrPort
+		if err := id.BindAddr(src); err != nil {
+			return nil, sysErr("bind", err)
+		}
+	}
+	if err := id.ResolveAddr(ctx, src, dst, resolveTimeout); err != nil {
+		return nil, sysErr("connect", err)
+	}
+	if err := id.ResolveRoute(ctx, resolveTimeout); err != nil {
+		return nil, sysErr("connect", err)
+	}
+	e, err := newEndpoint(id, cfg)
+	if err != nil {
+		return nil, sysErr("connect", err)
+	}
+	cd := e.connData()
+	b := cd.marshal()
+	param := cm.ConnParam{PrivateData: b[:], FlowControl: 1, RetryCount: 7, RNRRetryCount: 7}
+	if err := id.Connect(ctx, &param); err != nil {
+		e.release()
+		return nil, sysErr("connect", err)
+	}
+	peer, err := parseConnData(id.Event().PrivateData())
+	if err != nil {
+		e.release()
+		return nil, err
+	}
+	return establish(e, &peer, network, cfg)
+}
+
+// establish finishes a connection either side made.
+func establish(e *endpoint, peer *connData, network string, cfg config) (*Conn, error) {
+	e.s.save(peer)
+	if cfg.keepAlive > 0 {
+		if err := e.id.SetKeepAlive(cfg.keepAlive, cfg.keepAlive); err != nil {
+			e.release()
+			return nil, err
+		}
+	}
+	e.startWatch()
+	return newConn(e, network), nil
+}
+
+// sysErr gives an rdma_cm failure the shape package net gives a system
+// call's: an *os.SyscallError around the errno, which errors.Is finds.
+func sysErr(call string, err error) error {
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		return os.NewSyscallError(call, errno)
+	}
+	return err
+}
+
+// resolve turns host:port into an address of the network's family.
+func resolve(ctx context.Context, network, address string, passive bool) (netip.AddrPort, error) {
+	switch network {
+	case "rdma", "rdma4", "rdma6":
+	default:
+		return netip.AddrPort{}, net.UnknownNetworkError(network)
+	}
+	host, service, err := net.SplitHostPort(address)
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	port, err := net.DefaultResolver.LookupPort(ctx, "tcp", service)
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	if port < 0 || port > 0xffff {
+		return netip.AddrPort{}, &net.AddrError{Err: "invalid port", Addr: strconv.Itoa(port)}
+	}
+	if host == "" {
+		if !passive {
+			host = "localhost"
+		} else if network == "rdma4" {
+			return netip.AddrPortFrom(netip.IPv4Unspecified(), uint16(port)), nil
+		} else {
+			return netip.AddrPortFrom(netip.IPv6Unspecified(), uint16(port)), nil
+		}
+	}
+	if a, err := netip.ParseAddr(host); err == nil {
+		a = a.Unmap()
+		if !familyOK(network, a) {
+			return netip.AddrPort{}, &net.AddrError{Err: "address of the wrong family for " + network, Addr: host}
+		}
+		return netip.AddrPortFrom(a, uint16(port)), nil
+	}
+	addrs, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	for _, a := range addrs {
+		if a = a.Unmap(); familyOK(network, a) {
+			return netip.AddrPortFrom(a, uint16(port)), nil
+		}
+	}
+	return netip.AddrPort{}, &net.AddrError{Err: "no suitable address found", Addr: host}
+}
+
+func familyOK(network string, a netip.Addr) bool {
+	switch network {
+	case "rdma4":
+		return a.Is4()
+	case "rdma6":
+		return a.Is6()
+	}
+	return true
+}

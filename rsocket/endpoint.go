@@ -1,0 +1,565 @@
+package rsocket
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/bits"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rdmago/rdma/cm"
+	"github.com/rdmago/rdma/mr"
+	"github.com/rdmago/rdma/qp"
+	"github.com/rdmago/rdma/uverbs"
+	"github.com/rdmago/rdma/wr"
+)
+
+// recvFlag marks receive work requests' IDs (RS_WR_ID_FLAG_RECV); a
+// send's ID is the message it carries.
+const recvFlag = 1 << 63
+
+// endpoint is a connection's verbs resources and protocol state: one CQ
+// for sends and receives with its completion channel, the QP of the
+// rdma_cm ID, and three registered buffers: sbuf (data being sent, and
+// control messages that do not fit inline), rbuf (the receive ring the
+// peer writes into) and target (the SGL the peer writes credits into).
+type endpoint struct {
+	id     *cm.ID
+	qp     *uverbs.QP
+	cq     *uverbs.CQ
+	ch     *uverbs.CompChannel
+	sbuf   *mr.Region
+	rbuf   *mr.Region
+	target *mr.Region
+	sbase  uint64 // sbuf's address, for SGEs
+	rbase  uint64
+
+	// rmu and wmu make Reads, and Writes, take turns; mu guards s and
+	// every post and poll.
+	rmu sync.Mutex
+	wmu sync.Mutex
+	mu  sync.Mutex
+	s   stream
+
+	// Preallocated work requests and completions, so that posting and
+	// polling allocate nothing (under mu).
+	swr   [1]wr.SendWR
+	sge   [2]wr.SGE
+	recvs []wr.RecvWR
+	wc    [16]wr.Completion
+
+	// Waiting. One goroutine at a time waits on the completion channel
+	// (it holds sem); the others sleep on their direction's wake channel
+	// and are woken when it sees progress or gives up the wait. kicks
+	// counts the reasons to look again (a deadline changed, Close) that
+	// cut the channel wait short.
+	sem     chan struct{}
+	wake    [3]chan struct{}
+	kicks   atomic.Uint64
+	armed   bool // the CQ is armed: an event will come (under mu)
+	unacked int  // events received and not acknowledged (under mu)
+
+	// Deadlines, in Unix nanoseconds (0: none), and the timers that wake
+	// a waiting direction when its deadline passes.
+	deadline [3]atomic.Int64
+	timerMu  sync.Mutex
+	timer    [3]*time.Timer
+
+	pollTime time.Duration // how long to poll before waiting for an event
+
+	closed    atomic.Bool
+	watchEnd  chan struct{} // closed when watch returns
+	stopWatch context.CancelFunc
+	// shutWrite records that this side shut its sending down.
+	shutWrite bool
+}
+
+// Directions, indexing wake, deadline and timer. dirClose is Close's
+// drain, which a closed connection does not cut short.
+const (
+	dirRead  = 0
+	dirWrite = 1
+	dirClose = 2
+)
+
+// config is what Dialer and ListenConfig set.
+type config struct {
+	sendBuf, recvBuf int
+	inline           int
+	queueDepth       int
+	keepAlive        time.Duration
+	pollTime         time.Duration
+}
+
+func (c config) withDefaults() config {
+	d := c
+	if d.sendBuf <= 0 {
+		d.sendBuf = defaultBuffer
+	}
+	if d.recvBuf <= 0 {
+		d.recvBuf = defaultBuffer
+	}
+	if d.inline < 0 {
+		d.inline = 0
+	} else if d.inline == 0 {
+		d.inline = defaultInline
+	}
+	if d.queueDepth <= 0 {
+		d.queueDepth = defaultQueueDepth
+	}
+	if d.pollTime == 0 {
+		d.pollTime = defaultPollTime
+	}
+	return d
+}
+
+// librdmacm's defaults (rs_configure without configuration files).
+const (
+	defaultBuffer     = 1 << 17
+	defaultInline     = 64
+	defaultQueueDepth = 384
+	defaultPollTime   = 10 * time.Microsecond
+	maxBuffer         = 1 << 28 // a 29-bit message length, halved
+)
+
+// newEndpoint creates the verbs resources of a connection on id, which is
+// bound to its device (its address resolved, or a connection request),
+// and posts the receives. It releases what it made if it fails.
+func newEndpoint(id *cm.ID, cfg config) (e *endpoint, err error) {
+	vctx, pd := id.Verbs(), id.PD()
+	if vctx == nil || pd == nil {
+		return nil, unix.ENODEV
+	}
+	attr, err := vctx.QueryDevice()
+	if err != nil {
+		return nil, err
+	}
+	size := uint32(cfg.queueDepth)
+	size = min(size, uint32(attr.MaxQPWR), qpMaxSize)
+	size = max(size, qpMinSize)
+	// Each buffer is split in halves, each a whole number of pages that
+	// a data message (29 bits of length) can describe.
+	rbufSize := roundBuf(cfg.recvBuf)
+	sbufSize := roundBuf(cfg.sendBuf)
+
+	e = &endpoint{id: id, sem: make(chan struct{}, 1), pollTime: cfg.pollTime}
+	e.wake[dirRead] = make(chan struct{}, 1)
+	e.wake[dirWrite] = make(chan struct{}, 1)
+	e.wake[dirClose] = make(chan struct{}, 1)
+	defer func() {
+		if err != nil {
+			e.release()
+		}
+	}()
+	if e.ch, err = vctx.NewCompChannel(); err != nil {
+		return nil, err
+	}
+	if e.cq, err = vctx.CreateCQ(uverbs.CQAttr{CQE: int(2 * size), Channel: e.ch}); err != nil {
+		return nil, err
+	}
+	err = id.CreateQP(pd, uverbs.QPInitAttr{
+		Type:   qp.RC,
+		SendCQ: e.cq,
+		RecvCQ: e.cq,
+		Caps: qp.Caps{
+			MaxSendWR:     size,
+			MaxRecvWR:     size,
+			MaxSendSGE:    2,
+			MaxRecvSGE:    1,
+			MaxInlineData: uint32(cfg.inline),
+		},
+		SignalAll: true,
+	})
+	if err != nil {
+		return nil, err
+	}
+	e.qp = id.QP()
+	inline := e.qp.Caps().MaxInlineData
+	// Credit updates that carry an SGE stage it in one of ctrlSlots slots
+	// after the data (rs_get_ctrl_buf); a slot is reused only once the
+	// message that used it completed.
+	if e.sbuf, err = mr.New(pd, int(sbufSize)+sgeLen*ctrlSlots, wr.LocalWrite); err != nil {
+		return nil, err
+	}
+	if e.rbuf, err = mr.New(pd, int(rbufSize), wr.LocalWrite|wr.RemoteWrite); err != nil {
+		return nil, err
+	}
+	if e.target, err = mr.New(pd, sglSize*sgeLen, wr.LocalWrite|wr.RemoteWrite); err != nil {
+		return nil, err
+	}
+	e.sbase, e.rbase = e.sbuf.Addr(), e.rbuf.Addr()
+	e.s.init(size, size, sbufSize, rbufSize, inline, e.target.Bytes()[:sglSize*sgeLen])
+	e.swr[0].SGList = e.sge[:0]
+	e.recvs = make([]wr.RecvWR, size)
+	for i := range e.recvs {
+		e.recvs[i].ID = recvFlag
+	}
+	if _, err = e.qp.PostRecv(e.recvs); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// roundBuf rounds a buffer size to two halves of whole pages, within what
+// a message can describe.
+func roundBuf(n int) uint32 {
+	page := os.Getpagesize()
+	n = min(max(n, 2*page), maxBuffer)
+	half := (n/2 + page - 1) / page * page
+	return uint32(2 * half)
+}
+
+// connData is what this side announces (rs_format_conn_data).
+func (e *endpoint) connData() connData {
+	flags := uint8(0)
+	if bigEndian {
+		flags |= flagNet
+	}
+	return connData{
+		Version:   connVersion,
+		Flags:     flags,
+		Credits:   uint16(e.s.rqSize),
+		TargetSGL: rsSGE{Addr: e.target.Addr(), Key: e.target.RKey, Length: sglSize},
+		DataBuf:   rsSGE{Addr: e.rbase, Key: e.rbuf.RKey, Length: e.s.rbufSize / 2},
+	}
+}
+
+// release frees the verbs resources; the ID is the caller's.
+func (e *endpoint) release() {
+	if e.qp != nil {
+		e.id.DestroyQP()
+	}
+	for _, r := range []*mr.Region{e.target, e.rbuf, e.sbuf} {
+		if r != nil {
+			r.Close()
+		}
+	}
+	if e.cq != nil {
+		if e.unacked > 0 {
+			e.cq.AckEvents(e.unacked)
+			e.unacked = 0
+		}
+		e.cq.Close()
+	}
+	if e.ch != nil {
+		e.ch.Close()
+	}
+}
+
+// fail records the first error that ends the connection (under mu).
+func (e *endpoint) fail(err error) {
+	if e.s.err == nil {
+		e.s.err = err
+	}
+	e.s.state = 0
+}
+
+// postMsg sends a message without data: a zero-length RDMA write with
+// immediate data (rs_post_msg).
+func (e *endpoint) postMsg(m uint32) error {
+	w := &e.swr[0]
+	*w = wr.SendWR{ID: uint64(m), SGList: e.sge[:0], Opcode: wr.OpRDMAWriteWithImm, Imm: m}
+	_, err := e.qp.PostSend(e.swr[:])
+	return err
+}
+
+// writeData writes length bytes, staged in e.sge[:n], into the peer's
+// current target buffer (rs_write_data). Under mu, with canSend true.
+func (e *endpoint) writeData(n int, length uint32) error {
+	s := &e.s
+	s.sseqNo++
+	s.sqeAvail--
+	s.sbufAvail -= length
+	a, k, l := s.targetWords(s.targetSGE)
+	addr, rkey := atomic.LoadUint64(a), atomic.LoadUint32(k)
+	atomic.StoreUint64(a, addr+uint64(length))
+	left := atomic.LoadUint32(l) - length
+	atomic.StoreUint32(l, left)
+	if left == 0 {
+		if s.targetSGE++; s.targetSGE == sglSize {
+			s.targetSGE = 0
+		}
+	}
+	return e.postWrite(n, msg(opData, length), length <= s.inline, addr, rkey)
+}
+
+// postWrite writes the SGEs in e.sge[:n] to the peer with message m.
+func (e *endpoint) postWrite(n int, m uint32, inline bool, addr uint64, rkey uint32) error {
+	w := &e.swr[0]
+	*w = wr.SendWR{ID: uint64(m), SGList: e.sge[:n], Opcode: wr.OpRDMAWriteWithImm, Imm: m, RemoteAddr: addr, RKey: rkey}
+	if inline {
+		w.Flags = wr.Inline
+	}
+	_, err := e.qp.PostSend(e.swr[:])
+	return err
+}
+
+// sendCredits grants the peer credits, with the next free half of rbuf if
+// there is one (rs_send_credits). Under mu.
+func (e *endpoint) sendCredits() {
+	s := &e.s
+	s.ctrlSeq++
+	s.rseqComp = s.rseqNo + uint16(s.rqSize/2)
+	m := msg(opSGL, uint32(s.rseqNo)+s.rqSize)
+	var err error
+	if s.rbufAvail >= s.rbufSize/2 {
+		half := s.rbufSize / 2
+		sge := rsSGE{Addr: e.rbase + uint64(s.rbufFree), Key: e.rbuf.RKey, Length: half}
+		var b [sgeLen]byte
+		order := binary.ByteOrder(binary.NativeEndian)
+		if s.swap {
+			sge = rsSGE{Addr: bits.ReverseBytes64(sge.Addr), Key: bits.ReverseBytes32(sge.Key), Length: bits.ReverseBytes32(sge.Length)}
+		}
+		order.PutUint64(b[:], sge.Addr)
+		order.PutUint32(b[8:], sge.Key)
+		order.PutUint32(b[12:], sge.Length)
+		inline := s.inline >= sgeLen
+		off := s.sbufSize + sgeLen*(s.ctrlSeq&(ctrlSlots-1))
+		copy(e.sbuf.Bytes()[off:off+sgeLen], b[:])
+		e.sge[0] = wr.SGE{Addr: e.sbase + uint64(off), Length: sgeLen, LKey: e.sbuf.LKey}
+		raddr := s.remoteSGL.Addr + uint64(s.remoteSGE)*sgeLen
+		err = e.postWrite(1, m, inline, raddr, s.remoteSGL.Key)
+		s.rbufAvail -= half
+		s.granted += half
+		if s.rbufFree += half; s.rbufFree >= s.rbufSize {
+			s.rbufFree = 0
+		}
+		if s.remoteSGE++; s.remoteSGE == s.remoteSGL.Length {
+			s.remoteSGE = 0
+		}
+	} else {
+		err = e.postMsg(m)
+	}
+	if err != nil {
+		e.fail(err)
+	}
+}
+
+// updateCredits sends credits when they are due (under mu).
+func (e *endpoint) updateCredits() {
+	if e.s.giveCredits() {
+		e.sendCredits()
+	}
+}
+
+// poll reaps completions and reposts receives (rs_poll_cq). Under mu.
+func (e *endpoint) poll() {
+	s := &e.s
+	for {
+		n, err := e.cq.Poll(e.wc[:])
+		if err != nil {
+			e.fail(err)
+			return
+		}
+		if n == 0 {
+			break
+		}
+		for i := range e.wc[:n] {
+			c := &e.wc[i]
+			if c.ID&recvFlag != 0 {
+				if c.Status != wr.Success {
+					continue
+				}
+				s.recvsToRepost++
+				if c.Flags&wr.WCWithImm == 0 {
+					e.fail(protoErr("a message without immediate data"))
+					continue
+				}
+				if err := s.recvMsg(c.Imm); err != nil {
+					e.fail(err)
+				}
+				continue
+			}
+			s.sendDone(uint32(c.ID))
+			if c.Status != wr.Success && s.state&stConnected != 0 {
+				e.fail(fmt.Errorf("rsocket: send failed: %w", c.Err()))
+			}
+		}
+	}
+	if s.recvsToRepost > 0 && s.state&stConnected != 0 {
+		if _, err := e.qp.PostRecv(e.recvs[:s.recvsToRepost]); err != nil {
+			e.fail(err)
+		}
+		s.recvsToRepost = 0
+	}
+}
+
+// progress is one round of rs_process_cq: credits, completions, credits.
+func (e *endpoint) progress() {
+	e.updateCredits()
+	e.poll()
+	e.updateCredits()
+}
+
+// Conditions a wait waits for.
+const (
+	condRead      = iota // data, or no more to come
+	condWrite            // room to send, or no more sending
+	condCtrl             // a control slot, or the connection gone
+	condSendsDone        // nothing outstanding
+)
+
+func (e *endpoint) test(cond int) bool {
+	s := &e.s
+	switch cond {
+	case condRead:
+		return s.haveData() || s.state&stReadable == 0
+	case condWrite:
+		return s.canSend() || s.state&stWritable == 0
+	case condCtrl:
+		return s.ctrlAvail() || s.state&stConnected == 0
+	default:
+		return s.allSendsDone()
+	}
+}
+
+// errDeadline and errClosed end waits.
+var (
+	errDeadline = os.ErrDeadlineExceeded
+	errClosed   = errors.New("rsocket: use of closed connection")
+)
+
+// past is a deadline that has passed.
+var past = time.Unix(1, 0)
+
+// wait makes progress until cond holds, with mu held on return when it
+// returns nil. It polls for pollTime first, as rsocket.c does, then arms
+// the CQ and sleeps: on the completion channel if no other goroutine is
+// waiting there, on its direction's wake channel if one is.
+//
+// Only the goroutine that holds sem reads the channel, and it blocks there
+// only after it found cond false with the CQ armed, polling under mu after
+// the arm. Every completion after that raises an event, so whatever made
+// the cond true comes as one. The holder wakes the sleepers whenever it
+// lets go of sem, so that they look again, and one of them takes over.
+func (e *endpoint) wait(dir, cond int) error {
+	var spinStart int64
+	holding := false
+	release := func() {
+		if holding {
+			<-e.sem
+			holding = false
+			e.wakeAll()
+		}
+	}
+	for {
+		g := e.kicks.Load()
+		e.mu.Lock()
+		e.progress()
+		if e.test(cond) {
+			release()
+			return nil
+		}
+		var err error
+		dl := e.deadline[dir].Load()
+		now := time.Now().UnixNano()
+		switch {
+		case dir != dirClose && e.closed.Load():
+			err = errClosed
+		case dl != 0 && now >= dl:
+			err = errDeadline
+		}
+		if err != nil {
+			e.mu.Unlock()
+			release()
+			return err
+		}
+		if spinStart == 0 {
+			spinStart = now
+		}
+		if now-spinStart < int64(e.pollTime) {
+			e.mu.Unlock()
+			continue
+		}
+		if !e.armed {
+			if err := e.cq.ReqNotify(false); err != nil {
+				e.fail(err)
+			}
+			e.armed = true
+			e.mu.Unlock()
+			continue // poll once more: a completion may have come before the arm
+		}
+		e.mu.Unlock()
+		if !holding {
+			select {
+			case e.sem <- struct{}{}:
+				holding = true // look again before sleeping on the channel
+			case <-e.wake[dir]:
+			}
+			continue
+		}
+		e.waitEvent(g, dl)
+		release()
+	}
+}
+
+// waitEvent waits on the completion channel for one event, unless kicked
+// since kicks was g, until the deadline dl at most.
+func (e *endpoint) waitEvent(g uint64, dl int64) {
+	t := time.Time{}
+	if dl != 0 {
+		t = time.Unix(0, dl)
+	}
+	e.ch.SetReadDeadline(t)
+	if e.kicks.Load() != g {
+		return
+	}
+	_, err := e.ch.GetEvent(context.Background())
+	if err != nil {
+		// A deadline, a kick or Close: the caller looks again.
+		return
+	}
+	e.mu.Lock()
+	e.armed = false
+	if e.unacked++; e.unacked >= int(e.s.sqSize+e.s.rqSize) {
+		e.cq.AckEvents(e.unacked)
+		e.unacked = 0
+	}
+	e.mu.Unlock()
+}
+
+// wakeAll wakes any goroutine sleeping on a wake channel.
+func (e *endpoint) wakeAll() {
+	for _, w := range e.wake {
+		select {
+		case w <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// kick cuts short the completion channel wait under way, if any, so its
+// waiter looks at its deadline and the connection's state again, and
+// wakes the sleepers.
+func (e *endpoint) kick() {
+	e.kicks.Add(1)
+	e.ch.SetReadDeadline(past)
+	e.wakeAll()
+}
+
+// setDeadline sets a direction's deadline and wakes its waiter.
+func (e *endpoint) setDeadline(dir int, t time.Time) {
+	var ns int64
+	if !t.IsZero() {
+		ns = max(t.UnixNano(), 1)
+	}
+	e.deadline[dir].Store(ns)
+	e.timerMu.Lock()
+	if ns == 0 {
+		if e.timer[dir] != nil {
+			e.timer[dir].Stop()
+		}
+	} else if e.timer[dir] == nil {
+		e.timer[dir] = time.AfterFunc(time.Until(t), e.kick)
+	} else {
+		e.timer[dir].Reset(time.Until(t))
+	}
+	e.timerMu.Unlock()
+	e.kick()
+}
