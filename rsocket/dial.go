@@ -162,6 +162,16 @@ func sysErr(call string, err error) error {
 	return err
 }
 
+// ResolveAddr resolves address (host:port) on the named network, as
+// net.ResolveTCPAddr does; an empty host is the loopback address.
+func ResolveAddr(network, address string) (*Addr, error) {
+	ap, err := resolve(context.Background(), network, address, false)
+	if err != nil {
+		return nil, err
+	}
+	return &Addr{ap, network}, nil
+}
+
 // resolve turns host:port into an address of the network's family.
 func resolve(ctx context.Context, network, address string, passive bool) (netip.AddrPort, error) {
 	switch network {
