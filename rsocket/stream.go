@@ -56,19 +56,18 @@ type stream struct {
 	// The receive ring: rbuf is split into halves, each advertised to the
 	// peer whole once free. rmsg holds the lengths of the data messages
 	// received and not yet read, head to tail.
-	rmsg             []uint32
-	rmsgHead         int
-	rmsgTail         int
-	rbufAvail        uint32 // free bytes not yet advertised
-	rbufFree         uint32 // offset of the next half to advertise
-	rbufOff          uint32 // offset of the next byte to read
-	granted          uint32 // bytes advertised that the peer has not yet written
-	sqeAvail         uint32 // send queue entries free for data
-	sbufAvail        uint32 // send buffer bytes free
-	sbufOff          uint32 // where the next write's data is copied in sbuf
-	unread           uint32 // bytes received and not yet read
-	recvsToRepost    uint32 // receives completed and not yet posted again
-	peerNotifiedDone bool   // a DISCONNECT or SHUTDOWN has been sent
+	rmsg          []uint32
+	rmsgHead      int
+	rmsgTail      int
+	rbufAvail     uint32 // free bytes not yet advertised
+	rbufFree      uint32 // offset of the next half to advertise
+	rbufOff       uint32 // offset of the next byte to read
+	granted       uint32 // bytes advertised that the peer has not yet written
+	sqeAvail      uint32 // send queue entries free for data
+	sbufAvail     uint32 // send buffer bytes free
+	sbufOff       uint32 // where the next write's data is copied in sbuf
+	unread        uint32 // bytes received and not yet read
+	recvsToRepost uint32 // receives completed and not yet posted again
 }
 
 // init sets the initial state once the queues and buffers are sized, as
