@@ -418,6 +418,12 @@ func (s *session) poll() (code int, done, kvmFailed bool) {
 		case <-s.q.done:
 		case <-time.After(2 * time.Second):
 		}
+		if _, started := readStarted(s.ioDir); !started {
+			// A panic while booting (an int3 oops in the timer code,
+			// seen on sid's kernel under TCG) ran nothing of the
+			// command: boot again, as for a hang.
+			s.bootStuck = true
+		}
 		return s.fail(exitVMError, cause), true, false
 	}
 	elapsed := time.Since(s.start)
