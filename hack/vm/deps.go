@@ -30,6 +30,7 @@ var hostPackages = []string{
 	"perftest",
 	"libibverbs-dev",
 	"librdmacm-dev",
+	"curl", // a socket program run under librspreload against rsocket
 }
 
 func cmdDeps(args []string) int {
