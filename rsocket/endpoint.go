@@ -272,21 +272,8 @@ func (e *endpoint) postMsg(m uint32) error {
 // writeData writes length bytes, staged in e.sge[:n], into the peer's
 // current target buffer (rs_write_data). Under mu, with canSend true.
 func (e *endpoint) writeData(n int, length uint32) error {
-	s := &e.s
-	s.sseqNo++
-	s.sqeAvail--
-	s.sbufAvail -= length
-	a, k, l := s.targetWords(s.targetSGE)
-	addr, rkey := atomic.LoadUint64(a), atomic.LoadUint32(k)
-	atomic.StoreUint64(a, addr+uint64(length))
-	left := atomic.LoadUint32(l) - length
-	atomic.StoreUint32(l, left)
-	if left == 0 {
-		if s.targetSGE++; s.targetSGE == sglSize {
-			s.targetSGE = 0
-		}
-	}
-	return e.postWrite(n, msg(opData, length), length <= s.inline, addr, rkey)
+	addr, rkey := e.s.reserve(length)
+	return e.postWrite(n, msg(opData, length), length <= e.s.inline, addr, rkey)
 }
 
 // postWrite writes the SGEs in e.sge[:n] to the peer with message m.
@@ -304,13 +291,10 @@ func (e *endpoint) postWrite(n int, m uint32, inline bool, addr uint64, rkey uin
 // there is one (rs_send_credits). Under mu.
 func (e *endpoint) sendCredits() {
 	s := &e.s
-	s.ctrlSeq++
-	s.rseqComp = s.rseqNo + uint16(s.rqSize/2)
-	m := msg(opSGL, uint32(s.rseqNo)+s.rqSize)
+	m, off, half := s.grant()
 	var err error
-	if s.rbufAvail >= s.rbufSize/2 {
-		half := s.rbufSize / 2
-		sge := rsSGE{Addr: e.rbase + uint64(s.rbufFree), Key: e.rbuf.RKey, Length: half}
+	if half != 0 {
+		sge := rsSGE{Addr: e.rbase + uint64(off), Key: e.rbuf.RKey, Length: half}
 		var b [sgeLen]byte
 		order := binary.ByteOrder(binary.NativeEndian)
 		if s.swap {
@@ -319,17 +303,11 @@ func (e *endpoint) sendCredits() {
 		order.PutUint64(b[:], sge.Addr)
 		order.PutUint32(b[8:], sge.Key)
 		order.PutUint32(b[12:], sge.Length)
-		inline := s.inline >= sgeLen
-		off := s.sbufSize + sgeLen*(s.ctrlSeq&(ctrlSlots-1))
-		copy(e.sbuf.Bytes()[off:off+sgeLen], b[:])
-		e.sge[0] = wr.SGE{Addr: e.sbase + uint64(off), Length: sgeLen, LKey: e.sbuf.LKey}
+		slot := s.sbufSize + sgeLen*(s.ctrlSeq&(ctrlSlots-1))
+		copy(e.sbuf.Bytes()[slot:slot+sgeLen], b[:])
+		e.sge[0] = wr.SGE{Addr: e.sbase + uint64(slot), Length: sgeLen, LKey: e.sbuf.LKey}
 		raddr := s.remoteSGL.Addr + uint64(s.remoteSGE)*sgeLen
-		err = e.postWrite(1, m, inline, raddr, s.remoteSGL.Key)
-		s.rbufAvail -= half
-		s.granted += half
-		if s.rbufFree += half; s.rbufFree >= s.rbufSize {
-			s.rbufFree = 0
-		}
+		err = e.postWrite(1, m, s.inline >= sgeLen, raddr, s.remoteSGL.Key)
 		if s.remoteSGE++; s.remoteSGE == s.remoteSGL.Length {
 			s.remoteSGE = 0
 		}

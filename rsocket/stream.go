@@ -182,6 +182,49 @@ func (s *stream) recvMsg(m uint32) error {
 	return nil
 }
 
+// reserve accounts for a data message of length bytes about to be sent
+// (rs_write_data's bookkeeping): it takes a send queue entry, send buffer
+// and a credit, and the next length bytes of the current target entry,
+// whose address it returns. Under mu, with canSend true and length at
+// most targetLen.
+func (s *stream) reserve(length uint32) (addr uint64, rkey uint32) {
+	s.sseqNo++
+	s.sqeAvail--
+	s.sbufAvail -= length
+	a, k, l := s.targetWords(s.targetSGE)
+	addr, rkey = atomic.LoadUint64(a), atomic.LoadUint32(k)
+	atomic.StoreUint64(a, addr+uint64(length))
+	left := atomic.LoadUint32(l) - length
+	atomic.StoreUint32(l, left)
+	if left == 0 {
+		if s.targetSGE++; s.targetSGE == sglSize {
+			s.targetSGE = 0
+		}
+	}
+	return addr, rkey
+}
+
+// grant accounts for a credit update (rs_send_credits' bookkeeping): it
+// takes a control slot, moves the point at which the next update is due,
+// and, when half of rbuf is free, advertises it. It returns the message,
+// and the offset and length of the half advertised (length 0: none).
+func (s *stream) grant() (m, off, length uint32) {
+	s.ctrlSeq++
+	s.rseqComp = s.rseqNo + uint16(s.rqSize/2)
+	m = msg(opSGL, uint32(s.rseqNo)+s.rqSize)
+	half := s.rbufSize / 2
+	if s.rbufAvail < half {
+		return m, 0, 0
+	}
+	off = s.rbufFree
+	s.rbufAvail -= half
+	s.granted += half
+	if s.rbufFree += half; s.rbufFree >= s.rbufSize {
+		s.rbufFree = 0
+	}
+	return m, off, half
+}
+
 // sendDone accounts for a completed send, named by the message it carried
 // (the work request's ID).
 func (s *stream) sendDone(m uint32) {
