@@ -3,8 +3,8 @@ module github.com/rdmago/rdma
 go 1.26.0
 
 require (
+	github.com/cilium/ebpf v0.22.0
 	github.com/google/go-cmp v0.7.0
+	golang.org/x/net v0.62.0
 	golang.org/x/sys v0.50.0
 )
-
-require github.com/cilium/ebpf v0.22.0

@@ -95,6 +95,9 @@ func (e *endpoint) read(b []byte) (int, error) {
 	if e.closed.Load() {
 		return 0, errClosed
 	}
+	if e.expired(dirRead) {
+		return 0, errDeadline
+	}
 	if len(b) == 0 {
 		return 0, nil
 	}
@@ -140,6 +143,9 @@ func (e *endpoint) write(b []byte) (int, error) {
 	defer e.wmu.Unlock()
 	if e.closed.Load() {
 		return 0, errClosed
+	}
+	if e.expired(dirWrite) {
+		return 0, errDeadline
 	}
 	n := 0
 	olen := uint32(olapStart)
@@ -188,6 +194,14 @@ func (e *endpoint) write(b []byte) (int, error) {
 		n += int(size)
 	}
 	return n, nil
+}
+
+// expired tells that a direction's deadline has passed: a call made then
+// fails at once, as package net's do, even if it could go on without
+// waiting.
+func (e *endpoint) expired(dir int) bool {
+	dl := e.deadline[dir].Load()
+	return dl != 0 && time.Now().UnixNano() >= dl
 }
 
 // stage copies p into the send buffer's ring at sbufOff and describes it
