@@ -261,12 +261,33 @@ func (o *options) run(ctx context.Context, stdout io.Writer) error {
 	return nil
 }
 
-// shutdown is rs_shutdown(SHUT_RDWR) before rs_close.
+// shutdown is rs_shutdown(SHUT_RDWR) before rs_close, with one
+// difference: after shutting its sending down it waits, a moment at most,
+// for the peer to end the connection (its SHUTDOWN or DISCONNECT, read as
+// EOF), so that the peer reads everything before this side's DISCONNECT
+// can reach it. rstream in -T a mode needs that: its rpoll reports
+// POLLHUP alongside POLLIN when the DISCONNECT arrives with the last data
+// unread, and it gives up with exit status 16, against its own server as
+// against any other (docs/rsocket.md).
 func shutdown(c net.Conn) {
-	if cw, ok := c.(interface{ CloseWrite() error }); ok {
-		cw.CloseWrite()
+	cw, ok := c.(interface{ CloseWrite() error })
+	if !ok {
+		return
+	}
+	if cw.CloseWrite() != nil {
+		return
+	}
+	c.SetReadDeadline(time.Now().Add(peerCloseWait))
+	var b [64]byte
+	for {
+		if _, err := c.Read(b[:]); err != nil {
+			return
+		}
 	}
 }
+
+// peerCloseWait bounds shutdown's wait for the peer.
+const peerCloseWait = 2 * time.Second
 
 func sizeToCount(size int) int {
 	switch {
