@@ -180,7 +180,7 @@ check-generate-mlx5:
 bench-mlx5:
 	GO="$(GO)" hack/mlx5gen/bench.sh
 
-## test-pair: rping and rdma_server/rdma_client between two VMs (vm pair,
+## test-pair: rping, rdma_server/rdma_client and rstream between two VMs (vm pair,
 ## KERNEL for both): rdmago serving rdma-core's client, rdma-core's server
 ## serving rdmago, and rdmago on both sides. Each client waits 2 s for its
 ## server. Logged to bin/test-pair.log; exits non-zero on any failure.
@@ -223,7 +223,17 @@ test-pair: vm build
 	pair "rdma_server/rdma_client: rdmago server, rdmago client" \
 		"$$R server -v -s $$A" "$$R client -v -s $$A" \
 		1 '^\[a\] rdma_server: end 0$$' 1 '^\[b\] rdma_client: end 0$$' 1 "^\[a\] rdma_server: $$zeros" 1 "^\[b\] rdma_client: $$zeros"; \
-	echo "== test-pair ($(KERNEL)): 6 pairs, $$fails failed, $$(( $$(date +%s) - t0 )) s; full output in $$log"; \
+	rs='^\[[ab]\] custom  '; \
+	pair "rstream: rdmago server, rstream -T a client (4 KiB, verified)" \
+		"$$R rstream -S 4096 -C 200 -T v" "/usr/bin/rstream -s $$A -S 4096 -C 200 -T v -T a" \
+		2 "$$rs"; \
+	pair "rstream: rstream -T b server, rdmago client (1 MiB, verified)" \
+		"/usr/bin/rstream -S 1048576 -C 10 -T v -T b" "$$R rstream -s $$A -S 1048576 -C 10 -T v" \
+		2 "$$rs"; \
+	pair "rstream: rdmago server, rdmago client (64 B, verified)" \
+		"$$R rstream -S 64 -C 1000 -T v" "$$R rstream -s $$A -S 64 -C 1000 -T v" \
+		2 "$$rs"; \
+	echo "== test-pair ($(KERNEL)): 9 pairs, $$fails failed, $$(( $$(date +%s) - t0 )) s; full output in $$log"; \
 	[ $$fails -eq 0 ]
 
 ## test-faults: RoCEv2 recovery between two VMs (vm pair, KERNEL for both)
