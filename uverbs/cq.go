@@ -38,6 +38,7 @@ type CompChannel struct {
 	directFn  func(fd uintptr)
 	directN   int
 	directErr error
+	directFor time.Duration // the next sleep's bound (under mu)
 	closed    atomic.Bool
 	// useMu is held shared while the channel's descriptor number is in a
 	// command (CreateCQ), exclusively by Close.
@@ -186,8 +187,10 @@ func (ch *CompChannel) readUntil() error {
 // in the past, ends with an error matching os.ErrDeadlineExceeded; the zero
 // time means no deadline. It works as os.File's does and, unlike a context
 // with a deadline, allocates nothing, for programs that wait with deadlines
-// that move on every call (net.Conn's). Waits with a context that can be
-// done, and GetEventDirect, take their bound from the context instead.
+// that move on every call (net.Conn's). GetEventDirect honours it too,
+// between its sleeps of a millisecond at most: a deadline moved into the
+// past ends its wait within one. Waits with a context that can be done
+// take their bound from the context instead.
 func (ch *CompChannel) SetReadDeadline(t time.Time) error {
 	if ch == nil {
 		return errNil
@@ -236,7 +239,9 @@ const directSlice = time.Millisecond
 // halves the system calls and context switches of an event-driven latency
 // loop (docs/performance.md). The scheduler still takes the thread back:
 // the preemption signal interrupts the wait, and each sleep lasts at most
-// a millisecond, after which ctx and a closed channel are checked. Use it
+// a millisecond, after which ctx and a closed channel are checked (and,
+// with a context that is never done, the deadline SetReadDeadline set,
+// which also bounds the sleep). Use it
 // from a goroutine dedicated to a latency-critical channel, with
 // GOMAXPROCS above the number of such goroutines; use GetEvent anywhere
 // else.
@@ -248,11 +253,27 @@ func (ch *CompChannel) GetEventDirect(ctx context.Context) (*CQ, error) {
 }
 
 // readDirect is read for GetEventDirect (under mu): it reads at least one
-// event description, waiting on this thread a slice at a time.
+// event description, waiting on this thread a slice at a time. A context
+// that is never done leaves the bound to SetReadDeadline's deadline, as
+// for GetEvent; it is looked at before each slice, and a slice never
+// outlasts it.
 func (ch *CompChannel) readDirect(ctx context.Context) error {
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
+		}
+		ch.directFor = directSlice
+		if ctx.Done() == nil {
+			ch.dlMu.Lock()
+			dl := ch.deadline
+			ch.dlMu.Unlock()
+			if !dl.IsZero() {
+				left := time.Until(dl)
+				if left <= 0 {
+					return &Error{Op: "get CQ event", Err: os.ErrDeadlineExceeded}
+				}
+				ch.directFor = min(ch.directFor, left)
+			}
 		}
 		ch.directN, ch.directErr = 0, nil
 		err := ch.conn.Control(ch.directFn)

@@ -7,7 +7,7 @@ import (
 )
 
 // directRead reads events from fd, sleeping in poll(2) for at most
-// directSlice while there are none; after a quiet slice it returns with
+// directFor while there are none; after a quiet slice it returns with
 // directN 0. It runs under RawConn.Control, which keeps fd open meanwhile
 // (Close waits for it).
 func (ch *CompChannel) directRead(fd uintptr) {
@@ -23,7 +23,7 @@ func (ch *CompChannel) directRead(fd uintptr) {
 			return
 		}
 		pfd := unix.PollFd{Fd: int32(fd), Events: unix.POLLIN}
-		ts := unix.NsecToTimespec(int64(directSlice))
+		ts := unix.NsecToTimespec(int64(ch.directFor))
 		r, _, e := unix.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&pfd)), 1, uintptr(unsafe.Pointer(&ts)), 0, 0, 0)
 		switch {
 		case e != 0:

@@ -271,6 +271,34 @@ func TestDeviceGetEventDirect(t *testing.T) {
 		t.Error("a GC did not complete while a goroutine waited in GetEventDirect")
 	}
 
+	// With a context that is never done, the channel's read deadline
+	// bounds the wait, and moving it into the past ends a wait under way.
+	ch.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+	start = time.Now()
+	if _, err := ch.GetEventDirect(context.Background()); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("quiet channel with a read deadline: %v, want os.ErrDeadlineExceeded", err)
+	}
+	if d := time.Since(start); d < 100*time.Millisecond || d > 2*time.Second {
+		t.Errorf("the wait ended %v after it began; the deadline was 100ms", d)
+	}
+	ch.SetReadDeadline(time.Time{})
+	derr := make(chan error, 1)
+	go func() {
+		_, err := ch.GetEventDirect(context.Background())
+		derr <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	ch.SetReadDeadline(time.Unix(1, 0))
+	select {
+	case err := <-derr:
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Errorf("wait whose deadline moved into the past: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a deadline moved into the past did not end the wait")
+	}
+	ch.SetReadDeadline(time.Time{})
+
 	// Closing the channel ends a wait in progress.
 	c2, err := r.Ctx.NewCompChannel()
 	if err != nil {
