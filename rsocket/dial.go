@@ -39,16 +39,28 @@ type Dialer struct {
 	// PollTime is how long a blocked Read or Write polls for completions
 	// before it sleeps; zero means 10µs, as rsockets' polling_time.
 	PollTime time.Duration
+	// WaitInKernel makes a blocked Read or Write sleep in the kernel on
+	// its own thread, as a blocking C rsocket does
+	// (uverbs.CompChannel.GetEventDirect), instead of parking in the
+	// runtime's poller: a wake-up is then one return from ppoll(2), with
+	// no other thread woken, which lowers latency and CPU per message.
+	// The price is that the goroutine keeps its thread and P while it
+	// waits; other goroutines get the P only between sleeps of at most a
+	// millisecond. Set it for a goroutine per connection with GOMAXPROCS
+	// above the number of connections waiting at once; leave it off for
+	// servers of many connections.
+	WaitInKernel bool
 }
 
 func (d *Dialer) config() config {
 	return config{
-		sendBuf:    d.SendBuffer,
-		recvBuf:    d.RecvBuffer,
-		inline:     d.Inline,
-		queueDepth: d.QueueDepth,
-		keepAlive:  d.KeepAlive,
-		pollTime:   d.PollTime,
+		sendBuf:      d.SendBuffer,
+		recvBuf:      d.RecvBuffer,
+		inline:       d.Inline,
+		queueDepth:   d.QueueDepth,
+		keepAlive:    d.KeepAlive,
+		pollTime:     d.PollTime,
+		waitInKernel: d.WaitInKernel,
 	}
 }
 

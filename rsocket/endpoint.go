@@ -72,6 +72,7 @@ type endpoint struct {
 	timer    [3]*time.Timer
 
 	pollTime time.Duration // how long to poll before waiting for an event
+	direct   bool          // wait for events on the thread (GetEventDirect)
 
 	closed    atomic.Bool
 	watchEnd  chan struct{} // closed when watch returns
@@ -95,6 +96,7 @@ type config struct {
 	queueDepth       int
 	keepAlive        time.Duration
 	pollTime         time.Duration
+	waitInKernel     bool
 }
 
 func (c config) withDefaults() config {
@@ -148,7 +150,7 @@ func newEndpoint(id *cm.ID, cfg config) (e *endpoint, err error) {
 	rbufSize := roundBuf(cfg.recvBuf)
 	sbufSize := roundBuf(cfg.sendBuf)
 
-	e = &endpoint{id: id, sem: make(chan struct{}, 1), pollTime: cfg.pollTime}
+	e = &endpoint{id: id, sem: make(chan struct{}, 1), pollTime: cfg.pollTime, direct: cfg.waitInKernel}
 	e.wake[dirRead] = make(chan struct{}, 1)
 	e.wake[dirWrite] = make(chan struct{}, 1)
 	e.wake[dirClose] = make(chan struct{}, 1)
@@ -488,7 +490,12 @@ func (e *endpoint) waitEvent(g uint64, dl int64) {
 	if e.kicks.Load() != g {
 		return
 	}
-	_, err := e.ch.GetEvent(context.Background())
+	var err error
+	if e.direct {
+		_, err = e.ch.GetEventDirect(context.Background())
+	} else {
+		_, err = e.ch.GetEvent(context.Background())
+	}
 	if err != nil {
 		// A deadline, a kick or Close: the caller looks again.
 		return

@@ -17,6 +17,7 @@ type ListenConfig struct {
 	QueueDepth             int
 	KeepAlive              time.Duration
 	PollTime               time.Duration
+	WaitInKernel           bool // as Dialer's
 	// Backlog is the listen queue's length; zero means 128.
 	Backlog int
 }
@@ -85,12 +86,13 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (*L
 		addr:    Addr{id.SrcAddr(), network},
 		network: network,
 		cfg: config{
-			sendBuf:    lc.SendBuffer,
-			recvBuf:    lc.RecvBuffer,
-			inline:     lc.Inline,
-			queueDepth: lc.QueueDepth,
-			keepAlive:  lc.KeepAlive,
-			pollTime:   lc.PollTime,
+			sendBuf:      lc.SendBuffer,
+			recvBuf:      lc.RecvBuffer,
+			inline:       lc.Inline,
+			queueDepth:   lc.QueueDepth,
+			keepAlive:    lc.KeepAlive,
+			pollTime:     lc.PollTime,
+			waitInKernel: lc.WaitInKernel,
 		}.withDefaults(),
 	}
 	l.ctx, l.cancel = context.WithCancel(context.Background())

@@ -3,6 +3,7 @@
 package rsocket_test
 
 import (
+	"context"
 	"errors"
 	"net"
 	"sync"
@@ -20,37 +21,52 @@ import (
 // TestDeviceNettestConn runs golang.org/x/net/nettest's conformance suite
 // for net.Conn: basic I/O, ping-pong, racing Reads, Writes and Closes,
 // past and future deadlines, deadlines moved while blocked, and Close
-// ending blocked calls.
+// ending blocked calls; with waits in the runtime poller, and in the
+// kernel (WaitInKernel), whose deadlines and Close take another path.
 func TestDeviceNettestConn(t *testing.T) {
 	testenv.RequireDevice(t)
-	nettest.TestConn(t, func() (c1, c2 net.Conn, stop func(), err error) {
-		l, err := rsocket.Listen("rdma", rdmatest.VMAddr.String()+":0")
-		if err != nil {
-			return nil, nil, nil, err
+	for _, direct := range []bool{false, true} {
+		name := "poller"
+		if direct {
+			name = "WaitInKernel"
 		}
-		defer l.Close()
-		type res struct {
-			c   net.Conn
-			err error
+		t.Run(name, func(t *testing.T) {
+			nettest.TestConn(t, func() (c1, c2 net.Conn, stop func(), err error) {
+				return makePipe(direct)
+			})
+		})
+	}
+}
+
+func makePipe(direct bool) (c1, c2 net.Conn, stop func(), err error) {
+	lc := rsocket.ListenConfig{WaitInKernel: direct}
+	l, err := lc.Listen(context.Background(), "rdma", rdmatest.VMAddr.String()+":0")
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	defer l.Close()
+	type res struct {
+		c   net.Conn
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		c, err := l.Accept()
+		ch <- res{c, err}
+	}()
+	d := rsocket.Dialer{WaitInKernel: direct}
+	c, err := d.Dial("rdma", l.Addr().String())
+	r := <-ch
+	if err != nil || r.err != nil {
+		if c != nil {
+			c.Close()
 		}
-		ch := make(chan res, 1)
-		go func() {
-			c, err := l.Accept()
-			ch <- res{c, err}
-		}()
-		c1, err = rsocket.Dial("rdma", l.Addr().String())
-		r := <-ch
-		if err != nil || r.err != nil {
-			if c1 != nil {
-				c1.Close()
-			}
-			if r.c != nil {
-				r.c.Close()
-			}
-			return nil, nil, nil, errors.Join(err, r.err)
+		if r.c != nil {
+			r.c.Close()
 		}
-		return c1, r.c, func() { c1.Close(); r.c.Close() }, nil
-	})
+		return nil, nil, nil, errors.Join(err, r.err)
+	}
+	return c, r.c, func() { c.Close(); r.c.Close() }, nil
 }
 
 // TestDeviceListener checks what net.Listener promises, as nettest's
