@@ -338,6 +338,10 @@ func cntStr(cnt int64) string {
 	return fmt.Sprint(cnt)
 }
 
+// The rsocket connections wait in the kernel (rsocket.Dialer.WaitInKernel),
+// as C rstream's blocking rsockets do: one goroutine drives the one
+// connection, as one thread does in C.
+
 // rsocket options of set_options: 1 MiB buffers unless -B (rsockets
 // doubles SO_SNDBUF and SO_RCVBUF, as Linux does), inline per the test.
 func (o *options) rsConfig() (sendBuf, recvBuf, inline int) {
@@ -361,7 +365,7 @@ func (o *options) listen(ctx context.Context) (net.Listener, error) {
 	}
 	s, r, in := o.rsConfig()
 	lc := rsocket.ListenConfig{SendBuffer: s, RecvBuffer: r, Inline: in, Backlog: 1,
-		KeepAlive: time.Duration(o.keepAlive) * time.Second}
+		KeepAlive: time.Duration(o.keepAlive) * time.Second, WaitInKernel: true}
 	return lc.Listen(ctx, "rdma", addr)
 }
 
@@ -386,7 +390,8 @@ func (o *options) connect(ctx context.Context, l net.Listener) (net.Conn, error)
 		return c, err
 	}
 	s, r, in := o.rsConfig()
-	d := rsocket.Dialer{SendBuffer: s, RecvBuffer: r, Inline: in, KeepAlive: time.Duration(o.keepAlive) * time.Second}
+	d := rsocket.Dialer{SendBuffer: s, RecvBuffer: r, Inline: in, KeepAlive: time.Duration(o.keepAlive) * time.Second,
+		WaitInKernel: true}
 	if o.src != "" {
 		a, err := rsocket.ResolveAddr("rdma", net.JoinHostPort(o.src, "0"))
 		if err != nil {
