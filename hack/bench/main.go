@@ -5,7 +5,7 @@
 // runs it inside the soft-RoCE VM; it works the same on a host with a real
 // device.
 //
-//	bench [-d rxe0] [-reps 3] [-ip 10.0.2.15] rdmago-binary table|latency|scale...
+//	bench [-d rxe0] [-reps 3] [-ip 10.0.2.15] rdmago-binary table|latency|scale|rstream...
 //
 // table: the rows of docs/performance.md, each pair (perftest against
 // perftest, rdmago against rdmago) alternating -reps times. Meant for a VM
@@ -18,6 +18,9 @@
 //
 // scale: -q 1, 100 and 1000 QPs: the run's time, peak memory (maxrss),
 // mappings and descriptors, for each program.
+//
+// rstream: `rdmago rstream` against librdmacm's rstream, and both over TCP
+// (-T s) for reference, for 64 B, 4 KiB and 64 KiB transfers.
 package main
 
 import (
@@ -54,7 +57,7 @@ var (
 
 func main() {
 	flag.Usage = func() {
-		fmt.Fprintln(os.Stderr, "usage: bench [flags] rdmago-binary table|latency|scale...")
+		fmt.Fprintln(os.Stderr, "usage: bench [flags] rdmago-binary table|latency|scale|rstream...")
 		flag.PrintDefaults()
 	}
 	run := flag.String("run", "", "measure only the rows whose names match this regular expression")
@@ -76,6 +79,8 @@ func main() {
 			err = latency()
 		case "scale":
 			err = scale()
+		case "rstream":
+			err = rstreamTable()
 		default:
 			err = fmt.Errorf("unknown part %q", what)
 		}
