@@ -128,12 +128,13 @@ demo: deps build
 	$(VM) run --kernel $(KERNEL) -- $(CURDIR)/hack/demo.sh $(CURDIR)/bin/rdmago
 
 ## bench: perftest and rdmago perf side by side in one VM boot under QEMU's
-## instruction-counting clock (and the scale study), polling latency in a
+## instruction-counting clock (the scale study, and rdmago rstream against
+## C rstream and TCP), polling latency in a
 ## two-vCPU wall-clock boot, the Go micro-benchmarks, and the mlx5 Go/C
 ## benchmark. docs/performance.md explains each part.
 bench: deps build
 	$(GO) build -o bin/bench ./hack/bench
-	$(VM) run --icount --kernel $(KERNEL) --timeout 40m -- $(CURDIR)/bin/bench -reps $(BENCH_REPS) $(CURDIR)/bin/rdmago table scale
+	$(VM) run --icount --kernel $(KERNEL) --timeout 60m -- $(CURDIR)/bin/bench -reps $(BENCH_REPS) $(CURDIR)/bin/rdmago table scale rstream
 	$(VM) run --smp 2 --kernel $(KERNEL) --timeout 20m -- $(CURDIR)/bin/bench -reps 5 $(CURDIR)/bin/rdmago latency
 	$(GOTEST) -exec "$(VM) run --kernel $(KERNEL) --" -run '^$$' -bench . -benchmem ./...
 	$(MAKE) bench-mlx5
