@@ -80,7 +80,7 @@ fuzz:
 # the host's root. The device tests of cmd/rdmago take over five minutes
 # under -race (the tools' interop runs), so the device run is limited to
 # RACE_PKGS.
-RACE_PKGS ?= ./uverbs ./cm ./provider/...
+RACE_PKGS ?= ./uverbs ./cm ./rsocket ./provider/...
 
 ## test-race: the host unit tests, then the device tests of RACE_PKGS in
 ## the VM on KERNEL, built with -race.

@@ -330,6 +330,9 @@ func (e *endpoint) shutdownLocked(how, dir int) error {
 		if err := e.postMsg(msg(opCtrl, ctrl)); err != nil {
 			e.fail(err)
 		}
+		if ctrl == ctrlDisconnect {
+			e.sentEnd = true
+		}
 	}
 	e.mu.Unlock()
 	if err := e.wait(dir, condSendsDone); err != nil {
@@ -351,6 +354,24 @@ func (e *endpoint) close() error {
 	defer e.rmu.Unlock()
 	e.setDeadline(dirClose, time.Now().Add(closeLinger))
 	e.shutdownLocked(unix.SHUT_RDWR, dirClose)
+	e.mu.Lock()
+	awaitPeer := e.s.peerEnded && !e.sentEnd && e.cmGone != nil
+	e.mu.Unlock()
+	if awaitPeer {
+		// The peer ended the connection with a message and this side
+		// sent none. The device completes a receive before it sends the
+		// acknowledgement (rxe does), so disconnecting now could lose
+		// the acknowledgement of that last message, and a peer waiting
+		// for it (rsocket.c's rshutdown does) would retry it for ever.
+		// The peer disconnects, or destroys its ID, once it has the
+		// acknowledgement: wait for that, a moment at most.
+		t := time.NewTimer(closeLinger)
+		select {
+		case <-e.cmGone:
+		case <-t.C:
+		}
+		t.Stop()
+	}
 	e.timerMu.Lock()
 	for _, t := range e.timer {
 		if t != nil {
@@ -382,6 +403,7 @@ func (e *endpoint) watch(ctx context.Context) {
 		}
 		switch ev.Type {
 		case cm.EventDisconnected, cm.EventDeviceRemoval:
+			e.cmGoneOnce.Do(func() { close(e.cmGone) })
 		default:
 			continue
 		}
@@ -402,5 +424,6 @@ func (e *endpoint) startWatch() {
 	ctx, cancel := context.WithCancel(context.Background())
 	e.stopWatch = cancel
 	e.watchEnd = make(chan struct{})
+	e.cmGone = make(chan struct{})
 	go e.watch(ctx)
 }

@@ -77,6 +77,12 @@ type endpoint struct {
 	closed    atomic.Bool
 	watchEnd  chan struct{} // closed when watch returns
 	stopWatch context.CancelFunc
+	// cmGone is closed when rdma_cm reports the connection gone (the
+	// peer disconnected or destroyed its ID).
+	cmGone     chan struct{}
+	cmGoneOnce sync.Once
+	// sentEnd records that this side sent its DISCONNECT (under mu).
+	sentEnd bool
 	// shutWrite records that this side shut its sending down.
 	shutWrite bool
 }

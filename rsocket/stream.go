@@ -19,6 +19,9 @@ const (
 type stream struct {
 	state uint32
 	err   error // why the connection failed, once it has
+	// peerEnded records that the peer's message (DISCONNECT, or a
+	// SHUTDOWN after ours) ended the connection.
+	peerEnded bool
 
 	sqSize, rqSize uint32
 	rbufSize       uint32
@@ -167,11 +170,13 @@ func (s *stream) recvMsg(m uint32) error {
 		switch msgData(m) {
 		case ctrlDisconnect:
 			s.state = 0
+			s.peerEnded = true
 		case ctrlShutdown:
 			if s.state&stWritable != 0 {
 				s.state &^= stReadable
 			} else {
 				s.state = 0
+				s.peerEnded = true
 			}
 		default:
 			return protoErr("unknown control message %d", msgData(m))
