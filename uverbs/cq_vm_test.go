@@ -273,8 +273,8 @@ func TestDeviceGetEventDirect(t *testing.T) {
 
 	// With a context that is never done, the channel's read deadline
 	// bounds the wait, and moving it into the past ends a wait under way.
-	ch.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
 	start = time.Now()
+	ch.SetReadDeadline(start.Add(100 * time.Millisecond))
 	if _, err := ch.GetEventDirect(context.Background()); !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("quiet channel with a read deadline: %v, want os.ErrDeadlineExceeded", err)
 	}
