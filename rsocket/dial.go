@@ -82,9 +82,16 @@ func (d *Dialer) Dial(network, address string) (*Conn, error) {
 // connected, it no longer matters. Errors are *net.OpError; the refusals
 // of package net match theirs: errors.Is(err, syscall.ECONNREFUSED) for a
 // port nobody listens on, ENETUNREACH or EHOSTUNREACH for a peer that
-// cannot be reached, and ENODEV when no RDMA device serves the route.
+// cannot be reached, and ENODEV when no RDMA device serves the route; a
+// dial that outlives Timeout or ctx's deadline fails with
+// os.ErrDeadlineExceeded, a net.Error whose Timeout is true.
 func (d *Dialer) DialContext(ctx context.Context, network, address string) (*Conn, error) {
 	opErr := func(raddr net.Addr, err error) error {
+		if errors.Is(err, context.DeadlineExceeded) {
+			// As package net: a dial that ran out of time is a
+			// timeout, os.ErrDeadlineExceeded ("i/o timeout").
+			err = os.ErrDeadlineExceeded
+		}
 		var laddr net.Addr
 		if d.LocalAddr != nil {
 			laddr = *d.LocalAddr
