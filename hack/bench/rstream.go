@@ -5,7 +5,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -141,23 +140,12 @@ func usage(rw rsRow, cli, srv *proc) cpu {
 	return c
 }
 
-// listening tells that the server listens: on TCP, or through rdma_cm
-// (which /proc/net/tcp does not show).
+// listening tells that the server listens: on TCP, or through rdma_cm.
 func listening(port int, tcp bool) bool {
 	if tcp {
 		return perftable.Listening(port)
 	}
-	out, err := exec.Command("/usr/bin/rdma", "res", "show", "cm_id").Output()
-	if err != nil {
-		return false
-	}
-	suffix := ":" + strconv.Itoa(port) + " "
-	for _, line := range strings.Split(string(out), "\n") {
-		if strings.Contains(line, " state LISTEN ") && strings.Contains(line+" ", suffix) {
-			return true
-		}
-	}
-	return false
+	return perftable.CMListening(port)
 }
 
 // rstreamTable measures every row for every tool, alternating, reps times,

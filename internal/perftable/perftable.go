@@ -1,11 +1,14 @@
 // Package perftable reads what perftest's programs (and rdmago perf, which
 // prints the same) write: the results rows and the TCP port a server
-// listens on. The device tests and the side-by-side benchmark both need it.
+// listens on; and whether an rdma_cm server listens. The device tests and
+// the side-by-side benchmark both need it.
 package perftable
 
 import (
 	"fmt"
 	"os"
+	"os/exec"
+	"strconv"
 	"strings"
 )
 
@@ -42,6 +45,23 @@ func Listening(port int) bool {
 			if len(fs) > 3 && strings.HasSuffix(fs[1], suffix) && fs[3] == "0A" {
 				return true
 			}
+		}
+	}
+	return false
+}
+
+// CMListening reports whether an rdma_cm ID listens on port, from the
+// kernel's table of them (rdma res show cm_id): rdma_cm listeners are not
+// in /proc/net/tcp.
+func CMListening(port int) bool {
+	out, err := exec.Command("/usr/bin/rdma", "res", "show", "cm_id").Output()
+	if err != nil {
+		return false
+	}
+	suffix := ":" + strconv.Itoa(port) + " "
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.Contains(line, " state LISTEN ") && strings.Contains(line+" ", suffix) {
+			return true
 		}
 	}
 	return false

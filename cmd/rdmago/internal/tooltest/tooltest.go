@@ -141,21 +141,8 @@ const (
 	CMTimeout = 90 * time.Second
 )
 
-// CMListening reports whether an rdma_cm ID listens on port, from the
-// kernel's table of them (rdma res show cm_id).
-func CMListening(port int) bool {
-	out, err := exec.Command("/usr/bin/rdma", "res", "show", "cm_id").Output()
-	if err != nil {
-		return false
-	}
-	suffix := ":" + strconv.Itoa(port) + " "
-	for _, line := range strings.Split(string(out), "\n") {
-		if strings.Contains(line, " state LISTEN ") && strings.Contains(line+" ", suffix) {
-			return true
-		}
-	}
-	return false
-}
+// CMListening reports whether an rdma_cm ID listens on port.
+func CMListening(port int) bool { return perftable.CMListening(port) }
 
 // CMIDs counts the rdma_cm IDs on local port port: a listener and the
 // connections it accepted.
