@@ -338,10 +338,6 @@ func cntStr(cnt int64) string {
 	return fmt.Sprint(cnt)
 }
 
-// The rsocket connections wait in the kernel (rsocket.Dialer.WaitInKernel),
-// as C rstream's blocking rsockets do: one goroutine drives the one
-// connection, as one thread does in C.
-
 // rsocket options of set_options: 1 MiB buffers unless -B (rsockets
 // doubles SO_SNDBUF and SO_RCVBUF, as Linux does), inline per the test.
 func (o *options) rsConfig() (sendBuf, recvBuf, inline int) {
@@ -358,6 +354,9 @@ func (o *options) rsConfig() (sendBuf, recvBuf, inline int) {
 	return 2 * b, 2 * b, inline
 }
 
+// listen listens; its connections, as connect's, wait in the kernel
+// (rsocket WaitInKernel), as C rstream's blocking rsockets do: one
+// goroutine drives the one connection, as one thread does in C.
 func (o *options) listen(ctx context.Context) (net.Listener, error) {
 	addr := net.JoinHostPort(o.src, o.port)
 	if o.sockets {
