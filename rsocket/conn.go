@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"runtime"
+	"sync"
 	"syscall"
 	"time"
 
@@ -90,17 +91,40 @@ func (c *Conn) Read(b []byte) (int, error) {
 }
 
 func (e *endpoint) read(b []byte) (int, error) {
-	e.rmu.Lock()
-	defer e.rmu.Unlock()
-	if e.closed.Load() {
-		return 0, errClosed
-	}
-	if e.expired(dirRead) {
-		return 0, errDeadline
+	defer e.turn(dirRead).Unlock()
+	if err := e.usable(dirRead); err != nil {
+		return 0, err
 	}
 	if len(b) == 0 {
 		return 0, nil
 	}
+	if err := e.awaitData(); err != nil {
+		return 0, err
+	}
+	n := e.s.take(e.rbuf.Bytes(), b, len(b))
+	e.updateCredits()
+	e.mu.Unlock()
+	return n, nil
+}
+
+// usable tells why a call in direction dir may not start: the connection
+// is closed, or the direction's deadline has passed (a call made then
+// fails at once, as package net's do, even if it could go on without
+// waiting).
+func (e *endpoint) usable(dir int) error {
+	if e.closed.Load() {
+		return errClosed
+	}
+	if dl := e.deadline[dir].Load(); dl != 0 && time.Now().UnixNano() >= dl {
+		return errDeadline
+	}
+	return nil
+}
+
+// awaitData waits until received data is there, and returns with mu held,
+// or returns io.EOF after the peer's last byte, or why the connection
+// failed.
+func (e *endpoint) awaitData() error {
 	e.mu.Lock()
 	if !e.s.haveData() {
 		// Completions not yet reaped may hold data, even when the
@@ -109,7 +133,7 @@ func (e *endpoint) read(b []byte) (int, error) {
 		if !e.test(condRead) {
 			e.mu.Unlock()
 			if err := e.wait(dirRead, condRead); err != nil {
-				return 0, err
+				return err
 			}
 		}
 	}
@@ -119,12 +143,48 @@ func (e *endpoint) read(b []byte) (int, error) {
 		if err == nil {
 			err = io.EOF
 		}
-		return 0, err
+		return err
 	}
-	n := e.s.take(e.rbuf.Bytes(), b)
-	e.updateCredits()
-	e.mu.Unlock()
-	return n, nil
+	return nil
+}
+
+// turn takes a direction's turn: its lock, once no WriteTo or ReadFrom has
+// that direction's buffer lent out.
+func (e *endpoint) turn(dir int) *sync.Mutex {
+	mu := &e.rmu
+	if dir == dirWrite {
+		mu = &e.wmu
+	}
+	mu.Lock()
+	for e.lent[dir] {
+		mu.Unlock()
+		// Only waited for: the lender holds it until the buffer is back.
+		e.lendMu[dir].Lock()
+		//lint:ignore SA2001 the critical section is the wait itself
+		e.lendMu[dir].Unlock()
+		mu.Lock()
+	}
+	return mu
+}
+
+// lend marks the direction's buffer lent and gives up its lock (which the
+// caller holds), so that the lender can call user code.
+func (e *endpoint) lend(dir int, mu *sync.Mutex) {
+	e.lendMu[dir].Lock()
+	e.lent[dir] = true
+	mu.Unlock()
+}
+
+// unlend takes the direction's lock again and ends the lend.
+func (e *endpoint) unlend(dir int) *sync.Mutex {
+	mu := &e.rmu
+	if dir == dirWrite {
+		mu = &e.wmu
+	}
+	mu.Lock()
+	e.lent[dir] = false
+	e.lendMu[dir].Unlock()
+	return mu
 }
 
 // Write writes all of b, waiting for the peer's buffer and credits as it
@@ -139,13 +199,9 @@ func (c *Conn) Write(b []byte) (int, error) {
 }
 
 func (e *endpoint) write(b []byte) (int, error) {
-	e.wmu.Lock()
-	defer e.wmu.Unlock()
-	if e.closed.Load() {
-		return 0, errClosed
-	}
-	if e.expired(dirWrite) {
-		return 0, errDeadline
+	defer e.turn(dirWrite).Unlock()
+	if err := e.usable(dirWrite); err != nil {
+		return 0, err
 	}
 	n := 0
 	olen := uint32(olapStart)
@@ -157,19 +213,11 @@ func (e *endpoint) write(b []byte) (int, error) {
 				return n, err
 			}
 		}
-		s := &e.s
-		if s.state&stWritable == 0 {
-			err := s.err
+		if err := e.writable(); err != nil {
 			e.mu.Unlock()
-			switch {
-			case err != nil:
-			case e.shutWrite:
-				err = syscall.EPIPE
-			default:
-				err = syscall.ECONNRESET
-			}
 			return n, err
 		}
+		s := &e.s
 		// Large writes start small and double, so that the peer sees
 		// the first bytes early (rsend's olen).
 		var size uint32
@@ -196,12 +244,220 @@ func (e *endpoint) write(b []byte) (int, error) {
 	return n, nil
 }
 
-// expired tells that a direction's deadline has passed: a call made then
-// fails at once, as package net's do, even if it could go on without
-// waiting.
-func (e *endpoint) expired(dir int) bool {
-	dl := e.deadline[dir].Load()
-	return dl != 0 && time.Now().UnixNano() >= dl
+// WriteTo writes what arrives to w until the peer's last byte, and returns
+// how many bytes it wrote and the first error; reaching io.EOF is not one.
+// It hands w the receive buffer itself, saving the copy that io.Copy
+// through Read makes. w's call may block as long as it likes: Close does
+// not wait for it (Reads do), and the bytes it was handed stay valid after
+// Close. The read deadline bounds the waits for data. io.Copy(w, c) calls
+// it.
+func (c *Conn) WriteTo(w io.Writer) (int64, error) {
+	n, err := c.e.writeTo(w)
+	return n, c.opErr("writeto", err)
+}
+
+func (e *endpoint) writeTo(w io.Writer) (total int64, err error) {
+	for {
+		p, err := e.lendRecv()
+		if err != nil {
+			if err == io.EOF {
+				err = nil
+			}
+			return total, err
+		}
+		n, werr := e.writeLent(w, p)
+		total += int64(n)
+		if err := e.takeLent(n); err != nil {
+			return total, err
+		}
+		if werr != nil {
+			return total, werr
+		}
+	}
+}
+
+// writeLent calls w.Write with data lent from the receive buffer. Should
+// w panic, the lend ends before the panic goes on, so that the connection
+// stays usable.
+func (e *endpoint) writeLent(w io.Writer, p []byte) (n int, err error) {
+	done := false
+	defer func() {
+		if !done {
+			e.takeLent(0)
+		}
+	}()
+	n, err = w.Write(p)
+	done = true
+	switch {
+	case n < 0 || n > len(p):
+		return 0, errInvalidWrite
+	case err == nil && n < len(p):
+		err = io.ErrShortWrite
+	}
+	return n, err
+}
+
+// errInvalidWrite is io.Copy's answer to a writer that claims more than it
+// was given.
+var errInvalidWrite = errors.New("rsocket: invalid write result")
+
+// lendRecv waits for received data, as read does, and lends out what lies
+// contiguous at the head of the receive ring.
+func (e *endpoint) lendRecv() ([]byte, error) {
+	mu := e.turn(dirRead)
+	err := e.usable(dirRead)
+	if err == nil {
+		err = e.awaitData()
+	}
+	if err != nil {
+		mu.Unlock()
+		return nil, err
+	}
+	p := e.s.peek(e.rbuf.Bytes())
+	e.mu.Unlock()
+	e.lend(dirRead, mu)
+	return p, nil
+}
+
+// takeLent ends WriteTo's lend: it consumes the n bytes written and grants
+// the peer credits for them.
+func (e *endpoint) takeLent(n int) error {
+	mu := e.unlend(dirRead)
+	defer mu.Unlock()
+	if e.closed.Load() {
+		return errClosed
+	}
+	e.mu.Lock()
+	e.s.take(nil, nil, n)
+	e.updateCredits()
+	e.mu.Unlock()
+	return nil
+}
+
+// ReadFrom reads from r until io.EOF or an error and writes what it reads,
+// returning how many bytes it wrote and the first error; io.EOF from r is
+// not one. It hands r the send buffer itself, saving the copy that io.Copy
+// through Write makes. r's call may block as long as it likes: Close and
+// CloseWrite do not wait for it (Writes do); what r returns after either
+// is not sent. The write deadline bounds the waits for room to send.
+// io.Copy(c, r) calls it.
+func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
+	n, err := c.e.readFrom(r)
+	return n, c.opErr("readfrom", err)
+}
+
+func (e *endpoint) readFrom(r io.Reader) (total int64, err error) {
+	for {
+		p, err := e.lendSend()
+		if err != nil {
+			return total, err
+		}
+		n, rerr := e.readLent(r, p)
+		if err := e.sendLent(n); err != nil {
+			return total, err
+		}
+		total += int64(n)
+		switch {
+		case rerr == io.EOF:
+			return total, nil
+		case rerr != nil:
+			return total, rerr
+		}
+	}
+}
+
+// readLent calls r.Read with send buffer lent out; a panic in r ends the
+// lend, as writeLent's does.
+func (e *endpoint) readLent(r io.Reader, p []byte) (n int, err error) {
+	done := false
+	defer func() {
+		if !done {
+			e.sendLent(0)
+		}
+	}()
+	n, err = r.Read(p)
+	done = true
+	if n < 0 || n > len(p) {
+		return 0, errInvalidRead
+	}
+	return n, err
+}
+
+// errInvalidRead is io.Copy's answer to a reader that claims more than it
+// was given.
+var errInvalidRead = errors.New("rsocket: invalid read result")
+
+// lendSend waits for room to send, as write does, and lends out the free
+// send buffer that one message may carry.
+func (e *endpoint) lendSend() ([]byte, error) {
+	mu := e.turn(dirWrite)
+	if err := e.usable(dirWrite); err != nil {
+		mu.Unlock()
+		return nil, err
+	}
+	e.mu.Lock()
+	if !e.test(condWrite) {
+		e.mu.Unlock()
+		if err := e.wait(dirWrite, condWrite); err != nil {
+			mu.Unlock()
+			return nil, err
+		}
+	}
+	if err := e.writable(); err != nil {
+		e.mu.Unlock()
+		mu.Unlock()
+		return nil, err
+	}
+	off, n := e.s.lendSend()
+	p := e.sbuf.Bytes()[off : off+n : off+n]
+	e.mu.Unlock()
+	e.lend(dirWrite, mu)
+	return p, nil
+}
+
+// sendLent ends ReadFrom's lend: it sends the n bytes the reader put at
+// the start of the part lent. Nothing else took send resources meanwhile
+// (Writes waited), so what lendSend found free still is.
+func (e *endpoint) sendLent(n int) error {
+	mu := e.unlend(dirWrite)
+	defer mu.Unlock()
+	if e.closed.Load() {
+		return errClosed
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err := e.writable(); err != nil {
+		return err
+	}
+	if n == 0 {
+		return nil
+	}
+	s := &e.s
+	e.sge[0] = e.sbuf.SGE(int(s.sbufOff), n)
+	if s.sbufOff += uint32(n); s.sbufOff == s.sbufSize {
+		s.sbufOff = 0
+	}
+	err := e.writeData(1, uint32(n))
+	if err != nil {
+		e.fail(err)
+	}
+	return err
+}
+
+// writable tells why this side may send no more: the connection failed,
+// this side shut its sending down, or the peer ended the connection.
+// Under mu.
+func (e *endpoint) writable() error {
+	s := &e.s
+	switch {
+	case s.state&stWritable != 0:
+		return nil
+	case s.err != nil:
+		return s.err
+	case e.shutWrite:
+		return syscall.EPIPE
+	}
+	return syscall.ECONNRESET
 }
 
 // stage copies p into the send buffer's ring at sbufOff and describes it

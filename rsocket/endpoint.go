@@ -47,6 +47,18 @@ type endpoint struct {
 	mu  sync.Mutex
 	s   stream
 
+	// Lending. WriteTo and ReadFrom hand part of a registered buffer to
+	// the caller's io.Writer or io.Reader, whose call may block for as
+	// long as it likes, so they make it without rmu or wmu: Close and
+	// CloseWrite never wait on user code. lent[dir] (under that
+	// direction's lock) tells a Read or Write that comes meanwhile to wait
+	// on lendMu[dir], which the lender holds until the part is back. The
+	// part stays valid memory after Close: it is Go memory, kept alive by
+	// the slice the caller holds, and no device writes into it once the
+	// QP and the registration are gone.
+	lent   [2]bool
+	lendMu [2]sync.Mutex
+
 	// Preallocated work requests and completions, so that posting and
 	// polling allocate nothing (under mu).
 	swr   [1]wr.SendWR

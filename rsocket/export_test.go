@@ -13,3 +13,9 @@ func (c *Conn) DebugState() string {
 		s.state, s.err, s.ctrlSeq, s.ctrlMax, s.sseqNo, s.sseqComp, s.rseqNo, s.rseqComp, s.remoteSGE, s.targetSGE,
 		s.targetEntry(0), s.targetEntry(1), s.rmsgHead, s.rmsgTail, s.rbufAvail, s.rbufFree, s.rbufOff, s.granted, s.sqeAvail, s.sbufAvail, s.unread, e.armed, e.kicks.Load())
 }
+
+// Buffers returns the registered send buffer and receive ring, for tests
+// that check WriteTo and ReadFrom lend them rather than copy.
+func (c *Conn) Buffers() (sbuf, rbuf []byte) {
+	return c.e.sbuf.Bytes(), c.e.rbuf.Bytes()
+}

@@ -54,6 +54,9 @@ func FuzzStream(f *testing.F) {
 		step(fuzzSend, 3000),
 		step(fuzzComplete, 0),
 		step(fuzzRecv, msg(opCtrl, ctrlShutdown)),
+		step(fuzzLendRecv, 100),
+		step(fuzzLendSend, 5000),
+		step(fuzzComplete, 0),
 		step(fuzzTake, testRbuf),
 	} {
 		seed = append(seed, s...)
@@ -79,8 +82,35 @@ func FuzzStream(f *testing.F) {
 			case fuzzTake:
 				unread := s.unread
 				want := min(int(arg%uint32(len(out))), int(unread))
-				if n := s.take(rbuf, out[:arg%uint32(len(out))]); n != want {
+				if n := s.take(rbuf, out[:arg%uint32(len(out))], int(arg%uint32(len(out)))); n != want {
 					t.Fatalf("take of %d with %d unread: %d bytes", arg%uint32(len(out)), unread, n)
+				}
+			case fuzzLendRecv:
+				// WriteTo: what peek lends is unread, contiguous, and
+				// starts where the next read would.
+				p := s.peek(rbuf)
+				if len(p) > int(s.unread) || (len(p) == 0) != (s.unread == 0) ||
+					(len(p) > 0 && &p[0] != &rbuf[s.rbufOff]) {
+					t.Fatalf("peek: %d bytes at %d with %d unread at %d", len(p), s.rbufOff, s.unread, s.rbufOff)
+				}
+				n := int(arg % uint32(len(p)+1))
+				if got := s.take(nil, nil, n); got != n {
+					t.Fatalf("take of %d lent bytes: %d", n, got)
+				}
+			case fuzzLendSend:
+				// ReadFrom: what lendSend lends is free send buffer that
+				// does not wrap, and one message may carry it.
+				if s.canSend() {
+					off, n := s.lendSend()
+					if off != s.sbufOff || n == 0 || off+n > s.sbufSize || n > s.sbufAvail ||
+						n > s.targetLen() || n > maxTransfer {
+						t.Fatalf("lendSend: %d bytes at %d; sbuf %d free at %d of %d, target %d",
+							n, off, s.sbufAvail, s.sbufOff, s.sbufSize, s.targetLen())
+					}
+					k := min(max(arg%(n+1), 1), n)
+					s.reserve(k)
+					s.sbufOff = (s.sbufOff + k) % s.sbufSize // as sendLent moves it
+					inflight = append(inflight, msg(opData, k))
 				}
 			case fuzzGrant:
 				if s.giveCredits() {
@@ -101,6 +131,7 @@ func FuzzStream(f *testing.F) {
 				if s.canSend() {
 					n := min(max(arg%maxTransfer, 1), s.sbufAvail, s.targetLen())
 					s.reserve(n)
+					s.sbufOff = (s.sbufOff + n) % s.sbufSize // as stage moves it
 					inflight = append(inflight, msg(opData, n))
 				}
 			case fuzzComplete:
@@ -122,6 +153,8 @@ const (
 	fuzzTarget
 	fuzzSend
 	fuzzComplete
+	fuzzLendRecv
+	fuzzLendSend
 	fuzzOps
 )
 

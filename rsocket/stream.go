@@ -266,14 +266,15 @@ func (s *stream) allSendsDone() bool {
 	return s.ctrlMax-s.ctrlSeq+s.sqeAvail == s.sqSize || s.state&stConnected == 0
 }
 
-// take copies received data into b from the receive ring (rbuf), as rrecv
-// does, and returns how much it copied. A message read in part stays at
-// the head, shortened.
-func (s *stream) take(rbuf, b []byte) int {
-	n := 0
-	for n < len(b) && s.haveData() {
+// take consumes up to n received bytes from the receive ring (rbuf), as
+// rrecv does, copying them into b unless b is nil (WriteTo has had them
+// already), and returns how many it consumed. A message read in part stays
+// at the head, shortened.
+func (s *stream) take(rbuf, b []byte, n int) int {
+	done := 0
+	for done < n && s.haveData() {
 		size := s.rmsg[s.rmsgHead]
-		if left := uint32(len(b) - n); left < size {
+		if left := uint32(n - done); left < size {
 			size = left
 			s.rmsg[s.rmsgHead] -= left
 		} else {
@@ -284,8 +285,10 @@ func (s *stream) take(rbuf, b []byte) int {
 		}
 		for size > 0 {
 			chunk := min(size, s.rbufSize-s.rbufOff)
-			copy(b[n:], rbuf[s.rbufOff:s.rbufOff+chunk])
-			n += int(chunk)
+			if b != nil {
+				copy(b[done:], rbuf[s.rbufOff:s.rbufOff+chunk])
+			}
+			done += int(chunk)
 			size -= chunk
 			s.rbufAvail += chunk
 			if s.rbufOff += chunk; s.rbufOff == s.rbufSize {
@@ -293,6 +296,23 @@ func (s *stream) take(rbuf, b []byte) int {
 			}
 		}
 	}
-	s.unread -= uint32(n)
-	return n
+	s.unread -= uint32(done)
+	return done
+}
+
+// peek returns the received bytes that lie at the head of the ring,
+// contiguous in rbuf, without consuming them: what WriteTo lends to its
+// writer. The peer cannot write there until take consumes them and their
+// half of rbuf is advertised again.
+func (s *stream) peek(rbuf []byte) []byte {
+	end := s.rbufOff + min(s.unread, s.rbufSize-s.rbufOff)
+	return rbuf[s.rbufOff:end:end]
+}
+
+// lendSend returns where ReadFrom's reader may put the next message's data:
+// the free send buffer from sbufOff up to where it wraps, no more than one
+// message and the peer's current target entry take. Under mu, with canSend
+// true; the writer holds it until sendLent.
+func (s *stream) lendSend() (off, n uint32) {
+	return s.sbufOff, min(s.sbufAvail, s.sbufSize-s.sbufOff, s.targetLen(), maxTransfer)
 }

@@ -159,7 +159,7 @@ func TestStreamReceive(t *testing.T) {
 		t.Fatalf("data with nothing granted: %v", err)
 	}
 	b := make([]byte, 1500)
-	if n := s.take(rbuf, b); n != 1500 || !equalBytes(b, rbuf[:1500]) {
+	if n := s.take(rbuf, b, len(b)); n != 1500 || !equalBytes(b, rbuf[:1500]) {
 		t.Fatalf("take: %d bytes", n)
 	}
 	if s.rseqNo != 1 || s.rmsg[s.rmsgHead] != 2500 {
@@ -177,7 +177,7 @@ func TestStreamReceive(t *testing.T) {
 		t.Fatal(err)
 	}
 	rest := make([]byte, testRbuf)
-	if n := s.take(rbuf, rest); n != testRbuf-1500 || !equalBytes(rest[:n], rbuf[1500:]) {
+	if n := s.take(rbuf, rest, len(rest)); n != testRbuf-1500 || !equalBytes(rest[:n], rbuf[1500:]) {
 		t.Fatalf("take the rest: %d bytes", n)
 	}
 	if s.rbufOff != 0 || s.unread != 0 || s.haveData() {
