@@ -145,29 +145,53 @@ var logStart = regexp.MustCompile(`^[\w.-]+\.go:\d+: `)
 
 // brief is the end of k's output, each message cut to its first
 // maxCont continuation lines (a relayed program's output can be long;
-// the message that says what failed must not be pushed out by it).
+// the message that says what failed must not be pushed out by it). When
+// that is still more than s.lines, the messages that were cut (relayed
+// output) lose their continuation lines, oldest first, before any first
+// line is dropped: a test that relays several programs' output after
+// its failure must still show the failure.
 func (s *summary) brief(k key) []string {
 	const maxCont = 4
-	var out []string
-	cont := 0
+	type message struct {
+		lines []string // the first line, then the continuation lines kept
+		cut   bool     // continuation lines were left out
+	}
+	var msgs []*message
 	for _, l := range s.output[k] {
 		l = strings.TrimSpace(l)
 		switch {
 		case l == "" || strings.HasPrefix(l, "--- "):
 			continue
-		case logStart.MatchString(l):
-			cont = 0
+		case logStart.MatchString(l) || len(msgs) == 0:
+			msgs = append(msgs, &message{lines: []string{cut(l)}})
 		default:
-			cont++
-			if cont > maxCont {
-				if cont == maxCont+1 {
-					out = append(out, "  …")
-				}
+			m := msgs[len(msgs)-1]
+			if len(m.lines) > maxCont {
+				m.cut = true
 				continue
 			}
-			l = "  " + l
+			m.lines = append(m.lines, cut("  "+l))
 		}
-		out = append(out, cut(l))
+	}
+	total := 0
+	for _, m := range msgs {
+		if m.cut {
+			m.lines = append(m.lines, "  …")
+		}
+		total += len(m.lines)
+	}
+	for _, m := range msgs {
+		if total <= s.lines {
+			break
+		}
+		if m.cut && len(m.lines) > 2 {
+			total -= len(m.lines) - 2
+			m.lines = []string{m.lines[0], "  …"}
+		}
+	}
+	var out []string
+	for _, m := range msgs {
+		out = append(out, m.lines...)
 	}
 	if len(out) > s.lines {
 		out = out[len(out)-s.lines:]

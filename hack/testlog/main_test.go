@@ -91,3 +91,42 @@ func TestLeavesPackage(t *testing.T) {
 		t.Errorf("leaves (-want +got):\n%s", diff)
 	}
 }
+
+// TestBriefKeepsFailure: a failure followed by more relayed program output
+// than the summary's budget still shows its message; the relays give up
+// their continuation lines first.
+func TestBriefKeepsFailure(t *testing.T) {
+	s := newSummary(13)
+	k := key{"p", "TestX"}
+	out := func(l string) { s.add(event{Action: "output", Package: "p", Test: "TestX", Output: l + "\n"}) }
+	out("x_test.go:10: the figures differ:")
+	out("    -perftest")
+	out("    +rdmago")
+	for _, who := range []string{"server", "client", "kernel"} {
+		out("x_test.go:20: " + who + " output:")
+		for range 9 {
+			out("    line of " + who)
+		}
+	}
+	s.add(event{Action: "fail", Package: "p", Test: "TestX"})
+	want := []string{
+		"x_test.go:10: the figures differ:",
+		"  -perftest",
+		"  +rdmago",
+		"x_test.go:20: server output:",
+		"  …",
+		"x_test.go:20: client output:",
+		"  …",
+		"x_test.go:20: kernel output:",
+		"  line of kernel",
+		"  line of kernel",
+		"  line of kernel",
+		"  line of kernel",
+		"  …",
+	}
+	// 21 lines before: collapsing the two oldest relays fits 13.
+	got := s.brief(k)
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("brief (-want +got):\n%s", diff)
+	}
+}
