@@ -37,6 +37,10 @@ type Error struct {
 }
 
 func (e *Error) Error() string {
+	if e.HasEvent && e.Op == e.Event.String() {
+		// The event itself failed (Event.Err): name it once.
+		return fmt.Sprintf("cm: %v (status %d): %v", e.Event, e.Status, e.Err)
+	}
 	if e.HasEvent {
 		return fmt.Sprintf("cm: %s: %v (status %d): %v", e.Op, e.Event, e.Status, e.Err)
 	}

@@ -665,3 +665,19 @@ func TestPostErrorText(t *testing.T) {
 		t.Errorf("%v does not match ENOMEM", err)
 	}
 }
+
+// An event that failed by itself (Event.Err) names the event once; one
+// that ended another operation names both.
+func TestEventErrorText(t *testing.T) {
+	ev := &Event{Type: EventDisconnected, Status: -int(unix.ETIMEDOUT)}
+	if got, want := ev.Err().Error(), "cm: RDMA_CM_EVENT_DISCONNECTED (status -110): connection timed out"; got != want {
+		t.Errorf("%q, want %q", got, want)
+	}
+	if !errors.Is(ev.Err(), unix.ETIMEDOUT) {
+		t.Errorf("%v does not match ETIMEDOUT", ev.Err())
+	}
+	err := eventErr("connect", &Event{Type: EventRejected, Status: 28}, EventEstablished)
+	if got, want := err.Error(), "cm: connect: RDMA_CM_EVENT_REJECTED (status 28): connection refused"; got != want {
+		t.Errorf("%q, want %q", got, want)
+	}
+}
