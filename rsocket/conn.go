@@ -665,6 +665,14 @@ func (e *endpoint) watch(ctx context.Context) {
 		}
 		e.mu.Lock()
 		if err := ev.Err(); err != nil {
+			// The errno alone, as package net reports a connection's
+			// failure ("read tcp a->b: connection timed out" when TCP's
+			// keepalive gives up): the event says nothing more a caller
+			// can act on.
+			var errno syscall.Errno
+			if errors.As(err, &errno) {
+				err = errno
+			}
 			e.fail(err)
 		} else {
 			e.s.state = 0

@@ -34,7 +34,10 @@ type Dialer struct {
 	// KeepAlive, if positive, checks every KeepAlive that the peer's
 	// device still answers, and ends the connection when it has not for
 	// another KeepAlive (cm.ID.SetKeepAlive): a peer whose machine died is
-	// found within about twice KeepAlive.
+	// found within about twice KeepAlive, and Read and Write then fail with
+	// ETIMEDOUT. A probe waits behind any write the peer's device told to
+	// wait (an RNR NAK, 0.66 s under rdma_cm), so values under a second can
+	// end a connection to a slow peer.
 	KeepAlive time.Duration
 	// PollTime is how long a blocked Read or Write polls for completions
 	// before it sleeps; zero means 10µs, as rsockets' polling_time.

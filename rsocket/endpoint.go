@@ -160,9 +160,24 @@ func newEndpoint(id *cm.ID, cfg config) (e *endpoint, err error) {
 	if err != nil {
 		return nil, err
 	}
+	// The keepalive's probe takes a send queue slot and a CQ entry of its
+	// own while it is out (uverbs.QP.SetKeepAlive), beside the data and
+	// control messages the stream accounts for.
+	probe := uint32(0)
+	if cfg.keepAlive > 0 {
+		probe = 1
+	}
 	size := uint32(cfg.queueDepth)
-	size = min(size, uint32(attr.MaxQPWR), qpMaxSize)
+	size = min(size, uint32(attr.MaxQPWR)-probe-ctrlSlots, qpMaxSize)
 	size = max(size, qpMinSize)
+	// The peer may send size data messages on the credits granted, and
+	// its control messages (credit updates, SHUTDOWN) on top of them: they
+	// take receives too, but no credit. With only size receives posted, as
+	// rsockets in C posts, a control message that lands before this side
+	// polls and reposts finds the receive queue empty, and the peer's
+	// device waits out rdma_cm's RNR timer (0.66 s) before it sends again.
+	// The extra receives cost the peer nothing: credits stay size.
+	sq, rq := size+probe, size+ctrlSlots
 	// Each buffer is split in halves, each a whole number of pages that
 	// a data message (29 bits of length) can describe.
 	rbufSize := roundBuf(cfg.recvBuf)
@@ -180,7 +195,7 @@ func newEndpoint(id *cm.ID, cfg config) (e *endpoint, err error) {
 	if e.ch, err = vctx.NewCompChannel(); err != nil {
 		return nil, err
 	}
-	if e.cq, err = vctx.CreateCQ(uverbs.CQAttr{CQE: int(2 * size), Channel: e.ch}); err != nil {
+	if e.cq, err = vctx.CreateCQ(uverbs.CQAttr{CQE: int(sq + rq), Channel: e.ch}); err != nil {
 		return nil, err
 	}
 	err = id.CreateQP(pd, uverbs.QPInitAttr{
@@ -188,8 +203,8 @@ func newEndpoint(id *cm.ID, cfg config) (e *endpoint, err error) {
 		SendCQ: e.cq,
 		RecvCQ: e.cq,
 		Caps: qp.Caps{
-			MaxSendWR:     size,
-			MaxRecvWR:     size,
+			MaxSendWR:     sq,
+			MaxRecvWR:     rq,
 			MaxSendSGE:    2,
 			MaxRecvSGE:    1,
 			MaxInlineData: uint32(cfg.inline),
@@ -216,7 +231,7 @@ func newEndpoint(id *cm.ID, cfg config) (e *endpoint, err error) {
 	e.sbase, e.rbase = e.sbuf.Addr(), e.rbuf.Addr()
 	e.s.init(size, size, sbufSize, rbufSize, inline, e.target.Bytes()[:sglSize*sgeLen])
 	e.swr[0].SGList = e.sge[:0]
-	e.recvs = make([]wr.RecvWR, size)
+	e.recvs = make([]wr.RecvWR, rq)
 	for i := range e.recvs {
 		e.recvs[i].ID = recvFlag
 	}

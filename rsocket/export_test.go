@@ -19,3 +19,9 @@ func (c *Conn) DebugState() string {
 func (c *Conn) Buffers() (sbuf, rbuf []byte) {
 	return c.e.sbuf.Bytes(), c.e.rbuf.Bytes()
 }
+
+// VanishForTest destroys c's QP without telling the peer, as when c's
+// machine loses power: the peer's device gets no answer from it again.
+func VanishForTest(c *Conn) error {
+	return c.e.id.DestroyQP()
+}
