@@ -114,7 +114,7 @@ test-device: deps
 
 # The no-device errors, in a VM booted without rxe0.
 test-nodevice: deps
-	export RDMAGO_EXPECT_NO_DEVICE=1; $(call vmtest,--no-rdma --kernel $(KERNEL),-run '^TestNoDevice' ./uverbs ./cmd/rdmago/...,test-nodevice)
+	export RDMAGO_EXPECT_NO_DEVICE=1; $(call vmtest,--no-rdma --kernel $(KERNEL),-run '^TestNoDevice' ./uverbs ./rsocket ./cmd/rdmago/...,test-nodevice)
 
 ## test-kernels: everything on every kernel.
 test-kernels: deps test-unit
