@@ -17,7 +17,7 @@ func FuzzParseConnData(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c, err := parseConnData(b)
 		if err != nil {
-			if !errors.Is(err, errProtocol) {
+			if !errors.Is(err, ErrProtocol) {
 				t.Fatalf("an error that is not a protocol violation: %v", err)
 			}
 			return
@@ -74,7 +74,7 @@ func FuzzStream(f *testing.F) {
 			switch ops[0] % fuzzOps {
 			case fuzzRecv:
 				if err := s.recvMsg(arg); err != nil {
-					if !errors.Is(err, errProtocol) {
+					if !errors.Is(err, ErrProtocol) {
 						t.Fatalf("recvMsg(%#x): an error that is not a protocol violation: %v", arg, err)
 					}
 					return // the connection is failed; nothing more is read

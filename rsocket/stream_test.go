@@ -82,7 +82,7 @@ func TestParseConnDataRejects(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			b := good
 			_, err := parseConnData(tc.edit(b[:]))
-			if !errors.Is(err, errProtocol) {
+			if !errors.Is(err, ErrProtocol) {
 				t.Fatalf("parseConnData: %v, want a protocol violation", err)
 			}
 		})
@@ -116,7 +116,7 @@ func TestRecvMsgRejects(t *testing.T) {
 					break
 				}
 			}
-			if !errors.Is(err, errProtocol) {
+			if !errors.Is(err, ErrProtocol) {
 				t.Fatalf("recvMsg: %v, want a protocol violation", err)
 			}
 		})
@@ -131,7 +131,7 @@ func TestRecvMsgTooManyMessages(t *testing.T) {
 			t.Fatalf("message %d: %v", i, err)
 		}
 	}
-	if err := s.recvMsg(msg(opData, 1)); !errors.Is(err, errProtocol) {
+	if err := s.recvMsg(msg(opData, 1)); !errors.Is(err, ErrProtocol) {
 		t.Fatalf("message %d: %v, want a protocol violation", testRQ, err)
 	}
 }
@@ -155,7 +155,7 @@ func TestStreamReceive(t *testing.T) {
 		t.Fatalf("granted %d unread %d, want 0 and %d", s.granted, s.unread, half)
 	}
 	// More data than was granted is a violation, until the next half.
-	if err := newTestStreamAfter(t, s).recvMsg(msg(opData, 1)); !errors.Is(err, errProtocol) {
+	if err := newTestStreamAfter(t, s).recvMsg(msg(opData, 1)); !errors.Is(err, ErrProtocol) {
 		t.Fatalf("data with nothing granted: %v", err)
 	}
 	b := make([]byte, 1500)

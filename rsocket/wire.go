@@ -90,12 +90,15 @@ func getSGE(b []byte) rsSGE {
 	}
 }
 
-// errProtocol is what a connection whose peer broke the protocol fails
-// with; errors.Is matches it.
-var errProtocol = errors.New("rsocket: protocol violation")
+// ErrProtocol is what a connection fails with when its peer broke the
+// rsocket protocol: a message of an unknown type, data beyond what was
+// granted, more messages than credits, private data of another version.
+// Read and Write return it, wrapped (errors.Is matches it), until Close;
+// the peer learns of the end when Close disconnects.
+var ErrProtocol = errors.New("rsocket: protocol violation")
 
 func protoErr(format string, args ...any) error {
-	return fmt.Errorf("%w: "+format, append([]any{errProtocol}, args...)...)
+	return fmt.Errorf("%w: "+format, append([]any{ErrProtocol}, args...)...)
 }
 
 // maxTargetSGL bounds the target SGL a peer may announce. librdmacm's has
