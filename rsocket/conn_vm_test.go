@@ -31,30 +31,10 @@ func listen(t testing.TB) *rsocket.Listener {
 	return l
 }
 
-// pair returns the two ends of a connection.
+// pair returns the two ends of a connection made with the defaults.
 func pair(t testing.TB) (client, server *rsocket.Conn) {
 	t.Helper()
-	l := listen(t)
-	type res struct {
-		c   *rsocket.Conn
-		err error
-	}
-	ch := make(chan res, 1)
-	go func() {
-		c, err := l.AcceptRsocket()
-		ch <- res{c, err}
-	}()
-	client, err := rsocket.Dial("rdma", l.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := <-ch
-	if r.err != nil {
-		client.Close()
-		t.Fatal(r.err)
-	}
-	t.Cleanup(func() { client.Close(); r.c.Close() })
-	return client, r.c
+	return pairWith(t, &rsocket.Dialer{}, &rsocket.ListenConfig{})
 }
 
 func TestDeviceEcho(t *testing.T) {

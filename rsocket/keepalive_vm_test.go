@@ -19,7 +19,7 @@ import (
 )
 
 // pairWith connects d to a listener made by lc.
-func pairWith(t *testing.T, d *rsocket.Dialer, lc *rsocket.ListenConfig) (client, server *rsocket.Conn) {
+func pairWith(t testing.TB, d *rsocket.Dialer, lc *rsocket.ListenConfig) (client, server *rsocket.Conn) {
 	t.Helper()
 	testenv.RequireDevice(t)
 	l, err := lc.Listen(context.Background(), "rdma", netip.AddrPortFrom(rdmatest.VMAddr, 0).String())
