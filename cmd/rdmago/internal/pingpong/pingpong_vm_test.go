@@ -309,3 +309,32 @@ func TestNoDevicePingpong(t *testing.T) {
 		compareFailure(t, k, []string{"-d", "rxe0", "10.0.2.15"})
 	}
 }
+
+// withoutGID drops "-g 1" from a side's arguments.
+func withoutGID(side func(args []string) []string) func(args []string) []string {
+	return func(args []string) []string {
+		var out []string
+		for i := 0; i < len(args); i++ {
+			if args[i] == "-g" {
+				i++
+				continue
+			}
+			out = append(out, args[i])
+		}
+		return side(out)
+	}
+}
+
+// TestDevicePingpongSelectsGID runs rdmago without -g against the C
+// program with -g 1, both ways: on a RoCE port rdmago picks the GID
+// rdma_cm would (uverbs.Context.SelectGID), index 1 here, where the C
+// program without -g sends no GRH and cannot connect. checkOutput checks
+// that both sides' address lines carry the VM's IPv4 GID.
+func TestDevicePingpongSelectsGID(t *testing.T) {
+	for _, c := range []ppCase{{kind: ppRC}, {kind: ppUD}} {
+		t.Run(c.name(), func(t *testing.T) {
+			runPP(t, c, withoutGID(goSide(c, false)), cSide(c))
+			runPP(t, c, cSide(c), withoutGID(goSide(c, true)))
+		})
+	}
+}

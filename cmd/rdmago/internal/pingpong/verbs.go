@@ -10,6 +10,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"net/netip"
 	"os"
 	"slices"
 	"sort"
@@ -413,6 +414,13 @@ func (r *ppRun) localDests() ([]ppDest, int) {
 	o := &r.o
 	if o.kind != ppUD && r.port.LinkLayer != uverbs.LinkLayerEthernet && r.port.LID == 0 {
 		return nil, r.failf("Couldn't get local LID")
+	}
+	if o.gidIdx < 0 && r.port.LinkLayer == uverbs.LinkLayerEthernet {
+		// Without -g the C programs use no GRH, which RoCE cannot carry:
+		// they fail to connect. Pick the GID rdma_cm would instead.
+		if e, err := r.uctx.SelectGID(uint8(o.ibPort), netip.Addr{}); err == nil {
+			o.gidIdx = int32(e.Index)
+		}
 	}
 	var gid [16]byte
 	if o.gidIdx >= 0 {
