@@ -42,6 +42,15 @@ func objectKernel(t testing.TB) *fakeKernel {
 			h := alloc()
 			resp := abi.IbUverbsRegMrResp{Mr_handle: h, Lkey: h<<8 | 1, Rkey: h<<8 | 2}
 			return c.out(abi.UVERBS_ATTR_CORE_OUT, bytesOf(&resp))
+		case abi.IB_USER_VERBS_CMD_ALLOC_MW:
+			var req abi.IbUverbsAllocMw
+			copy(bytesOf(&req), c.in(abi.UVERBS_ATTR_CORE_IN))
+			if !used[req.Pd_handle] || (req.Mw_type != 1 && req.Mw_type != 2) {
+				return unix.EINVAL
+			}
+			h := alloc()
+			resp := abi.IbUverbsAllocMwResp{Mw_handle: h, Rkey: h<<8 | 0x40 | uint32(req.Mw_type)}
+			return c.out(abi.UVERBS_ATTR_CORE_OUT, bytesOf(&resp))
 		}
 		return unix.EOPNOTSUPP
 	})
@@ -57,6 +66,7 @@ func objectKernel(t testing.TB) *fakeKernel {
 	}
 	k.handle(abi.UVERBS_OBJECT_PD, abi.UVERBS_METHOD_PD_DESTROY, destroy(abi.UVERBS_ATTR_DESTROY_PD_HANDLE))
 	k.handle(abi.UVERBS_OBJECT_MR, abi.UVERBS_METHOD_MR_DESTROY, destroy(abi.UVERBS_ATTR_DESTROY_MR_HANDLE))
+	k.handle(abi.UVERBS_OBJECT_MW, abi.UVERBS_METHOD_MW_DESTROY, destroy(abi.UVERBS_ATTR_DESTROY_MW_HANDLE))
 	return k
 }
 

@@ -25,6 +25,7 @@ const (
 	kindQP
 	kindSRQ
 	kindAH
+	kindMW
 )
 
 // object is what releasing a kernel object needs: its context and handle,
@@ -213,6 +214,8 @@ func (o *object) destroyKernel() error {
 		objType, method, attr, op = abi.UVERBS_OBJECT_MR, abi.UVERBS_METHOD_MR_DESTROY, abi.UVERBS_ATTR_DESTROY_MR_HANDLE, "dereg MR"
 	case kindAH:
 		objType, method, attr, op = abi.UVERBS_OBJECT_AH, abi.UVERBS_METHOD_AH_DESTROY, abi.UVERBS_ATTR_DESTROY_AH_HANDLE, "destroy AH"
+	case kindMW:
+		objType, method, attr, op = abi.UVERBS_OBJECT_MW, abi.UVERBS_METHOD_MW_DESTROY, abi.UVERBS_ATTR_DESTROY_MW_HANDLE, "dealloc MW"
 	case kindCQ:
 		objType, method, attr, op = abi.UVERBS_OBJECT_CQ, abi.UVERBS_METHOD_CQ_DESTROY, abi.UVERBS_ATTR_DESTROY_CQ_HANDLE, "destroy CQ"
 		r := new(abi.IbUverbsDestroyCqResp)

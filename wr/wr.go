@@ -85,13 +85,18 @@ type AddressHandle interface {
 //   - RDMA write and read: RemoteAddr, RKey;
 //   - atomics: RemoteAddr, RKey, CompareAdd, and Swap for compare-and-swap;
 //     one 8-byte SGE receives the remote value as it was before;
-//   - sends on UD QPs: AH, RemoteQPN, RemoteQKey.
+//   - sends on UD QPs: AH, RemoteQPN, RemoteQKey;
+//   - OpLocalInv and OpSendWithInv: Imm, the rkey to invalidate (as C's
+//     union of imm_data and invalidate_rkey);
+//   - OpBindMW: Bind, and no SGE.
 type SendWR struct {
-	ID         uint64 // returned as the completion's ID
-	SGList     []SGE
-	Opcode     Opcode
-	Flags      SendFlags
-	Imm        uint32 // immediate data, in host byte order (sent big endian)
+	ID     uint64 // returned as the completion's ID
+	SGList []SGE
+	Opcode Opcode
+	Flags  SendFlags
+	// Imm is the immediate data, in host byte order (sent big endian), or
+	// the rkey OpLocalInv and OpSendWithInv invalidate.
+	Imm        uint32
 	RemoteAddr uint64
 	RKey       uint32
 	CompareAdd uint64
@@ -99,7 +104,28 @@ type SendWR struct {
 	AH         AddressHandle
 	RemoteQPN  uint32
 	RemoteQKey uint32
+	Bind       *BindInfo // OpBindMW's window and region
 }
+
+// BindInfo is what an OpBindMW work request binds (struct ibv_mw_bind_info
+// with the window's keys): Length bytes at Addr of the region whose lkey
+// is LKey become reachable by peers through the window's new rkey, with
+// Access. A type 1 window is unbound by binding it with Length 0 (and no
+// region).
+type BindInfo struct {
+	// MWRKey is the window's rkey now (uverbs.MW.RKey); NewRKey is the one
+	// it has once bound: the same index (its top 24 bits), another key
+	// (the low 8), as IncRKey makes it.
+	MWRKey, NewRKey uint32
+	LKey            uint32 // the region's lkey
+	Addr, Length    uint64
+	Access          Access // RemoteRead, RemoteWrite, RemoteAtomic
+}
+
+// IncRKey returns rkey with its key part, the low 8 bits, advanced
+// (ibv_inc_rkey): a window's next rkey, which a peer holding the old one
+// cannot guess from it.
+func IncRKey(rkey uint32) uint32 { return rkey&^0xff | (rkey+1)&0xff }
 
 // RecvWR is a receive work request (struct ibv_recv_wr).
 type RecvWR struct {

@@ -173,6 +173,22 @@ func (p *QP) validateSend(w *wr.SendWR) (uint32, error) {
 		if p.typ != qp.RC || length < 8 || w.RemoteAddr&7 != 0 || w.Flags&wr.Inline != 0 {
 			return 0, unix.EINVAL
 		}
+	case wr.OpSendWithInv:
+		// Send with invalidate exists on RC only (IBA 9.4.1.1).
+		if p.typ != qp.RC {
+			return 0, unix.EINVAL
+		}
+	case wr.OpLocalInv:
+		if len(w.SGList) != 0 || w.Flags&wr.Inline != 0 {
+			return 0, unix.EINVAL
+		}
+	case wr.OpBindMW:
+		// As rdma-core's rxe: no data, on a connected QP; the kernel
+		// checks the window, the region and the rights, and fails the
+		// request in its completion (MWBindErr).
+		if w.Bind == nil || len(w.SGList) != 0 || w.Flags&wr.Inline != 0 || (p.typ != qp.RC && p.typ != qp.UC) {
+			return 0, unix.EINVAL
+		}
 	default:
 		return 0, unix.EOPNOTSUPP
 	}
@@ -212,6 +228,12 @@ func (p *QP) writeSendWQE(wqe *abi.RxeSendWqe, w *wr.SendWR, length uint32) {
 			u.Remote_qpn, u.Remote_qkey = w.RemoteQPN, w.RemoteQKey
 			u.Ah_num = w.AH.ProviderAH(seal.Key{}).(*AH).num
 		}
+	case wr.OpLocalInv, wr.OpSendWithInv:
+		// ex.invalidate_rkey, in host order.
+		binary.NativeEndian.PutUint32(wqe.Wr.Ex[:], w.Imm)
+	case wr.OpBindMW:
+		b, m := w.Bind, wqe.Wr.Mw()
+		m.Addr, m.Length, m.Mr_lkey, m.Mw_rkey, m.Rkey, m.Access = b.Addr, b.Length, b.LKey, b.MWRKey, b.NewRKey, uint32(b.Access)
 	}
 	payload := unsafe.Add(unsafe.Pointer(wqe), sendSGEOffset)
 	if w.Flags&wr.Inline != 0 {

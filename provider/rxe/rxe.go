@@ -126,7 +126,7 @@ func (cq *CQ) Poll(wc []wr.Completion) int {
 // decodeWC converts the kernel's struct ib_uverbs_wc, which rxe writes into
 // the ring, to a completion. Immediate data travels big endian.
 func decodeWC(c *wr.Completion, w *abi.IbUverbsWc) {
-	flags := wr.WCFlags(w.Wc_flags)
+	flags := wcFlags(w.Wc_flags)
 	imm := binary.NativeEndian.Uint32(w.Ex[:]) // an invalidated rkey is host order
 	if flags&wr.WCWithImm != 0 {
 		imm = binary.BigEndian.Uint32(w.Ex[:])
@@ -146,6 +146,32 @@ func decodeWC(c *wr.Completion, w *abi.IbUverbsWc) {
 		SL:           w.Sl,
 		DLIDPathBits: w.Dlid_path_bits,
 	}
+}
+
+// The kernel's enum ib_wc_flags (include/rdma/ib_verbs.h, not uapi), which
+// rxe writes into the CQ ring unchanged. Its invalidate and checksum bits
+// are the other way round from enum ibv_wc_flags (wr.WCFlags).
+const (
+	kernWCGRH      = 1 << 0
+	kernWCWithImm  = 1 << 1
+	kernWCWithInv  = 1 << 2
+	kernWCIPCsumOK = 1 << 3
+)
+
+// wcFlags converts rxe's completion flags to libibverbs' values. rdma-core's
+// rxe copies the kernel's completion as it is, so a C program on rxe reads
+// a send with invalidate's IB_WC_WITH_INVALIDATE as IBV_WC_IP_CSUM_OK and
+// never sees IBV_WC_WITH_INV. The kernel-only bits (SMAC, VLAN, network
+// header type) have no user-space meaning here and are dropped.
+func wcFlags(k uint32) wr.WCFlags {
+	f := wr.WCFlags(k & (kernWCGRH | kernWCWithImm))
+	if k&kernWCWithInv != 0 {
+		f |= wr.WCWithInv
+	}
+	if k&kernWCIPCsumOK != 0 {
+		f |= wr.WCIPCsumOK
+	}
+	return f
 }
 
 // ReqNotify arms the CQ with IB_USER_VERBS_CMD_REQ_NOTIFY_CQ: rxe has no

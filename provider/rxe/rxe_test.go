@@ -169,7 +169,7 @@ func TestPostSendFullAndInvalid(t *testing.T) {
 		{Opcode: wr.OpAtomicFetchAdd, SGList: sge, RemoteAddr: 0x1004},                      // misaligned atomic
 		{Opcode: wr.OpAtomicFetchAdd, SGList: []wr.SGE{{Length: 4}}},                        // short atomic
 		{Opcode: wr.OpSend, Flags: wr.Inline, SGList: []wr.SGE{{Addr: 0x1000, Length: 65}}}, // inline too long
-		{Opcode: wr.OpBindMW}, // unsupported here
+		{Opcode: wr.OpBindMW}, // nothing to bind
 	} {
 		prod := hdrOf(q.sq.mem).Producer_index
 		n, err := q.PostSend([]wr.SendWR{{Opcode: wr.OpSend, SGList: sge}, bad})
@@ -437,3 +437,45 @@ func TestSingleThreaded(t *testing.T) {
 func BenchmarkPostSendSingleThreaded(b *testing.B) { benchPostSend(b, true, signaledWrite()) }
 
 func BenchmarkPollSingleThreaded(b *testing.B) { benchPoll(b, true) }
+
+// Memory window requests fill the WQE as rdma-core's convert_send_wr does:
+// the bind's window, region and keys in wr.mw, an invalidated rkey in host
+// order in ex; they carry no data.
+func TestPostSendMemoryWindows(t *testing.T) {
+	q, _ := newTestQP(t, qp.RC)
+	bind := &wr.BindInfo{MWRKey: 0x1200, NewRKey: 0x1201, LKey: 0x77, Addr: 0x5000, Length: 4096, Access: wr.RemoteWrite | wr.RemoteRead}
+	n, err := q.PostSend([]wr.SendWR{
+		{ID: 1, Opcode: wr.OpBindMW, Bind: bind, Flags: wr.Signaled},
+		{ID: 2, Opcode: wr.OpLocalInv, Imm: 0x1201},
+		{ID: 3, Opcode: wr.OpSendWithInv, Imm: 0xabcdef01, SGList: []wr.SGE{{Addr: 0x1000, Length: 8, LKey: 1}}},
+	})
+	if n != 3 || err != nil {
+		t.Fatalf("posted %d: %v", n, err)
+	}
+	w0 := (*abi.RxeSendWqe)(q.sq.elem(0))
+	m := w0.Wr.Mw()
+	if w0.Wr.Opcode != uint32(wr.OpBindMW) || m.Mw_rkey != 0x1200 || m.Rkey != 0x1201 || m.Mr_lkey != 0x77 ||
+		m.Addr != 0x5000 || m.Length != 4096 || m.Access != uint32(wr.RemoteWrite|wr.RemoteRead) || w0.Dma.Num_sge != 0 {
+		t.Errorf("bind WQE %+v mw %+v", w0.Wr, *m)
+	}
+	for i, want := range []uint32{0x1201, 0xabcdef01} {
+		w := (*abi.RxeSendWqe)(q.sq.elem(uint32(i + 1)))
+		if got := binary.NativeEndian.Uint32(w.Wr.Ex[:]); got != want {
+			t.Errorf("WQE %d: invalidate_rkey %#x, want %#x", i+1, got, want)
+		}
+	}
+	ud, _ := newTestQP(t, qp.UD)
+	for _, bad := range []wr.SendWR{
+		{Opcode: wr.OpBindMW, Bind: bind, SGList: []wr.SGE{{Length: 1}}}, // data with a bind
+		{Opcode: wr.OpLocalInv, SGList: []wr.SGE{{Length: 1}}},           // data with an invalidate
+	} {
+		if n, err := q.PostSend([]wr.SendWR{bad}); n != 0 || !errors.Is(err, unix.EINVAL) {
+			t.Errorf("%+v: %d, %v; want EINVAL", bad, n, err)
+		}
+	}
+	for _, bad := range []wr.SendWR{{Opcode: wr.OpBindMW, Bind: bind}, {Opcode: wr.OpSendWithInv}} {
+		if n, err := ud.PostSend([]wr.SendWR{bad}); n != 0 || !errors.Is(err, unix.EINVAL) {
+			t.Errorf("UD %v: %d, %v; want EINVAL", bad.Opcode, n, err)
+		}
+	}
+}
