@@ -62,6 +62,13 @@ func TestDeviceAsync(t *testing.T) {
 	}
 	server := req.ID
 	defer rdmatest.Destroy(t, server)
+	// The accepted ID starts with the listener's user data, as in
+	// librdmacm; the program gives it its connection's own, which its
+	// events carry from then on.
+	server.SetUserData("connection 1")
+	if listen.UserData() != "listener" {
+		t.Errorf("the listener's user data changed to %v", listen.UserData())
+	}
 	if server.Channel() != ch {
 		t.Fatal("the request's ID is not on the listener's channel")
 	}
@@ -79,6 +86,9 @@ func TestDeviceAsync(t *testing.T) {
 		}
 		if ev.ID == client && !strings.HasPrefix(string(ev.Conn.PrivateData), "welcome") {
 			t.Errorf("accept private data %q", ev.Conn.PrivateData)
+		}
+		if ev.ID == server && ev.ID.UserData() != "connection 1" {
+			t.Errorf("the accepted ID's ESTABLISHED carries user data %v", ev.ID.UserData())
 		}
 		ev.Ack()
 	}
