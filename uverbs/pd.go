@@ -63,6 +63,7 @@ type MR struct {
 	*object
 	pd   *PD
 	buf  []byte // holding it keeps the memory alive: Go's heap never moves
+	addr uint64 // the address SGEs and peers name: buf's, or a dma-buf MR's iova
 	LKey uint32 // local key, for SGEs
 	RKey uint32 // remote key, for peers' RDMA operations
 }
@@ -106,17 +107,19 @@ func (pd *PD) RegMR(buf []byte, access wr.Access) (*MR, error) {
 	}
 	m.object = newObject(pd.ctx, kindMR, resp.Mr_handle, pd)
 	m.mem = buf
+	m.addr = addr
 	m.LKey, m.RKey = resp.Lkey, resp.Rkey
 	track(m, m.object)
 	return m, nil
 }
 
-// Bytes returns the registered memory. It stays valid after Close.
+// Bytes returns the registered memory. It stays valid after Close. A
+// dma-buf region (RegDMABufMR) has none in this process: nil.
 func (m *MR) Bytes() []byte { return m.buf }
 
 // Addr returns the address of the region's first byte, as SGEs and remote
-// peers name it.
-func (m *MR) Addr() uint64 { return uint64(uintptr(unsafe.Pointer(&m.buf[0]))) }
+// peers name it: the memory's address, or a dma-buf region's iova.
+func (m *MR) Addr() uint64 { return m.addr }
 
 // Remote returns the region as a peer names it in RDMA reads, writes and
 // atomics: its address and remote key.
