@@ -1,0 +1,121 @@
+package uverbs
+
+import (
+	"fmt"
+	"math"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rdmago/rdma/internal/abi"
+	"github.com/rdmago/rdma/wr"
+)
+
+// On-demand paging capabilities (ODPCaps.GeneralCaps, enum
+// ibv_odp_general_caps).
+const (
+	// ODPSupport: regions registered with wr.OnDemand are paged in by the
+	// device as it touches them, not pinned at registration.
+	ODPSupport uint64 = 1 << 0
+	// ODPSupportImplicit: RegImplicitODP can register the whole address
+	// space.
+	ODPSupportImplicit uint64 = 1 << 1
+)
+
+// RegImplicitODP registers the process's whole address space as one
+// on-demand-paging region (ibv_reg_mr(pd, NULL, SIZE_MAX,
+// IBV_ACCESS_ON_DEMAND | access)): any SGE with the region's lkey may
+// name any address, and the device faults pages in as it touches them.
+// The region's Addr is 0 and its Bytes nil; nothing keeps memory named
+// through it alive, so the program must, until the requests that use it
+// complete.
+//
+// A device without implicit ODP (ODPCaps.GeneralCaps lacks
+// ODPSupportImplicit: rxe, to Linux 7.2 at least) is refused before the
+// kernel is asked, with an error matching errors.ErrUnsupported.
+func (pd *PD) RegImplicitODP(access wr.Access) (*MR, error) {
+	const op = "reg implicit ODP MR"
+	if pd == nil {
+		return nil, &Error{Op: op, Err: fmt.Errorf("PD: %w", errNil)}
+	}
+	if access&(wr.RemoteWrite|wr.RemoteAtomic) != 0 && access&wr.LocalWrite == 0 {
+		return nil, &Error{Op: op, Err: fmt.Errorf("remote write or atomic access needs LocalWrite: %w", unix.EINVAL)}
+	}
+	attr, err := pd.ctx.QueryDevice()
+	if err != nil {
+		return nil, err
+	}
+	if attr.ODPCaps.GeneralCaps&ODPSupportImplicit == 0 {
+		return nil, &Error{Op: op, Err: fmt.Errorf("the device has no implicit on-demand paging (general ODP caps %#x): %w", attr.ODPCaps.GeneralCaps, unix.EOPNOTSUPP)}
+	}
+	if err := pd.use(); err != nil {
+		return nil, &Error{Op: op, Err: fmt.Errorf("PD: %w", err)}
+	}
+	defer pd.done()
+	req := &abi.IbUverbsRegMr{Length: math.MaxUint64, Pd_handle: pd.handle, Access_flags: uint32(access | wr.OnDemand)}
+	resp, err := writeCmd[abi.IbUverbsRegMrResp](pd.ctx, abi.IB_USER_VERBS_CMD_REG_MR, req, op)
+	if err != nil {
+		return nil, err
+	}
+	m := &MR{pd: pd, LKey: resp.Lkey, RKey: resp.Rkey}
+	m.object = newObject(pd.ctx, kindMR, resp.Mr_handle, pd)
+	track(m, m.object)
+	return m, nil
+}
+
+// Advice is what AdviseMR tells the device (enum ibv_advise_mr_advice).
+type Advice uint32
+
+// Advices.
+const (
+	// AdvicePrefetch faults the pages in for reading.
+	AdvicePrefetch Advice = abi.IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH
+	// AdvicePrefetchWrite faults them in for writing.
+	AdvicePrefetchWrite Advice = abi.IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH_WRITE
+	// AdvicePrefetchNoFault maps the pages already present, faulting none.
+	AdvicePrefetchNoFault Advice = abi.IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT
+)
+
+// AdviseFlags modify AdviseMR (enum ibv_advise_mr_flags).
+type AdviseFlags uint32
+
+// AdviseFlush makes AdviseMR return only once the pages are mapped;
+// without it the prefetch runs in the background.
+const AdviseFlush AdviseFlags = abi.IB_UVERBS_ADVISE_MR_FLAG_FLUSH
+
+// AdviseMR advises the device about the on-demand-paging regions the SGEs
+// name (ibv_advise_mr, UVERBS_METHOD_ADVISE_MR): chiefly to prefetch
+// pages before the traffic that needs them, so that the first requests do
+// not wait for page faults. Each SGE names part of a region registered
+// with wr.OnDemand, by its lkey. A device or kernel without the method
+// refuses with an error matching errors.ErrUnsupported.
+func (pd *PD) AdviseMR(advice Advice, flags AdviseFlags, sges []wr.SGE) error {
+	const op = "advise MR"
+	switch {
+	case pd == nil:
+		return &Error{Op: op, Err: fmt.Errorf("PD: %w", errNil)}
+	case len(sges) == 0 || len(sges)*int(unsafe.Sizeof(abi.IbUverbsSge{})) > 0xffff:
+		return &Error{Op: op, Err: fmt.Errorf("%d SGEs: %w", len(sges), unix.EINVAL)}
+	case advice > AdvicePrefetchNoFault:
+		return &Error{Op: op, Err: fmt.Errorf("advice %d: %w", advice, unix.EINVAL)}
+	case flags&^AdviseFlush != 0:
+		return &Error{Op: op, Err: fmt.Errorf("flags %#x: %w", flags, unix.EINVAL)}
+	}
+	if err := pd.use(); err != nil {
+		return &Error{Op: op, Err: fmt.Errorf("PD: %w", err)}
+	}
+	defer pd.done()
+	// Copied into the kernel's struct ib_uverbs_sge, not viewed in place:
+	// the kernel reads it, and wr.SGE's layout is Go's to choose.
+	list := make([]abi.IbUverbsSge, len(sges))
+	for i, s := range sges {
+		list[i] = abi.IbUverbsSge{Addr: s.Addr, Length: s.Length, Lkey: s.LKey}
+	}
+	cmd := newCommand(abi.UVERBS_OBJECT_MR, abi.UVERBS_METHOD_ADVISE_MR)
+	cmd.driverID = pd.ctx.dev.DriverID
+	cmd.idrIn(abi.UVERBS_ATTR_ADVISE_MR_PD_HANDLE, pd.handle)
+	cmd.constIn(abi.UVERBS_ATTR_ADVISE_MR_ADVICE, uint64(advice))
+	cmd.u32In(abi.UVERBS_ATTR_ADVISE_MR_FLAGS, uint32(flags))
+	cmd.ptrIn(abi.UVERBS_ATTR_ADVISE_MR_SGE_LIST, unsafe.Pointer(&list[0]), len(list)*int(unsafe.Sizeof(list[0])))
+	return cmd.execute(pd.ctx.f, op)
+}
