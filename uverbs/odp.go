@@ -41,12 +41,8 @@ func (pd *PD) RegImplicitODP(access wr.Access) (*MR, error) {
 	if access&(wr.RemoteWrite|wr.RemoteAtomic) != 0 && access&wr.LocalWrite == 0 {
 		return nil, &Error{Op: op, Err: fmt.Errorf("remote write or atomic access needs LocalWrite: %w", unix.EINVAL)}
 	}
-	attr, err := pd.ctx.QueryDevice()
-	if err != nil {
-		return nil, err
-	}
-	if attr.ODPCaps.GeneralCaps&ODPSupportImplicit == 0 {
-		return nil, &Error{Op: op, Err: fmt.Errorf("the device has no implicit on-demand paging (general ODP caps %#x): %w", attr.ODPCaps.GeneralCaps, unix.EOPNOTSUPP)}
+	if err := pd.ctx.requireODP(ODPSupportImplicit); err != nil {
+		return nil, &Error{Op: op, Err: err}
 	}
 	if err := pd.use(); err != nil {
 		return nil, &Error{Op: op, Err: fmt.Errorf("PD: %w", err)}
@@ -61,6 +57,19 @@ func (pd *PD) RegImplicitODP(access wr.Access) (*MR, error) {
 	m.object = newObject(pd.ctx, kindMR, resp.Mr_handle, pd)
 	track(m, m.object)
 	return m, nil
+}
+
+// requireODP fails with EOPNOTSUPP unless the device reports every bit of
+// caps in its general ODP capabilities.
+func (c *Context) requireODP(caps uint64) error {
+	attr, err := c.QueryDevice()
+	if err != nil {
+		return err
+	}
+	if attr.ODPCaps.GeneralCaps&caps != caps {
+		return fmt.Errorf("the device has no on-demand paging of this kind (general ODP caps %#x, want %#x): %w", attr.ODPCaps.GeneralCaps, caps, unix.EOPNOTSUPP)
+	}
+	return nil
 }
 
 // Advice is what AdviseMR tells the device (enum ibv_advise_mr_advice).

@@ -73,6 +73,10 @@ type MR struct {
 // mr.Alloc, which gives page-aligned memory). Remote write or atomic access
 // requires LocalWrite as well, as in libibverbs.
 //
+// With wr.OnDemand the region is paged in as the device touches it
+// instead of pinned (see AdviseMR); a device without on-demand paging
+// refuses it with an error matching errors.ErrUnsupported.
+//
 // An MR dropped without Close is deregistered once it is unreachable, and
 // the memory stays allocated until then: a peer holding the old rkey can
 // never reach memory the Go runtime has given to something else.
@@ -85,6 +89,14 @@ func (pd *PD) RegMR(buf []byte, access wr.Access) (*MR, error) {
 	}
 	if access&(wr.RemoteWrite|wr.RemoteAtomic) != 0 && access&wr.LocalWrite == 0 {
 		return nil, &Error{Op: "reg MR", Err: fmt.Errorf("remote write or atomic access needs LocalWrite: %w", unix.EINVAL)}
+	}
+	if access&wr.OnDemand != 0 {
+		// Linux 6.1 refuses ODP on a device without it with EINVAL,
+		// 6.12 with EOPNOTSUPP: ask the device first, so that the answer
+		// is one a program can probe for.
+		if err := pd.ctx.requireODP(ODPSupport); err != nil {
+			return nil, &Error{Op: "reg MR", Err: err}
+		}
 	}
 	if err := pd.use(); err != nil {
 		return nil, &Error{Op: "reg MR", Err: fmt.Errorf("PD: %w", err)}
