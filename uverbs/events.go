@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"sync"
+	"syscall"
 )
 
 // EventType is the kind of an asynchronous event (enum ibv_event_type).
@@ -35,6 +36,8 @@ const (
 	EventClientReregister EventType = 17
 	EventGIDChange        EventType = 18
 	EventWQFatal          EventType = 19
+	// EventDeviceSpeedChange: a port's link speed changed (mlx5).
+	EventDeviceSpeedChange EventType = 20
 )
 
 // eventNames are ibv_event_type_str's texts.
@@ -44,7 +47,7 @@ var eventNames = [...]string{
 	"path migrated", "path migration request error", "local catastrophic error", "port active",
 	"port error", "LID change", "P_Key change", "SM change", "SRQ catastrophic error",
 	"SRQ limit reached", "last WQE reached", "client reregistration", "GID table change",
-	"WQ fatal",
+	"WQ fatal", "Device link speed change",
 }
 
 // String returns the text ibv_event_type_str gives.
@@ -170,6 +173,20 @@ func parseAsyncEvents(b []byte, out *[32]rawEvent) []rawEvent {
 		evs = append(evs, rawEvent{element: binary.NativeEndian.Uint64(b[i:]), typ: EventType(binary.NativeEndian.Uint32(b[i+8:]))})
 	}
 	return evs
+}
+
+// AsyncEventConn gives the context's asynchronous event file (ibv_context's
+// async_fd), for a program that wants its descriptor, to show it or to
+// watch it become readable. The context reads the events from it itself
+// and queues them for GetAsyncEvent: a program that reads it loses them.
+func (c *Context) AsyncEventConn() (syscall.RawConn, error) {
+	if c == nil {
+		return nil, errNil
+	}
+	if c.res.async == nil {
+		return nil, ErrClosed
+	}
+	return c.res.async.SyscallConn()
 }
 
 // GetAsyncEvent waits for the next asynchronous event of the device

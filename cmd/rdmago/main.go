@@ -8,6 +8,7 @@ import (
 	"runtime/debug"
 
 	"github.com/rdmago/rdma/cmd/rdmago/internal/command"
+	"github.com/rdmago/rdma/cmd/rdmago/internal/devices"
 	"github.com/rdmago/rdma/cmd/rdmago/internal/devinfo"
 	"github.com/rdmago/rdma/cmd/rdmago/internal/doctor"
 	"github.com/rdmago/rdma/cmd/rdmago/internal/perf"
@@ -20,7 +21,7 @@ import (
 // commands are rdmago's subcommands: each tool's, with help and version.
 var commands = command.NewSet(
 	[]*command.Command{{Name: "version", Summary: "print the version of rdmago", Run: runVersion}},
-	devinfo.Commands(), doctor.Commands(), perf.Commands(), pingpong.Commands(), rdmaserver.Commands(), rping.Commands(), rstream.Commands(),
+	devices.Commands(), devinfo.Commands(), doctor.Commands(), perf.Commands(), pingpong.Commands(), rdmaserver.Commands(), rping.Commands(), rstream.Commands(),
 )
 
 // version is set at link time with -ldflags "-X main.version=v1.2.3"; when

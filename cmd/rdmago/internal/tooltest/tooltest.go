@@ -75,6 +75,9 @@ func Start(t *testing.T, ctx context.Context, label string, argv []string) *Proc
 	return p
 }
 
+// Signal sends sig to the process, for tools that run until interrupted.
+func (p *Proc) Signal(sig os.Signal) error { return p.cmd.Process.Signal(sig) }
+
 // Wait waits for the process and returns its exit status (-1 if killed).
 func (p *Proc) Wait() int {
 	<-p.done
