@@ -52,6 +52,19 @@ func bindType2(t *testing.T, p *rdmatest.Pair, mw *uverbs.MW, reg *mr.Region, of
 	return rkey
 }
 
+// allocMW allocates a window of typ, closed when the test ends; a device
+// without windows skips the test.
+func allocMW(t *testing.T, pd *uverbs.PD, typ uverbs.MWType) *uverbs.MW {
+	t.Helper()
+	mw, err := pd.AllocMW(typ)
+	if errors.Is(err, errors.ErrUnsupported) {
+		t.Skipf("the device has no memory windows: %v", err)
+	}
+	rdmatest.Must(t, err)
+	t.Cleanup(func() { mw.Close() })
+	return mw
+}
+
 func wantAccessErr(t *testing.T, what string, c wr.Completion) {
 	t.Helper()
 	if c.Status != wr.RemAccessErr {
@@ -65,20 +78,13 @@ func wantAccessErr(t *testing.T, what string, c wr.Completion) {
 // region) the peer's write through the old rkey fails.
 func TestDeviceMemoryWindowType1(t *testing.T) {
 	p, reg := windowed(t)
-	mw, err := p.PD.AllocMW(uverbs.MWType1)
-	if errors.Is(err, errors.ErrUnsupported) {
-		t.Skipf("the device has no memory windows: %v", err)
-	}
-	rdmatest.Must(t, err)
-	defer mw.Close()
+	mw := allocMW(t, p.PD, uverbs.MWType1)
 	if mw.Type() != uverbs.MWType1 {
 		t.Errorf("type %v", mw.Type())
 	}
 
 	// Bad binds are refused before they are posted.
-	mw2, err := p.PD.AllocMW(uverbs.MWType2)
-	rdmatest.Must(t, err)
-	defer mw2.Close()
+	mw2 := allocMW(t, p.PD, uverbs.MWType2)
 	for _, c := range []struct {
 		name string
 		err  error
@@ -126,18 +132,13 @@ func TestDeviceMemoryWindowType1(t *testing.T) {
 // refused after.
 func TestDeviceMemoryWindowType2(t *testing.T) {
 	p, reg := windowed(t)
-	mw, err := p.PD.AllocMW(uverbs.MWType2)
-	if errors.Is(err, errors.ErrUnsupported) {
-		t.Skipf("the device has no memory windows: %v", err)
-	}
-	rdmatest.Must(t, err)
-	defer mw.Close()
+	mw := allocMW(t, p.PD, uverbs.MWType2)
 	rkey := bindType2(t, p, mw, reg, 0)
 	rdmatest.WantOK(t, peerWrite(t, p, 1, "type 2", reg.Addr(), rkey), 1, wr.WCRDMAWrite)
 	if got := string(reg.Bytes()[:6]); got != "type 2" {
 		t.Errorf("the region holds %q", got)
 	}
-	_, err = p.A.QP.PostSend([]wr.SendWR{{ID: 21, Opcode: wr.OpLocalInv, Flags: wr.Signaled, Imm: rkey}})
+	_, err := p.A.QP.PostSend([]wr.SendWR{{ID: 21, Opcode: wr.OpLocalInv, Flags: wr.Signaled, Imm: rkey}})
 	rdmatest.Must(t, err)
 	rdmatest.WantOK(t, rdmatest.WaitWC(t, p.A.CQ, 1)[0], 21, wr.WCLocalInv)
 	wantAccessErr(t, "write through an invalidated window", peerWrite(t, p, 2, "revoked", reg.Addr(), rkey))
@@ -151,16 +152,11 @@ func TestDeviceMemoryWindowType2(t *testing.T) {
 // which rkey it invalidated, and the peer's next write through it fails.
 func TestDeviceMemoryWindowSendWithInvalidate(t *testing.T) {
 	p, reg := windowed(t)
-	mw, err := p.PD.AllocMW(uverbs.MWType2)
-	if errors.Is(err, errors.ErrUnsupported) {
-		t.Skipf("the device has no memory windows: %v", err)
-	}
-	rdmatest.Must(t, err)
-	defer mw.Close()
+	mw := allocMW(t, p.PD, uverbs.MWType2)
 	rkey := bindType2(t, p, mw, reg, 4096)
 	rdmatest.WantOK(t, peerWrite(t, p, 1, "before", reg.Addr()+4096, rkey), 1, wr.WCRDMAWrite)
 
-	_, err = p.A.QP.PostRecv([]wr.RecvWR{{ID: 30, SGList: []wr.SGE{p.A.Buf.SGE(0, 64)}}})
+	_, err := p.A.QP.PostRecv([]wr.RecvWR{{ID: 30, SGList: []wr.SGE{p.A.Buf.SGE(0, 64)}}})
 	rdmatest.Must(t, err)
 	copy(p.B.Buf.Bytes(), "done with it")
 	_, err = p.B.QP.PostSend([]wr.SendWR{{ID: 31, Opcode: wr.OpSendWithInv, Flags: wr.Signaled, Imm: rkey,

@@ -124,19 +124,7 @@ func TestDeviceAsyncwatch(t *testing.T) {
 
 	// Errors, with the C program's words and statuses.
 	for _, args := range [][]string{{"-d", "rdmago_no_such_device"}, {"-x"}, {"--ib-dev"}} {
-		c := exec.Command("/usr/bin/ibv_asyncwatch", args...)
-		var co, ce strings.Builder
-		c.Stdout, c.Stderr = &co, &ce
-		err := c.Run()
-		cst := 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			cst = ee.ExitCode()
-		}
-		o, e, st := tooltest.Run(Commands(), append([]string{"ibv_asyncwatch"}, args...)...)
-		norm := func(s string) string { return strings.ReplaceAll(s, "/usr/bin/ibv_asyncwatch", "ibv_asyncwatch") }
-		if st != cst || o != norm(co.String()) || e != norm(ce.String()) {
-			t.Errorf("ibv_asyncwatch %q: C status %d %q %q; rdmago %d %q %q", args, cst, co.String(), ce.String(), st, o, e)
-		}
+		compareC(t, append([]string{"ibv_asyncwatch"}, args...))
 	}
 }
 
@@ -146,17 +134,30 @@ func TestNoDeviceDevices(t *testing.T) {
 	testenv.RequireNoDevice(t)
 	for _, argv := range [][]string{{"ibv_devices"}, {"ibv_asyncwatch"}, {"ibv_asyncwatch", "-d", "rxe0"}} {
 		tooltest.RequireCTool(t, "/usr/bin/"+argv[0])
-		c := exec.Command("/usr/bin/"+argv[0], argv[1:]...)
-		var co, ce strings.Builder
-		c.Stdout, c.Stderr = &co, &ce
-		err := c.Run()
-		cst := 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			cst = ee.ExitCode()
+		compareC(t, argv)
+	}
+}
+
+// compareC runs the C tool argv[0] from /usr/bin and rdmago's command of
+// that name with the same arguments, and compares what they print (the C
+// program's path in its messages read as its name) and their statuses.
+func compareC(t *testing.T, argv []string) {
+	t.Helper()
+	path := "/usr/bin/" + argv[0]
+	c := exec.Command(path, argv[1:]...)
+	var co, ce strings.Builder
+	c.Stdout, c.Stderr = &co, &ce
+	cst := 0
+	if err := c.Run(); err != nil {
+		ee, ok := err.(*exec.ExitError)
+		if !ok {
+			t.Fatalf("%s: %v", path, err)
 		}
-		o, e, st := tooltest.Run(Commands(), argv...)
-		if st != cst || o != co.String() || e != ce.String() {
-			t.Errorf("%q: C status %d %q %q; rdmago %d %q %q", argv, cst, co.String(), ce.String(), st, o, e)
-		}
+		cst = ee.ExitCode()
+	}
+	o, e, st := tooltest.Run(Commands(), argv...)
+	norm := func(s string) string { return strings.ReplaceAll(s, path, argv[0]) }
+	if st != cst || o != norm(co.String()) || e != norm(ce.String()) {
+		t.Errorf("%q: C status %d %q %q; rdmago %d %q %q", argv, cst, co.String(), ce.String(), st, o, e)
 	}
 }
