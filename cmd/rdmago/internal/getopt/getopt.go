@@ -194,3 +194,55 @@ func Message(argv0 string, args []string, err error) string {
 	}
 	return fmt.Sprintf("%s: %s\n", argv0, s)
 }
+
+// Short parses args as glibc's getopt(3) does for a program with short
+// options only (optstring, where a letter followed by ':' takes an
+// argument): bundles ("-ab"), arguments glued on ("-c2") or in the next
+// argument, operands anywhere (getopt permutes them to the end) and "--"
+// ending the options. A long option has no meaning to getopt: "--foo" is
+// the letters '-', 'f', 'o', 'o'. handle is called for each option in
+// order. At the first bad option Short stops and returns getopt's message
+// for it with ok false; the options before it have been handled.
+func Short(argv0 string, args []string, optstring string, handle func(opt byte, arg string)) (msg string, ok bool) {
+	takes := func(c byte) (known, hasArg bool) {
+		if c == ':' {
+			return false, false
+		}
+		i := strings.IndexByte(optstring, c)
+		if i < 0 {
+			return false, false
+		}
+		return true, i+1 < len(optstring) && optstring[i+1] == ':'
+	}
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			break
+		}
+		if len(a) < 2 || a[0] != '-' {
+			continue // an operand
+		}
+		for k := 1; k < len(a); k++ {
+			c := a[k]
+			known, hasArg := takes(c)
+			if !known {
+				return fmt.Sprintf("%s: invalid option -- '%c'\n", argv0, c), false
+			}
+			if !hasArg {
+				handle(c, "")
+				continue
+			}
+			switch {
+			case k+1 < len(a):
+				handle(c, a[k+1:])
+			case i+1 < len(args):
+				i++
+				handle(c, args[i])
+			default:
+				return fmt.Sprintf("%s: option requires an argument -- '%c'\n", argv0, c), false
+			}
+			break
+		}
+	}
+	return "", true
+}

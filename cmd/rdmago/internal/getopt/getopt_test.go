@@ -4,6 +4,7 @@ import (
 	"flag"
 	"io"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -63,5 +64,36 @@ func TestParse(t *testing.T) {
 	}
 	if !*v || *d != "x" || !slices.Equal(ops, []string{"a", "b"}) {
 		t.Errorf("v=%v d=%q operands=%q", *v, *d, ops)
+	}
+}
+
+// Short as glibc's getopt: bundles, a glued argument, an argument that
+// looks like an option, operands skipped, "-" an operand, "--" the end.
+func TestShort(t *testing.T) {
+	var got []string
+	msg, ok := Short("p", []string{"op", "-ab", "-cv", "-a", "-", "-c", "-a", "--", "-b"}, "abc:", func(c byte, a string) {
+		got = append(got, string(c)+"="+a)
+	})
+	if !ok || msg != "" || strings.Join(got, " ") != "a= b= c=v a= c=-a" {
+		t.Errorf("Short: %v %q %q", ok, msg, got)
+	}
+}
+
+func TestShortErrors(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		msg  string
+		seen string
+	}{
+		{[]string{"-a", "-x", "-b"}, "p: invalid option -- 'x'\n", "a"},
+		{[]string{"--long"}, "p: invalid option -- '-'\n", ""},
+		{[]string{"-ba:"}, "p: invalid option -- ':'\n", "b a"},
+		{[]string{"-a", "-c"}, "p: option requires an argument -- 'c'\n", "a"},
+	} {
+		var seen []string
+		msg, ok := Short("p", c.args, "abc:", func(o byte, a string) { seen = append(seen, string(o)+a) })
+		if ok || msg != c.msg || strings.Join(seen, " ") != c.seen {
+			t.Errorf("Short(%q): %v %q, handled %q; want %q, %q", c.args, ok, msg, seen, c.msg, c.seen)
+		}
 	}
 }

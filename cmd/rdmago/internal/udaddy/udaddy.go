@@ -1,0 +1,712 @@
+// Package udaddy is "rdmago udaddy", rdma-core's udaddy: unreliable
+// datagrams exchanged over rdma_cm's UDP port space.
+package udaddy
+
+// librdmacm's udaddy example (librdmacm/examples/udaddy.c, v44.0) in Go,
+// on the same calls of package cm and uverbs, so that either side may be
+// the C program. The client resolves the server's address and route for
+// each of its connections, and its SIDR request tells it the server's QP
+// number and Q_Key (the ESTABLISHED event); it then sends -C datagrams of
+// -S bytes per connection, SEND_WITH_IMM with its QP number as immediate
+// data, and waits for as many back. The server, which knows nothing of a
+// client but its request, answers each client from the first datagram it
+// received (its GRH and immediate data) once all have arrived. Both sides
+// busy-poll their completion queues, as the C program does.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rdmago/rdma/cm"
+	"github.com/rdmago/rdma/cmd/rdmago/internal/clib"
+	"github.com/rdmago/rdma/cmd/rdmago/internal/command"
+	"github.com/rdmago/rdma/cmd/rdmago/internal/getopt"
+	"github.com/rdmago/rdma/mr"
+	"github.com/rdmago/rdma/qp"
+	"github.com/rdmago/rdma/uverbs"
+	"github.com/rdmago/rdma/wr"
+)
+
+// Commands is "rdmago udaddy" (the C program's name too).
+func Commands() []*command.Command {
+	return []*command.Command{{
+		Name:    "udaddy",
+		Summary: "exchange UD datagrams over rdma_cm's UDP port space (as udaddy)",
+		Run: func(args []string, stdout, stderr io.Writer) int {
+			return Main(context.Background(), "udaddy", args, stdout, stderr)
+		},
+	}}
+}
+
+const (
+	defaultPort = "7174"
+	// grhSize is the room for the GRH in front of each received datagram.
+	grhSize = uverbs.GRHSize
+	// afIB is the family -f gid asks for: AF_IB addresses (sockaddr_ib),
+	// which package cm cannot bind or resolve.
+	afIB = 27
+	// resolveTimeout is udaddy's 2000 ms for address and route resolution.
+	resolveTimeout = 2 * time.Second
+)
+
+// options are udaddy's command line.
+type options struct {
+	dst, src    string // -s, -b
+	port        string
+	connections int32 // -c
+	count       int32 // -C
+	size        int32 // -S
+	setTOS      bool  // -t given
+	tos         uint8
+	hints       cm.AddrInfo // -f, -P, -p
+}
+
+func usage(w io.Writer, argv0 string) {
+	fmt.Fprintf(w, "usage: %s\n", argv0)
+	fmt.Fprintf(w, "\t[-s server_address]\n")
+	fmt.Fprintf(w, "\t[-b bind_address]\n")
+	fmt.Fprintf(w, "\t[-f address_format]\n")
+	fmt.Fprintf(w, "\t    name, ip, ipv6, or gid\n")
+	fmt.Fprintf(w, "\t[-P port_space]\n")
+	fmt.Fprintf(w, "\t    udp or ipoib\n")
+	fmt.Fprintf(w, "\t[-c connections]\n")
+	fmt.Fprintf(w, "\t[-C message_count]\n")
+	fmt.Fprintf(w, "\t[-S message_size]\n")
+	fmt.Fprintf(w, "\t[-t type_of_service]\n")
+	fmt.Fprintf(w, "\t[-p port_space - %#x for UDP (default), %#x for IPOIB]\n", uint16(cm.PSUDP), uint16(cm.PSIPoIB))
+}
+
+// hasPrefixFold is strncasecmp(prefix, s, len(prefix)) == 0.
+func hasPrefixFold(s, prefix string) bool {
+	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
+}
+
+// parse reads the command line as udaddy's getopt loop does, warnings and
+// all. run is false when the program ends there, with status.
+func parse(argv0 string, args []string, stdout, stderr io.Writer) (o options, status int, run bool) {
+	o = options{port: defaultPort, connections: 1, count: 10, size: 100}
+	o.hints.PortSpace = cm.PSUDP
+	help := false
+	msg, ok := getopt.Short(argv0, args, "s:b:c:C:S:t:p:P:f:h", func(opt byte, arg string) {
+		switch opt {
+		case 's':
+			o.dst = arg
+		case 'b':
+			o.src = arg
+		case 'c':
+			o.connections = clib.Atoi(arg)
+		case 'C':
+			o.count = clib.Atoi(arg)
+		case 'S':
+			o.size = clib.Atoi(arg)
+		case 't':
+			o.setTOS = true
+			o.tos = uint8(clib.Strtoul(arg))
+		case 'p':
+			// An int holds it in C; the kernel reads 16 bits of it.
+			o.hints.PortSpace = cm.PortSpace(uint16(int32(clib.Strtol(arg))))
+		case 'f':
+			switch {
+			case hasPrefixFold(arg, "ip"):
+				o.hints.Flags = cm.AINumericHost
+			case hasPrefixFold(arg, "gid"):
+				o.hints.Flags = cm.AINumericHost | cm.AIFamily
+				o.hints.Family = afIB
+			case !hasPrefixFold(arg, "name"):
+				fmt.Fprintf(stderr, "Warning: unknown address format\n")
+			}
+		case 'P':
+			switch {
+			case hasPrefixFold(arg, "ipoib"):
+				o.hints.PortSpace = cm.PSIPoIB
+			case !hasPrefixFold(arg, "udp"):
+				fmt.Fprintf(stderr, "Warning: unknown port space format\n")
+			}
+		case 'h':
+			help = true
+		}
+	})
+	if help {
+		// udaddy has no -h (its getopt refuses it); rdmago's commands
+		// answer it with their usage.
+		usage(stdout, argv0)
+		return o, 0, false
+	}
+	if !ok {
+		io.WriteString(stderr, msg)
+		usage(stdout, argv0)
+		return o, 1, false
+	}
+	return o, 0, true
+}
+
+// node is one connection (struct cmatest_node).
+type node struct {
+	id         *cm.ID
+	connected  bool
+	pd         *uverbs.PD
+	cq         *uverbs.CQ
+	mem        *mr.Memory
+	mr         *uverbs.MR
+	ah         *uverbs.AH
+	remoteQPN  uint32
+	remoteQKey uint32
+}
+
+// test is one run (struct cmatest and udaddy's globals).
+type test struct {
+	o              options
+	stdout, stderr io.Writer
+	ctx            context.Context
+	ch             *cm.EventChannel
+	nodes          []*node
+	connIndex      int
+	connectsLeft   int32
+	res            *cm.AddrInfo
+}
+
+// Main runs udaddy with args and returns its exit status: its return
+// status as a byte.
+func Main(ctx context.Context, argv0 string, args []string, stdout, stderr io.Writer) int {
+	o, status, run := parse(argv0, args, stdout, stderr)
+	if !run {
+		return status
+	}
+	t := &test{o: o, stdout: stdout, stderr: stderr, ctx: ctx, connectsLeft: o.connections}
+	// librdmacm will not open its channel on a host without RDMA devices.
+	if devs, err := uverbs.Devices(); errors.Is(err, uverbs.ErrNoDevice) || (err == nil && len(devs) == 0) {
+		fmt.Fprintf(stderr, "No RDMA devices were detected\n")
+		return 1
+	}
+	ch, err := cm.NewEventChannel()
+	if err != nil {
+		if errors.Is(err, unix.ENODEV) {
+			fmt.Fprintf(stderr, "No RDMA devices were detected\n")
+		} else {
+			io.WriteString(stderr, clib.Perror("failed to create RDMA CM event channel", err))
+		}
+		return 1
+	}
+	t.ch = ch
+	if !t.allocNodes() {
+		ch.Close()
+		return 1
+	}
+	var ret int
+	if o.dst != "" {
+		ret = t.runClient()
+	} else {
+		t.o.hints.Flags |= cm.AIPassive
+		ret = t.runServer()
+	}
+	fmt.Fprintf(stdout, "test complete\n")
+	t.destroyNodes()
+	ch.Close()
+	fmt.Fprintf(stdout, "return status %d\n", ret)
+	return int(uint8(ret))
+}
+
+func (t *test) perror(prefix string, err error) { io.WriteString(t.stderr, clib.Perror(prefix, err)) }
+
+// errnoRet is what a failed librdmacm call returns: -1 (its errno is
+// what perror prints).
+const errnoRet = -1
+
+// allocNodes makes the nodes, and a client's IDs.
+func (t *test) allocNodes() bool {
+	if t.o.connections < 0 {
+		fmt.Fprintf(t.stdout, "udaddy: unable to allocate memory for test nodes\n")
+		return false
+	}
+	t.nodes = make([]*node, t.o.connections)
+	for i := range t.nodes {
+		n := &node{}
+		t.nodes[i] = n
+		if t.o.dst != "" {
+			id, err := cm.CreateID(t.ch, n, t.o.hints.PortSpace)
+			if err != nil {
+				for _, m := range t.nodes[:i] {
+					m.id.Close()
+				}
+				return false
+			}
+			n.id = id
+		}
+	}
+	return true
+}
+
+func (t *test) destroyNodes() {
+	for _, n := range t.nodes {
+		n.destroy()
+	}
+}
+
+func (n *node) destroy() {
+	if n.id == nil {
+		return
+	}
+	if n.ah != nil {
+		n.ah.Close()
+	}
+	if n.id.QP() != nil {
+		n.id.DestroyQP()
+	}
+	if n.cq != nil {
+		n.cq.Close()
+	}
+	if n.mem != nil {
+		n.mr.Close()
+		n.mem.Close()
+	}
+	if n.pd != nil {
+		n.pd.Close()
+	}
+	n.id.Close()
+}
+
+// getAddr is get_rdma_addr: the passive side's address, or the peer's
+// with the bound source. It prints a failure as v44.0's udaddy does
+// (with what its caller names the call) and returns getaddrinfo's code.
+func (t *test) getAddr(what string) int {
+	if t.o.hints.Family == afIB {
+		// Package cm has no AF_IB (sockaddr_ib) addresses. On RoCE the C
+		// program fails later, binding or resolving the route (ENODEV).
+		fmt.Fprintf(t.stderr, "udaddy: address format gid (AF_IB) is not supported by rdmago\n")
+		return errnoRet
+	}
+	h := t.o.hints
+	var res *cm.AddrInfo
+	var err error
+	if h.Flags&cm.AIPassive != 0 {
+		res, err = cm.GetAddrInfoContext(t.ctx, t.o.src, t.o.port, &h)
+	} else {
+		if t.o.src != "" {
+			sh := h
+			sh.Flags |= cm.AIPassive
+			var src *cm.AddrInfo
+			if src, err = cm.GetAddrInfoContext(t.ctx, t.o.src, "", &sh); err == nil {
+				h.SrcAddr = src.SrcAddr
+			}
+		}
+		if err == nil {
+			res, err = cm.GetAddrInfoContext(t.ctx, t.o.dst, t.o.port, &h)
+		}
+	}
+	if err != nil {
+		code, msg := gaiError(err)
+		fmt.Fprintf(t.stdout, "udaddy: %s error: %s\n", what, msg)
+		return code
+	}
+	t.res = res
+	return 0
+}
+
+// gaiError is getaddrinfo's code and gai_strerror's text for a failed
+// GetAddrInfo, as rdmaserver reads them.
+func gaiError(err error) (int, string) {
+	var de *net.DNSError
+	var ae *net.AddrError
+	switch {
+	case errors.As(err, &de):
+		if de.IsTemporary || de.IsTimeout {
+			return -3, "Temporary failure in name resolution" // EAI_AGAIN
+		}
+		if strings.Contains(de.Err, "port") || strings.Contains(de.Err, "service") {
+			return -8, "Servname not supported for ai_socktype" // EAI_SERVICE
+		}
+		return -2, "Name or service not known" // EAI_NONAME
+	case errors.As(err, &ae):
+		return -8, "Servname not supported for ai_socktype"
+	case errors.Is(err, unix.EAFNOSUPPORT):
+		return -9, "Address family for hostname not supported" // EAI_ADDRFAMILY
+	}
+	var ne *strconv.NumError
+	if errors.As(err, &ne) {
+		return -8, "Servname not supported for ai_socktype"
+	}
+	return -2, "Name or service not known"
+}
+
+// verifyParams refuses a message the path MTU cannot carry.
+func (t *test) verifyParams(n *node) int {
+	pa, err := n.id.Verbs().QueryPort(n.id.PortNum())
+	if err != nil {
+		return clib.Errno(err)
+	}
+	mtu := int32(pa.ActiveMTU.Bytes())
+	if t.o.count != 0 && t.o.size > mtu {
+		fmt.Fprintf(t.stdout, "udaddy: message_size %d is larger than active mtu %d\n", t.o.size, mtu)
+		return -int(unix.EINVAL)
+	}
+	return 0
+}
+
+// initNode makes the node's PD, CQ, QP and message buffer.
+func (t *test) initNode(n *node) int {
+	verbs := n.id.Verbs()
+	pd, err := verbs.AllocPD()
+	if err != nil {
+		fmt.Fprintf(t.stdout, "udaddy: unable to allocate PD\n")
+		return -int(unix.ENOMEM)
+	}
+	n.pd = pd
+	cqe, wrs := 2, 1
+	if t.o.count != 0 {
+		cqe, wrs = int(t.o.count)*2, int(t.o.count)
+	}
+	if n.cq, err = verbs.CreateCQ(uverbs.CQAttr{CQE: cqe}); err != nil {
+		n.cq = nil
+		fmt.Fprintf(t.stdout, "udaddy: unable to create CQ\n")
+		return -int(unix.ENOMEM)
+	}
+	attr := uverbs.QPInitAttr{
+		Type:   qp.UD,
+		SendCQ: n.cq,
+		RecvCQ: n.cq,
+		Caps:   qp.Caps{MaxSendWR: uint32(wrs), MaxRecvWR: uint32(wrs), MaxSendSGE: 1, MaxRecvSGE: 1},
+	}
+	if err := n.id.CreateQP(pd, attr); err != nil {
+		t.perror("udaddy: unable to create QP", err)
+		return errnoRet
+	}
+	if ret := t.createMessage(n); ret != 0 {
+		fmt.Fprintf(t.stdout, "udaddy: failed to create messages: %d\n", ret)
+		return ret
+	}
+	return 0
+}
+
+// createMessage allocates and registers the one buffer every datagram of
+// the node goes through, with room for a GRH. A size of 0 means no
+// messages at all, for this node and the ones after it.
+func (t *test) createMessage(n *node) int {
+	if t.o.size == 0 {
+		t.o.count = 0
+	}
+	if t.o.count == 0 {
+		return 0
+	}
+	total := int64(t.o.size) + grhSize
+	if total < 0 {
+		fmt.Fprintf(t.stdout, "failed message allocation\n")
+		return -1
+	}
+	mem, err := mr.Alloc(int(max(total, 1)))
+	if err != nil {
+		fmt.Fprintf(t.stdout, "failed message allocation\n")
+		return -1
+	}
+	m, err := n.pd.RegMR(mem.Bytes()[:total], wr.LocalWrite)
+	if err != nil {
+		fmt.Fprintf(t.stdout, "failed to reg MR\n")
+		mem.Close()
+		return -1
+	}
+	n.mem, n.mr = mem, m
+	return 0
+}
+
+// sge is the node's buffer as C's SGE of length bytes names it (a
+// negative size wraps, as in C).
+func (n *node) sge(length int64) wr.SGE {
+	s := n.mr.SGE(0, 0)
+	s.Length = uint32(length)
+	return s
+}
+
+func (t *test) postRecvs(n *node) int {
+	if t.o.count == 0 {
+		return 0
+	}
+	rwr := []wr.RecvWR{{ID: 0, SGList: []wr.SGE{n.sge(int64(t.o.size) + grhSize)}}}
+	for i := int32(0); i < t.o.count; i++ {
+		if _, err := n.id.QP().PostRecv(rwr); err != nil {
+			fmt.Fprintf(t.stdout, "failed to post receives: %d\n", clib.Errno(err))
+			return clib.Errno(err)
+		}
+	}
+	return 0
+}
+
+func (t *test) postSends(n *node, flags wr.SendFlags) int {
+	if !n.connected || t.o.count == 0 {
+		return 0
+	}
+	q := n.id.QP()
+	swr := []wr.SendWR{{
+		SGList:     []wr.SGE{n.sge(int64(t.o.size))},
+		Opcode:     wr.OpSendWithImm,
+		Flags:      flags,
+		Imm:        q.Num(),
+		AH:         n.ah,
+		RemoteQPN:  n.remoteQPN,
+		RemoteQKey: n.remoteQKey,
+	}}
+	for i := int32(0); i < t.o.count; i++ {
+		if _, err := q.PostSend(swr); err != nil {
+			fmt.Fprintf(t.stdout, "failed to post sends: %d\n", clib.Errno(err))
+			return clib.Errno(err)
+		}
+	}
+	return 0
+}
+
+func (t *test) connectError() { t.connectsLeft-- }
+
+func (t *test) addrHandler(n *node) int {
+	if t.o.setTOS {
+		if err := n.id.SetTOS(t.o.tos); err != nil {
+			t.perror("udaddy: set TOS option failed", err)
+		}
+	}
+	if err := n.id.ResolveRoute(t.ctx, resolveTimeout); err != nil {
+		t.perror("udaddy: resolve route failed", err)
+		t.connectError()
+		return errnoRet
+	}
+	return 0
+}
+
+func (t *test) routeHandler(n *node) int {
+	ret := t.verifyParams(n)
+	if ret == 0 {
+		ret = t.initNode(n)
+	}
+	if ret == 0 {
+		ret = t.postRecvs(n)
+	}
+	if ret == 0 {
+		if err := n.id.Connect(t.ctx, &cm.ConnParam{PrivateData: t.res.Connect}); err != nil {
+			t.perror("udaddy: failure connecting", err)
+			ret = errnoRet
+		}
+	}
+	if ret != 0 {
+		t.connectError()
+	}
+	return ret
+}
+
+func (t *test) connectHandler(id *cm.ID) int {
+	ret := -int(unix.ENOMEM)
+	if t.connIndex < len(t.nodes) {
+		n := t.nodes[t.connIndex]
+		t.connIndex++
+		n.id = id
+		id.SetUserData(n)
+		ret = t.verifyParams(n)
+		if ret == 0 {
+			ret = t.initNode(n)
+		}
+		if ret == 0 {
+			ret = t.postRecvs(n)
+		}
+		if ret == 0 {
+			if err := id.Accept(t.ctx, &cm.ConnParam{QPNum: id.QP().Num()}); err != nil {
+				t.perror("udaddy: failure accepting", err)
+				ret = errnoRet
+			}
+		}
+		if ret == 0 {
+			n.connected = true
+			t.connectsLeft--
+			return 0
+		}
+		t.connectError()
+		fmt.Fprintf(t.stdout, "udaddy: failing connection request\n")
+		id.Reject(nil)
+		// The C program forgets the node's ID here and leaks what
+		// init_node made; rdmago releases them.
+		n.destroy()
+		*n = node{}
+		return ret
+	}
+	fmt.Fprintf(t.stdout, "udaddy: failing connection request\n")
+	id.Reject(nil)
+	return ret
+}
+
+func (t *test) resolvedHandler(n *node, ev *cm.Event) int {
+	n.remoteQPN = ev.UD.QPNum
+	n.remoteQKey = ev.UD.QKey
+	ah, err := n.pd.CreateAH(ev.UD.AHAttr)
+	if err != nil {
+		fmt.Fprintf(t.stdout, "udaddy: failure creating address handle\n")
+		t.connectError()
+		return -1
+	}
+	n.ah = ah
+	n.connected = true
+	t.connectsLeft--
+	return 0
+}
+
+func (t *test) handle(ev *cm.Event) int {
+	n, _ := ev.ID.UserData().(*node)
+	switch ev.Type {
+	case cm.EventAddrResolved:
+		return t.addrHandler(n)
+	case cm.EventRouteResolved:
+		return t.routeHandler(n)
+	case cm.EventConnectRequest:
+		return t.connectHandler(ev.ID)
+	case cm.EventEstablished:
+		return t.resolvedHandler(n, ev)
+	case cm.EventAddrError, cm.EventRouteError, cm.EventConnectError, cm.EventUnreachable, cm.EventRejected:
+		fmt.Fprintf(t.stdout, "udaddy: event: %s, error: %d\n", ev.Type, ev.Status)
+		t.connectError()
+		return ev.Status
+	}
+	return 0
+}
+
+func (t *test) connectEvents() int {
+	ret := 0
+	for t.connectsLeft != 0 && ret == 0 {
+		ev, err := t.ch.GetEvent(t.ctx)
+		if err != nil {
+			return errnoRet
+		}
+		ret = t.handle(ev)
+		ev.Ack()
+	}
+	return ret
+}
+
+// createReplyAH addresses the sender of the datagram wc reports, from its
+// GRH (the buffer's start) and immediate data, with the QP's own Q_Key.
+func (n *node) createReplyAH(wc *wr.Completion) bool {
+	ah, err := n.pd.CreateAHFromWC(wc, n.mem.Bytes()[:grhSize], n.id.PortNum())
+	if err != nil {
+		return false
+	}
+	n.ah = ah
+	n.remoteQPN = wc.Imm
+	a, _, err := n.id.QP().Query(qp.AttrQKey)
+	if err != nil {
+		return false
+	}
+	n.remoteQKey = a.QKey
+	return true
+}
+
+// pollCQs waits, node after node, for -C completions on each connected
+// node's CQ, spinning as the C program does.
+func (t *test) pollCQs() int {
+	var wc [8]wr.Completion
+	for _, n := range t.nodes {
+		if !n.connected {
+			continue
+		}
+		for done := int32(0); done < t.o.count; {
+			k, err := n.cq.Poll(wc[:])
+			if err != nil {
+				ret := -clib.Errno(err)
+				fmt.Fprintf(t.stdout, "udaddy: failed polling CQ: %d\n", ret)
+				return ret
+			}
+			if k == 0 {
+				if t.ctx.Err() != nil {
+					return errnoRet
+				}
+				runtime.Gosched()
+				continue
+			}
+			if n.ah == nil && !n.createReplyAH(&wc[0]) {
+				fmt.Fprintf(t.stdout, "udaddy: failed to create reply AH\n")
+				return -1
+			}
+			done += int32(k)
+		}
+	}
+	return 0
+}
+
+func (t *test) runServer() int {
+	fmt.Fprintf(t.stdout, "udaddy: starting server\n")
+	listen, err := cm.CreateID(t.ch, t, t.o.hints.PortSpace)
+	if err != nil {
+		t.perror("udaddy: listen request failed", err)
+		return errnoRet
+	}
+	defer listen.Close()
+	if ret := t.getAddr("getrdmaaddr"); ret != 0 {
+		return ret
+	}
+	if err := listen.BindAddr(t.res.SrcAddr); err != nil {
+		t.perror("udaddy: bind address failed", err)
+		return errnoRet
+	}
+	if err := listen.Listen(0); err != nil {
+		t.perror("udaddy: failure trying to listen", err)
+		return errnoRet
+	}
+	// Like udaddy, the server goes on after a failed request.
+	t.connectEvents()
+	if t.o.count == 0 {
+		return 0
+	}
+	fmt.Fprintf(t.stdout, "receiving data transfers\n")
+	if ret := t.pollCQs(); ret != 0 {
+		return ret
+	}
+	fmt.Fprintf(t.stdout, "sending replies\n")
+	for _, n := range t.nodes {
+		if ret := t.postSends(n, wr.Signaled); ret != 0 {
+			return ret
+		}
+	}
+	if ret := t.pollCQs(); ret != 0 {
+		return ret
+	}
+	fmt.Fprintf(t.stdout, "data transfers complete\n")
+	return 0
+}
+
+func (t *test) runClient() int {
+	fmt.Fprintf(t.stdout, "udaddy: starting client\n")
+	if ret := t.getAddr("getaddrinfo"); ret != 0 {
+		return ret
+	}
+	fmt.Fprintf(t.stdout, "udaddy: connecting\n")
+	var src netip.AddrPort
+	if t.res.SrcAddr.Addr().IsValid() {
+		src = t.res.SrcAddr
+	}
+	for _, n := range t.nodes {
+		if err := n.id.ResolveAddr(t.ctx, src, t.res.DstAddr, resolveTimeout); err != nil {
+			t.perror("udaddy: failure getting addr", err)
+			t.connectError()
+			return errnoRet
+		}
+	}
+	if ret := t.connectEvents(); ret != 0 {
+		return ret
+	}
+	if t.o.count == 0 {
+		return 0
+	}
+	fmt.Fprintf(t.stdout, "initiating data transfers\n")
+	for _, n := range t.nodes {
+		if ret := t.postSends(n, 0); ret != 0 {
+			return ret
+		}
+	}
+	fmt.Fprintf(t.stdout, "receiving data transfers\n")
+	if ret := t.pollCQs(); ret != 0 {
+		return ret
+	}
+	fmt.Fprintf(t.stdout, "data transfers complete\n")
+	return 0
+}
