@@ -15,20 +15,17 @@ package udaddy
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/netip"
 	"runtime"
-	"strconv"
-	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/rdmago/rdma/cm"
 	"github.com/rdmago/rdma/cmd/rdmago/internal/clib"
+	"github.com/rdmago/rdma/cmd/rdmago/internal/cmacommon"
 	"github.com/rdmago/rdma/cmd/rdmago/internal/command"
 	"github.com/rdmago/rdma/cmd/rdmago/internal/getopt"
 	"github.com/rdmago/rdma/mr"
@@ -52,9 +49,6 @@ const (
 	defaultPort = "7174"
 	// grhSize is the room for the GRH in front of each received datagram.
 	grhSize = uverbs.GRHSize
-	// afIB is the family -f gid asks for: AF_IB addresses (sockaddr_ib),
-	// which package cm cannot bind or resolve.
-	afIB = 27
 	// resolveTimeout is udaddy's 2000 ms for address and route resolution.
 	resolveTimeout = 2 * time.Second
 )
@@ -86,11 +80,6 @@ func usage(w io.Writer, argv0 string) {
 	fmt.Fprintf(w, "\t[-p port_space - %#x for UDP (default), %#x for IPOIB]\n", uint16(cm.PSUDP), uint16(cm.PSIPoIB))
 }
 
-// hasPrefixFold is strncasecmp(prefix, s, len(prefix)) == 0.
-func hasPrefixFold(s, prefix string) bool {
-	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
-}
-
 // parse reads the command line as udaddy's getopt loop does, warnings and
 // all. run is false when the program ends there, with status.
 func parse(argv0 string, args []string, stdout, stderr io.Writer) (o options, status int, run bool) {
@@ -116,20 +105,12 @@ func parse(argv0 string, args []string, stdout, stderr io.Writer) (o options, st
 			// An int holds it in C; the kernel reads 16 bits of it.
 			o.hints.PortSpace = cm.PortSpace(uint16(int32(clib.Strtol(arg))))
 		case 'f':
-			switch {
-			case hasPrefixFold(arg, "ip"):
-				o.hints.Flags = cm.AINumericHost
-			case hasPrefixFold(arg, "gid"):
-				o.hints.Flags = cm.AINumericHost | cm.AIFamily
-				o.hints.Family = afIB
-			case !hasPrefixFold(arg, "name"):
-				fmt.Fprintf(stderr, "Warning: unknown address format\n")
-			}
+			cmacommon.AddrFormat(arg, &o.hints, stderr)
 		case 'P':
 			switch {
-			case hasPrefixFold(arg, "ipoib"):
+			case cmacommon.HasPrefixFold(arg, "ipoib"):
 				o.hints.PortSpace = cm.PSIPoIB
-			case !hasPrefixFold(arg, "udp"):
+			case !cmacommon.HasPrefixFold(arg, "udp"):
 				fmt.Fprintf(stderr, "Warning: unknown port space format\n")
 			}
 		case 'h':
@@ -183,18 +164,8 @@ func Main(ctx context.Context, argv0 string, args []string, stdout, stderr io.Wr
 		return status
 	}
 	t := &test{o: o, stdout: stdout, stderr: stderr, ctx: ctx, connectsLeft: o.connections}
-	// librdmacm will not open its channel on a host without RDMA devices.
-	if devs, err := uverbs.Devices(); errors.Is(err, uverbs.ErrNoDevice) || (err == nil && len(devs) == 0) {
-		fmt.Fprintf(stderr, "No RDMA devices were detected\n")
-		return 1
-	}
-	ch, err := cm.NewEventChannel()
-	if err != nil {
-		if errors.Is(err, unix.ENODEV) {
-			fmt.Fprintf(stderr, "No RDMA devices were detected\n")
-		} else {
-			io.WriteString(stderr, clib.Perror("failed to create RDMA CM event channel", err))
-		}
+	ch := cmacommon.OpenChannel(stderr)
+	if ch == nil {
 		return 1
 	}
 	t.ch = ch
@@ -218,9 +189,7 @@ func Main(ctx context.Context, argv0 string, args []string, stdout, stderr io.Wr
 
 func (t *test) perror(prefix string, err error) { io.WriteString(t.stderr, clib.Perror(prefix, err)) }
 
-// errnoRet is what a failed librdmacm call returns: -1 (its errno is
-// what perror prints).
-const errnoRet = -1
+const errnoRet = cmacommon.ErrnoRet
 
 // allocNodes makes the nodes, and a client's IDs.
 func (t *test) allocNodes() bool {
@@ -275,67 +244,12 @@ func (n *node) destroy() {
 	n.id.Close()
 }
 
-// getAddr is get_rdma_addr: the passive side's address, or the peer's
-// with the bound source. It prints a failure as v44.0's udaddy does
-// (with what its caller names the call) and returns getaddrinfo's code.
+// getAddr is get_rdma_addr, failures printed as udaddy prints them.
 func (t *test) getAddr(what string) int {
-	if t.o.hints.Family == afIB {
-		// Package cm has no AF_IB (sockaddr_ib) addresses. On RoCE the C
-		// program fails later, binding or resolving the route (ENODEV).
-		fmt.Fprintf(t.stderr, "udaddy: address format gid (AF_IB) is not supported by rdmago\n")
-		return errnoRet
-	}
-	h := t.o.hints
-	var res *cm.AddrInfo
-	var err error
-	if h.Flags&cm.AIPassive != 0 {
-		res, err = cm.GetAddrInfoContext(t.ctx, t.o.src, t.o.port, &h)
-	} else {
-		if t.o.src != "" {
-			sh := h
-			sh.Flags |= cm.AIPassive
-			var src *cm.AddrInfo
-			if src, err = cm.GetAddrInfoContext(t.ctx, t.o.src, "", &sh); err == nil {
-				h.SrcAddr = src.SrcAddr
-			}
-		}
-		if err == nil {
-			res, err = cm.GetAddrInfoContext(t.ctx, t.o.dst, t.o.port, &h)
-		}
-	}
-	if err != nil {
-		code, msg := gaiError(err)
-		fmt.Fprintf(t.stdout, "udaddy: %s error: %s\n", what, msg)
-		return code
-	}
+	a := cmacommon.Addr{Src: t.o.src, Dst: t.o.dst, Port: t.o.port, Hints: t.o.hints}
+	res, ret := a.Get(t.ctx, "udaddy", what, t.stdout, t.stderr)
 	t.res = res
-	return 0
-}
-
-// gaiError is getaddrinfo's code and gai_strerror's text for a failed
-// GetAddrInfo, as rdmaserver reads them.
-func gaiError(err error) (int, string) {
-	var de *net.DNSError
-	var ae *net.AddrError
-	switch {
-	case errors.As(err, &de):
-		if de.IsTemporary || de.IsTimeout {
-			return -3, "Temporary failure in name resolution" // EAI_AGAIN
-		}
-		if strings.Contains(de.Err, "port") || strings.Contains(de.Err, "service") {
-			return -8, "Servname not supported for ai_socktype" // EAI_SERVICE
-		}
-		return -2, "Name or service not known" // EAI_NONAME
-	case errors.As(err, &ae):
-		return -8, "Servname not supported for ai_socktype"
-	case errors.Is(err, unix.EAFNOSUPPORT):
-		return -9, "Address family for hostname not supported" // EAI_ADDRFAMILY
-	}
-	var ne *strconv.NumError
-	if errors.As(err, &ne) {
-		return -8, "Servname not supported for ai_socktype"
-	}
-	return -2, "Name or service not known"
+	return ret
 }
 
 // verifyParams refuses a message the path MTU cannot carry.

@@ -2,14 +2,11 @@ package udaddy
 
 import (
 	"bytes"
-	"errors"
-	"net"
 	"reflect"
 	"testing"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/rdmago/rdma/cm"
+	"github.com/rdmago/rdma/cmd/rdmago/internal/cmacommon"
 	"github.com/rdmago/rdma/cmd/rdmago/internal/tooltest"
 )
 
@@ -87,7 +84,7 @@ func TestUdaddyOptions(t *testing.T) {
 		{[]string{"-P", "tcp"}, func(o *options) {}, "Warning: unknown port space format\n"},
 		{[]string{"-f", "ipv6"}, func(o *options) { o.hints.Flags = cm.AINumericHost }, ""},
 		{[]string{"-f", "IP"}, func(o *options) { o.hints.Flags = cm.AINumericHost }, ""},
-		{[]string{"-f", "gid"}, func(o *options) { o.hints.Flags, o.hints.Family = cm.AINumericHost|cm.AIFamily, afIB }, ""},
+		{[]string{"-f", "gid"}, func(o *options) { o.hints.Flags, o.hints.Family = cm.AINumericHost|cm.AIFamily, cmacommon.AFIB }, ""},
 		{[]string{"-f", "ip", "-f", "names"}, func(o *options) { o.hints.Flags = cm.AINumericHost }, ""},
 		{[]string{"-f", "i", "-f", "nam"}, func(o *options) {}, "Warning: unknown address format\nWarning: unknown address format\n"},
 		{[]string{"x", "-s", "a", "--", "-c", "5"}, func(o *options) { o.dst = "a" }, ""},
@@ -99,23 +96,6 @@ func TestUdaddyOptions(t *testing.T) {
 		if !run || st != 0 || !reflect.DeepEqual(got, want) || o.Len() != 0 || e.String() != c.stderr {
 			t.Errorf("udaddy %q: run %v status %d options %+v, stdout %q, stderr %q; want %+v, stderr %q",
 				c.args, run, st, got, o.String(), e.String(), want, c.stderr)
-		}
-	}
-}
-
-func TestGAIError(t *testing.T) {
-	for _, c := range []struct {
-		err  error
-		code int
-	}{
-		{&net.DNSError{Err: "no such host", Name: "x", IsNotFound: true}, -2},
-		{&net.DNSError{Err: "server misbehaving", Name: "x", IsTemporary: true}, -3},
-		{&net.DNSError{Err: "unknown port", Name: "udp/foo"}, -8},
-		{errors.Join(errors.New("numeric"), unix.EINVAL), -2},
-		{errors.Join(errors.New("family"), unix.EAFNOSUPPORT), -9},
-	} {
-		if code, msg := gaiError(c.err); code != c.code || msg == "" {
-			t.Errorf("gaiError(%v) = %d %q, want %d", c.err, code, msg, c.code)
 		}
 	}
 }

@@ -12,8 +12,6 @@ import (
 	"context"
 	"net"
 	"net/netip"
-	"slices"
-	"strings"
 	"testing"
 
 	"github.com/rdmago/rdma/cmd/rdmago/internal/tooltest"
@@ -25,14 +23,9 @@ const (
 	port  = 7174
 )
 
-type side struct {
-	name string
-	argv func(args ...string) []string
-}
-
 var (
-	goSide = side{"rdmago", func(a ...string) []string { return append([]string{"rdmago", "udaddy"}, a...) }}
-	cSide  = side{"C", func(a ...string) []string { return append([]string{cTool}, a...) }}
+	goSide = tooltest.CMSide{Name: "rdmago", Tool: "udaddy"}
+	cSide  = tooltest.CMSide{Name: "C", Tool: "udaddy", Path: cTool}
 )
 
 var (
@@ -42,56 +35,26 @@ var (
 		"receiving data transfers", "data transfers complete", "test complete", "return status 0"}
 )
 
-// pairResult is what the two processes of a run printed.
-type pairResult struct {
-	srv, cli             *tooltest.Proc
-	srvStatus, cliStatus int
-}
-
-// runPair runs a server with srvArgs, once it listens a client with
-// cliArgs, and waits for both.
-func runPair(t *testing.T, server, client side, srvArgs, cliArgs []string) pairResult {
+// runPair runs a server bound to the VM's address with srvArgs and a
+// client of it with cliArgs.
+func runPair(t *testing.T, server, client tooltest.CMSide, srvArgs, cliArgs []string) tooltest.CMPair {
 	t.Helper()
-	testenv.RequireDevice(t)
-	tooltest.RequireCTool(t, cTool)
-	ctx, cancel := context.WithTimeout(context.Background(), tooltest.CMTimeout)
-	defer cancel()
-	srv := tooltest.Start(t, ctx, server.name+" server", server.argv(append([]string{"-b", tooltest.VMAddr}, srvArgs...)...))
-	defer func() {
-		cancel()
-		srv.Wait()
-	}()
-	tooltest.WaitCMListening(t, srv, port)
-	cli := tooltest.Start(t, ctx, client.name+" client", client.argv(append([]string{"-s", tooltest.VMAddr}, cliArgs...)...))
-	r := pairResult{srv: srv, cli: cli}
-	r.cliStatus = cli.Wait()
-	r.srvStatus = srv.Wait()
-	if ctx.Err() != nil {
-		t.Errorf("timeout %v: %v", tooltest.CMTimeout, ctx.Err())
-	}
-	tooltest.LogOnFailure(t, srv, r.srvStatus)
-	tooltest.LogOnFailure(t, cli, r.cliStatus)
-	return r
+	return tooltest.RunCMPair(t, port, server, client, append([]string{"-b", tooltest.VMAddr}, srvArgs...),
+		append([]string{"-s", tooltest.VMAddr}, cliArgs...))
 }
 
-// check compares a process's status and output with what is wanted.
-func check(t *testing.T, p *tooltest.Proc, status, wantStatus int, want []string, wantStderr string) {
-	t.Helper()
-	if got := tooltest.Lines(p.Stdout.String()); status != wantStatus || !slices.Equal(got, want) || p.Stderr.String() != wantStderr {
-		t.Errorf("%s: status %d, stdout %q, stderr %q; want %d, %q, %q", p.Label, status, got, p.Stderr.String(), wantStatus, want, wantStderr)
-	}
-}
+var check = tooltest.CheckProc
 
-func runGood(t *testing.T, server, client side, srvArgs, cliArgs []string) {
+func runGood(t *testing.T, server, client tooltest.CMSide, srvArgs, cliArgs []string) {
 	r := runPair(t, server, client, srvArgs, cliArgs)
-	check(t, r.srv, r.srvStatus, 0, serverOK, "")
-	check(t, r.cli, r.cliStatus, 0, clientOK, "")
+	check(t, r.Srv, r.SrvStatus, 0, serverOK, "")
+	check(t, r.Cli, r.CliStatus, 0, clientOK, "")
 }
 
 func TestDeviceUdaddy(t *testing.T) {
 	for _, c := range []struct {
 		name             string
-		server, client   side
+		server, client   tooltest.CMSide
 		srvArgs, cliArgs []string
 	}{
 		{"GoServerCClient", goSide, cSide, nil, nil},
@@ -115,40 +78,24 @@ func TestDeviceUdaddy(t *testing.T) {
 func TestDeviceUdaddyReject(t *testing.T) {
 	srvArgs := []string{"-S", "2000"}
 	ref := runPair(t, cSide, cSide, srvArgs, nil)
-	if ref.srvStatus != 0 || ref.cliStatus == 0 {
-		t.Fatalf("C server %d, C client %d: want 0 and a failure", ref.srvStatus, ref.cliStatus)
+	if ref.SrvStatus != 0 || ref.CliStatus == 0 {
+		t.Fatalf("C server %d, C client %d: want 0 and a failure", ref.SrvStatus, ref.CliStatus)
 	}
 	for _, c := range []struct {
 		name           string
-		server, client side
+		server, client tooltest.CMSide
 	}{{"GoServerCClient", goSide, cSide}, {"CServerGoClient", cSide, goSide}} {
 		t.Run(c.name, func(t *testing.T) {
-			r := runPair(t, c.server, c.client, srvArgs, nil)
-			check(t, r.srv, r.srvStatus, ref.srvStatus, tooltest.Lines(ref.srv.Stdout.String()), ref.srv.Stderr.String())
-			check(t, r.cli, r.cliStatus, ref.cliStatus, tooltest.Lines(ref.cli.Stdout.String()), ref.cli.Stderr.String())
+			tooltest.CheckLike(t, runPair(t, c.server, c.client, srvArgs, nil), ref)
 		})
 	}
 }
 
-// compareAlone runs the C program and rdmago with args, each alone, and
-// compares their statuses and output. wantFail says the C program must
-// fail (a test that expects a failure and gets a run is wrong).
+// compareAlone runs udaddy and rdmago's with args, each alone, and
+// compares their statuses and output.
 func compareAlone(t *testing.T, args []string, wantFail bool) {
 	t.Helper()
-	tooltest.RequireCTool(t, cTool)
-	ctx, cancel := context.WithTimeout(context.Background(), tooltest.CMTimeout)
-	defer cancel()
-	want := tooltest.Start(t, ctx, "C", cSide.argv(args...))
-	wantStatus := want.Wait()
-	got := tooltest.Start(t, ctx, "rdmago", goSide.argv(args...))
-	gotStatus := got.Wait()
-	norm := func(s string) string { return strings.ReplaceAll(s, cTool, "udaddy") }
-	t.Logf("udaddy %q: status %d, stdout %q, stderr %q", args, wantStatus, want.Stdout.String(), want.Stderr.String())
-	if ctx.Err() != nil || (wantFail && wantStatus == 0) || gotStatus != wantStatus ||
-		got.Stdout.String() != norm(want.Stdout.String()) || got.Stderr.String() != norm(want.Stderr.String()) {
-		t.Errorf("rdmago udaddy %q: status %d, stdout %q, stderr %q; udaddy: status %d, stdout %q, stderr %q (%v)",
-			args, gotStatus, got.Stdout.String(), got.Stderr.String(), wantStatus, want.Stdout.String(), want.Stderr.String(), ctx.Err())
-	}
+	tooltest.CompareAlone(t, cSide, goSide, args, wantFail)
 }
 
 // TestDeviceUdaddyAlone: where udaddy fails alone (no server, a bad
@@ -198,9 +145,9 @@ func TestDeviceUdaddyGID(t *testing.T) {
 		{[]string{"-f", "gid", "-b", "::ffff:" + tooltest.VMAddr}, "server"},
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), tooltest.CMTimeout)
-		cp := tooltest.Start(t, ctx, "C", cSide.argv(c.args...))
+		cp := tooltest.Start(t, ctx, "C", cSide.Argv(c.args...))
 		cStatus := cp.Wait()
-		gp := tooltest.Start(t, ctx, "rdmago", goSide.argv(c.args...))
+		gp := tooltest.Start(t, ctx, "rdmago", goSide.Argv(c.args...))
 		gStatus := gp.Wait()
 		cancel()
 		t.Logf("udaddy %q: status %d, stdout %q, stderr %q", c.args, cStatus, cp.Stdout.String(), cp.Stderr.String())
@@ -233,25 +180,14 @@ func TestDeviceUdaddyIPv6(t *testing.T) {
 	if ll == "" {
 		t.Fatalf("dummy0 has no IPv6 link-local address: %v", addrs)
 	}
-	run := func(server, client side) pairResult {
-		ctx, cancel := context.WithTimeout(context.Background(), tooltest.CMTimeout)
-		defer cancel()
-		srv := tooltest.Start(t, ctx, server.name+" server", server.argv("-f", "ipv6", "-b", ll))
-		tooltest.WaitCMListening(t, srv, port)
-		cli := tooltest.Start(t, ctx, client.name+" client", client.argv("-f", "ipv6", "-s", ll))
-		r := pairResult{srv: srv, cli: cli, cliStatus: cli.Wait()}
-		r.srvStatus = srv.Wait()
-		tooltest.LogOnFailure(t, srv, r.srvStatus)
-		tooltest.LogOnFailure(t, cli, r.cliStatus)
-		return r
+	run := func(server, client tooltest.CMSide) tooltest.CMPair {
+		return tooltest.RunCMPair(t, port, server, client, []string{"-f", "ipv6", "-b", ll}, []string{"-f", "ipv6", "-s", ll})
 	}
 	ref := run(cSide, cSide)
-	t.Logf("C pair on %s: server %d %q %q, client %d %q %q", ll, ref.srvStatus, ref.srv.Stdout.String(), ref.srv.Stderr.String(),
-		ref.cliStatus, ref.cli.Stdout.String(), ref.cli.Stderr.String())
-	for _, p := range [][2]side{{goSide, cSide}, {cSide, goSide}, {goSide, goSide}} {
-		r := run(p[0], p[1])
-		check(t, r.srv, r.srvStatus, ref.srvStatus, tooltest.Lines(ref.srv.Stdout.String()), ref.srv.Stderr.String())
-		check(t, r.cli, r.cliStatus, ref.cliStatus, tooltest.Lines(ref.cli.Stdout.String()), ref.cli.Stderr.String())
+	t.Logf("C pair on %s: server %d %q %q, client %d %q %q", ll, ref.SrvStatus, ref.Srv.Stdout.String(), ref.Srv.Stderr.String(),
+		ref.CliStatus, ref.Cli.Stdout.String(), ref.Cli.Stderr.String())
+	for _, p := range [][2]tooltest.CMSide{{goSide, cSide}, {cSide, goSide}, {goSide, goSide}} {
+		tooltest.CheckLike(t, run(p[0], p[1]), ref)
 	}
 }
 

@@ -1,0 +1,51 @@
+package cmacommon
+
+import (
+	"bytes"
+	"errors"
+	"net"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rdmago/rdma/cm"
+)
+
+func TestGAIError(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		code int
+	}{
+		{&net.DNSError{Err: "no such host", Name: "x", IsNotFound: true}, -2},
+		{&net.DNSError{Err: "server misbehaving", Name: "x", IsTemporary: true}, -3},
+		{&net.DNSError{Err: "unknown port", Name: "udp/foo"}, -8},
+		{errors.Join(errors.New("numeric"), unix.EINVAL), -2},
+		{errors.Join(errors.New("family"), unix.EAFNOSUPPORT), -9},
+	} {
+		if code, msg := GAIError(c.err); code != c.code || msg == "" {
+			t.Errorf("GAIError(%v) = %d %q, want %d", c.err, code, msg, c.code)
+		}
+	}
+}
+
+func TestAddrFormat(t *testing.T) {
+	for _, c := range []struct {
+		arg    string
+		want   cm.AddrInfo
+		stderr string
+	}{
+		{"ip", cm.AddrInfo{Flags: cm.AINumericHost}, ""},
+		{"IPv6", cm.AddrInfo{Flags: cm.AINumericHost}, ""},
+		{"gidx", cm.AddrInfo{Flags: cm.AINumericHost | cm.AIFamily, Family: AFIB}, ""},
+		{"Name", cm.AddrInfo{}, ""},
+		{"nam", cm.AddrInfo{}, "Warning: unknown address format\n"},
+		{"i", cm.AddrInfo{}, "Warning: unknown address format\n"},
+	} {
+		var h cm.AddrInfo
+		var e bytes.Buffer
+		AddrFormat(c.arg, &h, &e)
+		if h.Flags != c.want.Flags || h.Family != c.want.Family || e.String() != c.stderr {
+			t.Errorf("-f %q: flags %v family %d stderr %q; want %v %d %q", c.arg, h.Flags, h.Family, e.String(), c.want.Flags, c.want.Family, c.stderr)
+		}
+	}
+}
