@@ -16,13 +16,14 @@ import (
 	"github.com/rdmago/rdma/cmd/rdmago/internal/rdmaserver"
 	"github.com/rdmago/rdma/cmd/rdmago/internal/rping"
 	"github.com/rdmago/rdma/cmd/rdmago/internal/rstream"
+	"github.com/rdmago/rdma/cmd/rdmago/internal/ucmatose"
 	"github.com/rdmago/rdma/cmd/rdmago/internal/udaddy"
 )
 
 // commands are rdmago's subcommands: each tool's, with help and version.
 var commands = command.NewSet(
 	[]*command.Command{{Name: "version", Summary: "print the version of rdmago", Run: runVersion}},
-	devices.Commands(), devinfo.Commands(), doctor.Commands(), perf.Commands(), pingpong.Commands(), rdmaserver.Commands(), rping.Commands(), rstream.Commands(), udaddy.Commands(),
+	devices.Commands(), devinfo.Commands(), doctor.Commands(), perf.Commands(), pingpong.Commands(), rdmaserver.Commands(), rping.Commands(), rstream.Commands(), ucmatose.Commands(), udaddy.Commands(),
 )
 
 // version is set at link time with -ldflags "-X main.version=v1.2.3"; when
