@@ -95,6 +95,18 @@ func TestDeviceUcmatose(t *testing.T) {
 	}
 }
 
+// TestDeviceUcmatosePort: -p, another port than cmatose's 7471, on both
+// sides.
+func TestDeviceUcmatosePort(t *testing.T) {
+	const other = 7472
+	a := tooltest.VMAddr
+	for _, p := range [][2]tooltest.CMSide{{goSide, cSide}, {cSide, goSide}} {
+		r := tooltest.RunCMPair(t, other, p[0], p[1], []string{"-b", a, "-p", "7472", "-c", "2"}, []string{"-s", a, "-p", "7472", "-c", "2"})
+		check(t, r.Srv, r.SrvStatus, 0, serverOK(true, false), "")
+		check(t, r.Cli, r.CliStatus, 0, clientOK(true, false), "")
+	}
+}
+
 // TestDeviceUcmatoseReject: a server that cannot make a connection's
 // resources (a CQ larger than the device's) refuses the request and
 // fails; the client reports the REJECTED event. The C pair is the
