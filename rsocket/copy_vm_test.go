@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -266,13 +267,19 @@ func TestDeviceCopyAllocs(t *testing.T) {
 	c, s := pair(t)
 	const msgs, size = 2000, 4096
 	chunk := make([]byte, size)
-	sent := 0
+	// The reader hands over msgs*size bytes in all, counted in bytes:
+	// ReadFrom may lend less than a chunk (where the send ring or the
+	// peer's buffer ends), and a reader that counted calls would then
+	// send less than the writer waits for.
+	sent, left := 0, msgs*size
 	src := readerFunc(func(p []byte) (int, error) {
-		if sent == msgs {
+		if left == 0 {
 			return 0, io.EOF
 		}
+		n := copy(p, chunk[:min(len(chunk), left)])
+		left -= n
 		sent++
-		return copy(p, chunk), nil
+		return n, nil
 	})
 	received := 0
 	dst := writerFunc(func(p []byte) (int, error) {
@@ -289,6 +296,17 @@ func TestDeviceCopyAllocs(t *testing.T) {
 		}
 	}
 	errc := make(chan error, 1)
+	// A transfer that stops ends in a failure that says where each side
+	// stood, not in the package's timeout: the watchdog records both
+	// sides' state and closes them, which ends WriteTo.
+	var stuck string
+	watchdog := time.AfterFunc(60*time.Second, func() {
+		stuck = fmt.Sprintf("after 60 s: received %d of %d bytes, %d left to send in %d reads so far\nsender: %s\nreceiver: %s",
+			received, msgs*size, left, sent, c.DebugState(), s.DebugState())
+		c.Close()
+		s.Close()
+	})
+	defer watchdog.Stop()
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
 	go func() {
@@ -297,7 +315,12 @@ func TestDeviceCopyAllocs(t *testing.T) {
 	}()
 	_, err := s.WriteTo(dst)
 	if !errors.Is(err, errDone) {
-		t.Fatalf("WriteTo: %v", err)
+		select {
+		case rerr := <-errc:
+			t.Fatalf("WriteTo: %v; ReadFrom: %v\n%s", err, rerr, stuck)
+		default:
+			t.Fatalf("WriteTo: %v\n%s", err, stuck)
+		}
 	}
 	if err := <-errc; err != nil {
 		t.Fatalf("ReadFrom: %v", err)
