@@ -3,7 +3,9 @@ package cmacommon
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"net"
+	"strconv"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -21,6 +23,14 @@ func TestGAIError(t *testing.T) {
 		{&net.DNSError{Err: "unknown port", Name: "udp/foo"}, -8},
 		{errors.Join(errors.New("numeric"), unix.EINVAL), -2},
 		{errors.Join(errors.New("family"), unix.EAFNOSUPPORT), -9},
+		// rdma_server and rdma_client's cases, from when rdmaserver had a
+		// copy of its own.
+		{&net.DNSError{Err: "i/o timeout", Name: "x", IsTimeout: true}, -3},
+		{&net.DNSError{Err: "unknown port", Name: "tcp/foo"}, -8},
+		{&net.AddrError{Err: "invalid port", Addr: "99999"}, -8},
+		{fmt.Errorf("getaddrinfo: %w", unix.EAFNOSUPPORT), -9},
+		{fmt.Errorf("x: %w", &strconv.NumError{Func: "ParseUint", Num: "1", Err: strconv.ErrRange}), -8},
+		{errors.New("other"), -2},
 	} {
 		if code, msg := GAIError(c.err); code != c.code || msg == "" {
 			t.Errorf("GAIError(%v) = %d %q, want %d", c.err, code, msg, c.code)

@@ -21,14 +21,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"strconv"
-	"strings"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/rdmago/rdma/cm"
 	"github.com/rdmago/rdma/cmd/rdmago/internal/clib"
+	"github.com/rdmago/rdma/cmd/rdmago/internal/cmacommon"
 	"github.com/rdmago/rdma/cmd/rdmago/internal/command"
 	"github.com/rdmago/rdma/cmd/rdmago/internal/getopt"
 	"github.com/rdmago/rdma/qp"
@@ -163,7 +160,7 @@ func (r *rsRun) getAddrInfo(ctx context.Context, hints *cm.AddrInfo) (*cm.AddrIn
 	}
 	res, err := cm.GetAddrInfoContext(ctx, r.o.addr, rsService(r.o.port), hints)
 	if err != nil {
-		code, msg := rsGAIError(err)
+		code, msg := cmacommon.GAIError(err)
 		fmt.Fprintf(r.stdout, "rdma_getaddrinfo: %s\n", msg)
 		return nil, code
 	}
@@ -190,32 +187,6 @@ func rsService(s string) string {
 		v = v*10 + uint64(c-'0')
 	}
 	return strconv.Itoa(int(uint16(v)))
-}
-
-// rsGAIError is the getaddrinfo code and gai_strerror text for a failed
-// GetAddrInfo.
-func rsGAIError(err error) (int, string) {
-	var de *net.DNSError
-	var ae *net.AddrError
-	switch {
-	case errors.As(err, &de):
-		if de.IsTemporary || de.IsTimeout {
-			return -3, "Temporary failure in name resolution" // EAI_AGAIN
-		}
-		if strings.Contains(de.Err, "port") || strings.Contains(de.Err, "service") {
-			return -8, "Servname not supported for ai_socktype" // EAI_SERVICE
-		}
-		return -2, "Name or service not known" // EAI_NONAME
-	case errors.As(err, &ae):
-		return -8, "Servname not supported for ai_socktype"
-	case errors.Is(err, unix.EAFNOSUPPORT):
-		return -9, "Address family for hostname not supported" // EAI_ADDRFAMILY
-	}
-	var ne *strconv.NumError
-	if errors.As(err, &ne) {
-		return -8, "Servname not supported for ai_socktype"
-	}
-	return -2, "Name or service not known"
 }
 
 // inlineFlags is what both programs decide from the QP's inline size.

@@ -2,10 +2,6 @@ package rdmaserver
 
 import (
 	"bytes"
-	"errors"
-	"fmt"
-	"net"
-	"strconv"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -61,25 +57,6 @@ func TestRsService(t *testing.T) {
 	} {
 		if got := rsService(in); got != want {
 			t.Errorf("rsService(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
-func TestRsGAIError(t *testing.T) {
-	for _, tc := range []struct {
-		err  error
-		code int
-	}{
-		{&net.DNSError{Err: "no such host", Name: "x", IsNotFound: true}, -2},
-		{&net.DNSError{Err: "i/o timeout", Name: "x", IsTimeout: true}, -3},
-		{&net.DNSError{Err: "unknown port", Name: "tcp/foo"}, -8},
-		{&net.AddrError{Err: "invalid port", Addr: "99999"}, -8},
-		{fmt.Errorf("getaddrinfo: %w", unix.EAFNOSUPPORT), -9},
-		{fmt.Errorf("x: %w", &strconv.NumError{Func: "ParseUint", Num: "1", Err: strconv.ErrRange}), -8},
-		{errors.New("other"), -2},
-	} {
-		if code, msg := rsGAIError(tc.err); code != tc.code || msg == "" {
-			t.Errorf("rsGAIError(%v) = %d %q, want %d", tc.err, code, msg, tc.code)
 		}
 	}
 }
