@@ -32,8 +32,9 @@ func (pd *PD) RegDMABufMR(offset, length, iova uint64, fd int, access wr.Access)
 		return nil, &Error{Op: op, Err: fmt.Errorf("descriptor %d: %w", fd, unix.EBADF)}
 	case offset+length < offset || iova+length < iova:
 		return nil, &Error{Op: op, Err: fmt.Errorf("region wraps: %w", unix.EINVAL)}
-	case access&(wr.RemoteWrite|wr.RemoteAtomic) != 0 && access&wr.LocalWrite == 0:
-		return nil, &Error{Op: op, Err: fmt.Errorf("remote write or atomic access needs LocalWrite: %w", unix.EINVAL)}
+	}
+	if err := checkRegAccess(access); err != nil {
+		return nil, &Error{Op: op, Err: err}
 	}
 	if err := pd.use(); err != nil {
 		return nil, &Error{Op: op, Err: fmt.Errorf("PD: %w", err)}

@@ -38,8 +38,8 @@ func (pd *PD) RegImplicitODP(access wr.Access) (*MR, error) {
 	if pd == nil {
 		return nil, &Error{Op: op, Err: fmt.Errorf("PD: %w", errNil)}
 	}
-	if access&(wr.RemoteWrite|wr.RemoteAtomic) != 0 && access&wr.LocalWrite == 0 {
-		return nil, &Error{Op: op, Err: fmt.Errorf("remote write or atomic access needs LocalWrite: %w", unix.EINVAL)}
+	if err := checkRegAccess(access); err != nil {
+		return nil, &Error{Op: op, Err: err}
 	}
 	if err := pd.ctx.requireODP(ODPSupportImplicit); err != nil {
 		return nil, &Error{Op: op, Err: err}

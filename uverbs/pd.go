@@ -87,8 +87,8 @@ func (pd *PD) RegMR(buf []byte, access wr.Access) (*MR, error) {
 	if len(buf) == 0 {
 		return nil, &Error{Op: "reg MR", Err: fmt.Errorf("empty buffer: %w", unix.EINVAL)}
 	}
-	if access&(wr.RemoteWrite|wr.RemoteAtomic) != 0 && access&wr.LocalWrite == 0 {
-		return nil, &Error{Op: "reg MR", Err: fmt.Errorf("remote write or atomic access needs LocalWrite: %w", unix.EINVAL)}
+	if err := checkRegAccess(access); err != nil {
+		return nil, &Error{Op: "reg MR", Err: err}
 	}
 	if access&wr.OnDemand != 0 {
 		// Linux 6.1 refuses ODP on a device without it with EINVAL,
@@ -123,6 +123,15 @@ func (pd *PD) RegMR(buf []byte, access wr.Access) (*MR, error) {
 	m.LKey, m.RKey = resp.Lkey, resp.Rkey
 	track(m, m.object)
 	return m, nil
+}
+
+// checkRegAccess refuses what libibverbs refuses of every registration:
+// remote write or atomic access without LocalWrite.
+func checkRegAccess(access wr.Access) error {
+	if access&(wr.RemoteWrite|wr.RemoteAtomic) != 0 && access&wr.LocalWrite == 0 {
+		return fmt.Errorf("remote write or atomic access needs LocalWrite: %w", unix.EINVAL)
+	}
+	return nil
 }
 
 // Bytes returns the registered memory. It stays valid after Close. A
