@@ -218,8 +218,12 @@ func checkPerfRow(t *testing.T, label string, c perfCase, f []string, cSide bool
 			bad("want 5 fields")
 			return
 		}
+		// The average may print 0.00: perftest rounds MB/s to two
+		// places, and 8-byte atomics slowed to 615 messages a second
+		// by a busy VM (CI saw it) average 0.005 MB/s. The rate
+		// stays positive, and the check below still ties the two.
 		peak, avg, rate := num(2), num(3), num(4)
-		if !(avg > 0 && rate > 0 && peak >= 0) {
+		if !(avg >= 0 && rate > 0 && peak >= 0) {
 			bad("non-positive figures")
 		}
 		// The average bandwidth is the message rate times the size
