@@ -191,6 +191,24 @@ type QP interface {
 	Close() error
 }
 
+// SendBatcher is implemented by the QPs of providers that can write send
+// work requests into the queue one at a time and publish them together
+// later, as rdma-core's ibv_wr_start, ibv_wr_* and ibv_wr_complete do.
+//
+// BeginBatch takes the send queue's lock (ErrStopped, and no lock, for a
+// stopped QP). Each AddToBatch checks one request and writes it to the
+// queue unpublished, as the batch's next; the device sees none of them
+// until EndBatch publishes them all and rings the doorbell once. A request
+// refused by AddToBatch leaves the queue as it was before that call.
+// AbortBatch instead forgets every request of the batch, as if none had
+// been written. EndBatch and AbortBatch release the lock.
+type SendBatcher interface {
+	BeginBatch() error
+	AddToBatch(w *wr.SendWR) error
+	EndBatch() (int, error)
+	AbortBatch()
+}
+
 // ErrStopped is what a stopped QP's posts return (QP.Stop); the core
 // reports it as its own closed-object error.
 var ErrStopped = errors.New("provider: the queue pair is stopped")

@@ -67,6 +67,8 @@ type QP struct {
 	// SetKeepAlive.
 	kaMu sync.Mutex
 	ka   atomic.Pointer[keepAlive]
+
+	batch SendBatch // BeginSend's
 }
 
 // CreateQP creates a queue pair in the protection domain (ibv_create_qp).
