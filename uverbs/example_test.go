@@ -197,3 +197,28 @@ func ExampleCompChannel_GetEventDirect() {
 		}
 	}
 }
+
+// Post an RDMA write of a registered buffer and a send of a few inline
+// bytes as one batch, with no slice of work requests: both reach the
+// device with one doorbell, or, if either is refused, neither does. The
+// QP is connected and ready to send; rkey and raddr name the peer's
+// buffer.
+func ExampleQP_BeginSend() {
+	var (
+		q     *uverbs.QP
+		buf   *mr.Region
+		rkey  uint32
+		raddr uint64
+	)
+	b, err := q.BeginSend()
+	if err != nil {
+		log.Fatal(err)
+	}
+	b.RDMAWrite(1, 0, rkey, raddr)
+	b.SetSGE(buf.LKey, buf.Addr(), 4096)
+	b.Send(2, wr.Signaled)
+	b.SetInlineData([]byte("written"))
+	if _, err := b.Complete(); err != nil {
+		log.Fatal(err)
+	}
+}
