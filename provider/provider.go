@@ -159,6 +159,10 @@ type QPInitAttr struct {
 	// SignalAll: every send work request completes with a completion,
 	// whatever its Signaled flag (sq_sig_all).
 	SignalAll bool
+	// CreateFlags are the caller's creation flags (enum
+	// ib_uverbs_qp_create_flags): a provider refuses, with EOPNOTSUPP,
+	// those it cannot honour.
+	CreateFlags uint32
 }
 
 // SingleThreader is implemented by the QPs and CQs of providers that lock

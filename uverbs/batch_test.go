@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"golang.org/x/sys/unix"
 
+	"github.com/rdmago/rdma/internal/abi"
 	"github.com/rdmago/rdma/provider"
 	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/wr"
@@ -296,5 +297,33 @@ func TestBeginSendRefused(t *testing.T) {
 	nilBatch.Abort()
 	if _, err := nilBatch.Complete(); err == nil {
 		t.Error("Complete of a nil batch succeeded")
+	}
+}
+
+// The creation flags have the kernel's values, reach the command with
+// sq_sig_all, and unknown ones are refused before anything else.
+func TestQPCreateFlags(t *testing.T) {
+	for _, tc := range []struct {
+		f    QPCreateFlags
+		want uint64
+	}{
+		{QPCreateBlockSelfMcastLB, abi.IB_UVERBS_QP_CREATE_BLOCK_MULTICAST_LOOPBACK},
+		{QPCreateScatterFCS, abi.IB_UVERBS_QP_CREATE_SCATTER_FCS},
+		{QPCreateCVLANStripping, abi.IB_UVERBS_QP_CREATE_CVLAN_STRIPPING},
+		{QPCreatePCIWriteEndPadding, abi.IB_UVERBS_QP_CREATE_PCI_WRITE_END_PADDING},
+	} {
+		if got := kernelQPCreateFlags(&QPInitAttr{CreateFlags: tc.f}); got != tc.want {
+			t.Errorf("flag %#x reaches the kernel as %#x, want %#x", tc.f, got, tc.want)
+		}
+	}
+	if got := kernelQPCreateFlags(&QPInitAttr{CreateFlags: QPCreateBlockSelfMcastLB, SignalAll: true}); got != abi.IB_UVERBS_QP_CREATE_BLOCK_MULTICAST_LOOPBACK|abi.IB_UVERBS_QP_CREATE_SQ_SIG_ALL {
+		t.Errorf("with SignalAll: %#x", got)
+	}
+	_, c := objectContext(t)
+	pd := allocPD(t, c)
+	cq := &CQ{object: newObject(c, kindCQ, 9)}
+	_, err := pd.CreateQP(QPInitAttr{Type: qp.RC, SendCQ: cq, RecvCQ: cq, CreateFlags: 1 << 12})
+	if !errors.Is(err, unix.EINVAL) {
+		t.Errorf("an unknown flag: %v, want EINVAL", err)
 	}
 }

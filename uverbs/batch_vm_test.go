@@ -188,3 +188,34 @@ func BenchmarkDeviceBatchWriteRoundTrip(b *testing.B) {
 		batchRoundTrip(b, r, data, out)
 	}
 }
+
+// TestDeviceQPCreateFlags: rxe refuses every creation flag, as a program
+// can tell (errors.ErrUnsupported, EOPNOTSUPP), and the refusal costs
+// nothing: the same QP without the flag is made after it.
+func TestDeviceQPCreateFlags(t *testing.T) {
+	ctx, pd := rdmatest.OpenPD(t)
+	cq, err := ctx.CreateCQ(uverbs.CQAttr{CQE: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cq.Close()
+	attr := uverbs.QPInitAttr{Type: qp.UD, SendCQ: cq, RecvCQ: cq, Caps: qp.Caps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}}
+	for _, f := range []uverbs.QPCreateFlags{uverbs.QPCreateBlockSelfMcastLB, uverbs.QPCreateScatterFCS,
+		uverbs.QPCreateCVLANStripping, uverbs.QPCreatePCIWriteEndPadding} {
+		a := attr
+		a.CreateFlags = f
+		q, err := pd.CreateQP(a)
+		if err == nil {
+			q.Close()
+			t.Fatalf("rxe made a QP with create flag %#x", f)
+		}
+		if !errors.Is(err, errors.ErrUnsupported) || !errors.Is(err, unix.EOPNOTSUPP) {
+			t.Errorf("create flag %#x: %v, want EOPNOTSUPP", f, err)
+		}
+	}
+	q, err := pd.CreateQP(attr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.Close()
+}

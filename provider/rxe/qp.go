@@ -34,6 +34,10 @@ func (c *Context) NewQP(attr provider.QPInitAttr) (provider.Builder[provider.QP]
 	default:
 		return nil, fmt.Errorf("rxe: QP type %d: %w", attr.Type, unix.EOPNOTSUPP)
 	}
+	if attr.CreateFlags != 0 {
+		// As rdma-core's rxe, which supports none.
+		return nil, fmt.Errorf("rxe: QP create flags %#x: %w", attr.CreateFlags, unix.EOPNOTSUPP)
+	}
 	return &qpBuilder{k: c.k, attr: attr}, nil
 }
 

@@ -628,3 +628,11 @@ func sendWQEBytes(q *queue, i uint32) []byte {
 	}
 	return unsafe.Slice((*byte)(q.elem(i)), sendSGEOffset+n)
 }
+
+// rxe honours no creation flag, and says so as rdma-core's rxe does.
+func TestNewQPCreateFlags(t *testing.T) {
+	_, err := (&Context{k: &fakeKernel{}}).NewQP(provider.QPInitAttr{Type: qp.UD, Caps: testCaps, CreateFlags: 1 << 1})
+	if !errors.Is(err, unix.EOPNOTSUPP) {
+		t.Errorf("NewQP with a create flag: %v, want EOPNOTSUPP", err)
+	}
+}
