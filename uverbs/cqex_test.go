@@ -162,6 +162,14 @@ func TestClockAPI(t *testing.T) {
 	if err != nil || !tm.Equal(time.Unix(0, ns)) {
 		t.Errorf("TimestampTime: %v, %v; want %v", tm, err, time.Unix(0, ns))
 	}
+	// Reading the clock and converting timestamps sit next to polling:
+	// they allocate nothing either.
+	if a := testing.AllocsPerRun(100, func() {
+		c.QueryRTValues()
+		c.TimestampTime(ns)
+	}); a != 0 {
+		t.Errorf("QueryRTValues and TimestampTime allocate %.1f times per call", a)
+	}
 	p.clockOK = unix.EBUSY
 	if _, err := c.TimestampTime(1); !errors.Is(err, unix.EBUSY) {
 		t.Errorf("TimestampTime with the clock busy: %v", err)
