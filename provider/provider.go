@@ -134,6 +134,36 @@ type Context interface {
 	Close() error
 }
 
+// CQAttr is what an extended CQ (ibv_create_cq_ex) asks of the provider
+// beyond its size: the completion fields that change its data path.
+type CQAttr struct {
+	CQE int
+	// Timestamp: every completion carries the device's completion
+	// timestamp (IBV_WC_EX_WITH_COMPLETION_TIMESTAMP), in
+	// wr.Completion.Timestamp.
+	Timestamp bool
+}
+
+// CQExContext is implemented by the contexts of providers that make
+// extended CQs. The core asks a context without it for no more than
+// NewCQ makes, and refuses the rest with EOPNOTSUPP, as rdma-core's
+// providers refuse the wc_flags they lack.
+type CQExContext interface {
+	NewCQEx(attr CQAttr) (Builder[CQ], error)
+}
+
+// Clock is implemented by the contexts of providers that read the
+// device's free-running clock, the one completion timestamps count.
+type Clock interface {
+	// ReadClock returns the clock's current value in cycles (the raw
+	// clock of ibv_query_rt_values_ex).
+	ReadClock() (uint64, error)
+	// TimestampNS converts a completion timestamp into nanoseconds since
+	// the Unix epoch, with the parameters the kernel keeps for the clock
+	// (mlx5dv_get_clock_info and mlx5dv_ts_to_ns).
+	TimestampNS(ts uint64) (uint64, error)
+}
+
 // CQ is a completion queue's data path.
 type CQ interface {
 	// Poll moves up to len(wc) completions into wc and returns how many.
