@@ -97,14 +97,12 @@ func (id *ID) CreateQP(pd *uverbs.PD, attr uverbs.QPInitAttr) error {
 	})
 }
 
-// initConnQP moves a new RC QP to INIT with the kernel's attributes
-// (ucma_init_conn_qp).
 // cqFor sets cq to the CQ *given names for a queue of wrs work requests,
 // or, when that is nil and want, to one of its own (at least one entry)
 // on the device's shared completion channel, as librdmacm's
 // ucma_create_cqs, which *given then names too; wake is what wakes its
-// waits. It returns whether it made the CQ; on failure, what it made is
-// left in v for destroyCQs.
+// waits. It returns whether it made the CQ; on failure it made none (the
+// shared channel stays, for the device's next CQs).
 func (id *ID) cqFor(v *verbsState, given **uverbs.CQ, want bool, wrs uint32, cq **uverbs.CQ, wake *chan struct{}) (bool, error) {
 	if *given != nil || !want {
 		*cq = *given
@@ -127,6 +125,8 @@ func (id *ID) cqFor(v *verbsState, given **uverbs.CQ, want bool, wrs uint32, cq 
 	return true, nil
 }
 
+// initConnQP moves a new RC QP to INIT with the kernel's attributes
+// (ucma_init_conn_qp).
 func (id *ID) initConnQP(q *uverbs.QP) error {
 	a, mask, err := id.initQPAttr(qp.StateInit)
 	if err != nil {
