@@ -134,7 +134,7 @@ demo: deps build
 ## benchmark. docs/performance.md explains each part.
 bench: deps build
 	$(GO) build -o bin/bench ./hack/bench
-	$(VM) run --icount --kernel $(KERNEL) --timeout 60m -- $(CURDIR)/bin/bench -reps $(BENCH_REPS) $(CURDIR)/bin/rdmago table scale rstream
+	$(VM) run --icount --kernel $(KERNEL) --timeout 60m -- $(CURDIR)/bin/bench -reps $(BENCH_REPS) $(CURDIR)/bin/rdmago table scale rstream cmtime
 	$(VM) run --smp 2 --kernel $(KERNEL) --timeout 20m -- $(CURDIR)/bin/bench -reps 5 $(CURDIR)/bin/rdmago latency
 	$(GOTEST) -exec "$(VM) run --kernel $(KERNEL) --" -run '^$$' -bench . -benchmem ./...
 	$(MAKE) bench-mlx5

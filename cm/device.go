@@ -27,6 +27,11 @@ type device struct {
 	refs int  // IDs bound to the device
 	dead bool // removed: closed with the last ID
 
+	// comp is the completion channel of the CQs CreateQP makes, made
+	// with the first of them (compevents.go).
+	compMu sync.Mutex
+	comp   *compEvents
+
 	maxQPWR      int
 	maxInitDepth uint8 // max_qp_init_rd_atom
 	maxRespRes   uint8 // max_qp_rd_atom
@@ -130,6 +135,7 @@ func (d *device) removed() {
 // close closes the PD and the context. The caller holds devices.mu, or
 // owns d alone.
 func (d *device) close() {
+	d.closeCompEvents()
 	if d.pd != nil {
 		d.pd.Close()
 	}

@@ -15,9 +15,12 @@ import (
 // verbsState is what CreateQP made on an ID.
 type verbsState struct {
 	sendCQ, recvCQ *uverbs.CQ
-	sendCh, recvCh *uverbs.CompChannel
-	// ownSend and ownRecv: the CQ (and channel) was made by CreateQP and is
-	// destroyed with the QP.
+	// comp is the device's shared completion channel, when CreateQP made
+	// a CQ; sendWake and recvWake wake the waits on the CQs it made.
+	comp               *compEvents
+	sendWake, recvWake chan struct{}
+	// ownSend and ownRecv: the CQ was made by CreateQP and is destroyed
+	// with the QP.
 	ownSend, ownRecv bool
 	hasSRQ           bool
 }
@@ -26,10 +29,17 @@ type verbsState struct {
 // ID is bound to, and moves it to the state the ID's connection needs: INIT
 // for an RC ID, whose Connect or Accept takes it to RTS; RTS at once for a
 // UD ID, with its Q_Key. pd nil means the ID's PD. attr.Type 0 means the
-// ID's QP type. Send and receive CQs that attr leaves nil are created, each
-// with a completion channel of its own and as many entries as the queue
-// has work requests, as librdmacm does; GetSendComp and GetRecvComp wait on
-// them. The caps the device granted are in QP().Caps().
+// ID's QP type. Send and receive CQs that attr leaves nil are created with
+// as many entries as the queue has work requests, as librdmacm does, and
+// destroyed with the QP; GetSendComp and GetRecvComp wait on them. Unlike
+// librdmacm, which gives each such CQ a completion channel of its own,
+// package cm has one channel per device for all of them, made with the
+// first, and reads it itself: a QP then costs its CQs and itself, and
+// nothing more. CQs the caller gives in attr are used as they are (and
+// left to the caller), which is the cheapest: many QPs may share them;
+// GetSendComp and GetRecvComp cannot wait on them (they fail with EINVAL
+// when nothing is there to poll). The caps the device granted are in
+// QP().Caps().
 func (id *ID) CreateQP(pd *uverbs.PD, attr uverbs.QPInitAttr) error {
 	return id.withFile(func(ucmaFile) error {
 		if id.qp.Load() != nil {
@@ -57,14 +67,13 @@ func (id *ID) CreateQP(pd *uverbs.PD, attr uverbs.QPInitAttr) error {
 			id.destroyCQs()
 			return wrapErr("create QP", err)
 		}
-		ctx := id.dev.ctx
 		var err error
-		if v.ownSend, err = cqFor(ctx, &attr.SendCQ, true, attr.Caps.MaxSendWR, &v.sendCQ, &v.sendCh); err != nil {
+		if v.ownSend, err = id.cqFor(&v, &attr.SendCQ, true, attr.Caps.MaxSendWR, &v.sendCQ, &v.sendWake); err != nil {
 			return fail(err)
 		}
 		// A QP on an SRQ without receives of its own needs no receive CQ.
 		needRecv := attr.SRQ == nil || attr.Caps.MaxRecvWR > 0
-		if v.ownRecv, err = cqFor(ctx, &attr.RecvCQ, needRecv, attr.Caps.MaxRecvWR, &v.recvCQ, &v.recvCh); err != nil {
+		if v.ownRecv, err = id.cqFor(&v, &attr.RecvCQ, needRecv, attr.Caps.MaxRecvWR, &v.recvCQ, &v.recvWake); err != nil {
 			return fail(err)
 		}
 		q, err := pd.CreateQP(attr)
@@ -88,29 +97,36 @@ func (id *ID) CreateQP(pd *uverbs.PD, attr uverbs.QPInitAttr) error {
 	})
 }
 
-// initConnQP moves a new RC QP to INIT with the kernel's attributes
-// (ucma_init_conn_qp).
 // cqFor sets cq to the CQ *given names for a queue of wrs work requests,
 // or, when that is nil and want, to one of its own (at least one entry)
-// with a completion channel ch, as librdmacm's ucma_create_cqs, which
-// *given then names too. It returns whether it made them; on failure, what
-// it made is left in cq and ch for destroyCQs.
-func cqFor(ctx *uverbs.Context, given **uverbs.CQ, want bool, wrs uint32, cq **uverbs.CQ, ch **uverbs.CompChannel) (bool, error) {
+// on the device's shared completion channel, as librdmacm's
+// ucma_create_cqs, which *given then names too; wake is what wakes its
+// waits. It returns whether it made the CQ; on failure it made none (the
+// shared channel stays, for the device's next CQs).
+func (id *ID) cqFor(v *verbsState, given **uverbs.CQ, want bool, wrs uint32, cq **uverbs.CQ, wake *chan struct{}) (bool, error) {
 	if *given != nil || !want {
 		*cq = *given
 		return false, nil
 	}
+	if v.comp == nil {
+		c, err := id.dev.compEvents()
+		if err != nil {
+			return false, err
+		}
+		v.comp = c
+	}
 	var err error
-	if *ch, err = ctx.NewCompChannel(); err != nil {
-		return true, err
+	if *cq, err = id.dev.ctx.CreateCQ(uverbs.CQAttr{CQE: int(max(wrs, 1)), Channel: v.comp.ch}); err != nil {
+		*cq = nil
+		return false, err
 	}
-	if *cq, err = ctx.CreateCQ(uverbs.CQAttr{CQE: int(max(wrs, 1)), Channel: *ch}); err != nil {
-		return true, err
-	}
+	*wake = v.comp.add(*cq)
 	*given = *cq
 	return true, nil
 }
 
+// initConnQP moves a new RC QP to INIT with the kernel's attributes
+// (ucma_init_conn_qp).
 func (id *ID) initConnQP(q *uverbs.QP) error {
 	a, mask, err := id.initQPAttr(qp.StateInit)
 	if err != nil {
@@ -240,21 +256,13 @@ func (r *idRes) destroyVerbs() error {
 func (r *idRes) destroyCQs() error {
 	v := &r.verbs
 	var errs []error
-	if v.ownRecv {
-		if v.recvCQ != nil {
-			errs = append(errs, v.recvCQ.Close())
-		}
-		if v.recvCh != nil {
-			errs = append(errs, v.recvCh.Close())
-		}
+	if v.ownRecv && v.recvCQ != nil {
+		v.comp.remove(v.recvCQ)
+		errs = append(errs, v.recvCQ.Close())
 	}
-	if v.ownSend {
-		if v.sendCQ != nil {
-			errs = append(errs, v.sendCQ.Close())
-		}
-		if v.sendCh != nil {
-			errs = append(errs, v.sendCh.Close())
-		}
+	if v.ownSend && v.sendCQ != nil {
+		v.comp.remove(v.sendCQ)
+		errs = append(errs, v.sendCQ.Close())
 	}
 	r.verbs = verbsState{}
 	for _, e := range errs {
@@ -269,8 +277,7 @@ func (r *idRes) destroyCQs() error {
 func (id *ID) QP() *uverbs.QP { return id.qp.Load() }
 
 // SendCQ returns the CQ of the ID's QP's sends, RecvCQ that of its
-// receives; SendCompChannel and RecvCompChannel the completion channels
-// CreateQP made for them (nil for CQs the program gave).
+// receives: those CreateQP made, or those the program gave it.
 func (id *ID) SendCQ() *uverbs.CQ {
 	return locked(id, func(id *ID) *uverbs.CQ { return id.verbs.sendCQ })
 }
@@ -280,17 +287,18 @@ func (id *ID) RecvCQ() *uverbs.CQ {
 	return locked(id, func(id *ID) *uverbs.CQ { return id.verbs.recvCQ })
 }
 
-// SendCompChannel returns the completion channel of the send CQ CreateQP
-// made, or nil.
-func (id *ID) SendCompChannel() *uverbs.CompChannel {
-	return locked(id, func(id *ID) *uverbs.CompChannel { return id.verbs.sendCh })
-}
+// SendCompChannel returns nil.
+//
+// Deprecated: the CQs CreateQP makes report to a completion channel
+// package cm shares among all of them and reads itself; a program that
+// read it would take other IDs' events. Wait with GetSendComp, or give
+// CreateQP CQs on a channel of the program's own.
+func (id *ID) SendCompChannel() *uverbs.CompChannel { return nil }
 
-// RecvCompChannel returns the completion channel of the receive CQ
-// CreateQP made, or nil.
-func (id *ID) RecvCompChannel() *uverbs.CompChannel {
-	return locked(id, func(id *ID) *uverbs.CompChannel { return id.verbs.recvCh })
-}
+// RecvCompChannel returns nil.
+//
+// Deprecated: as SendCompChannel; wait with GetRecvComp.
+func (id *ID) RecvCompChannel() *uverbs.CompChannel { return nil }
 
 // CreateSRQ creates a shared receive queue for the ID's QP
 // (rdma_create_srq): CreateQP then receives through it, and PostRecv posts

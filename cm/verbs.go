@@ -374,9 +374,9 @@ func (id *ID) getComp(ctx context.Context, op string, send bool) (wr.Completion,
 		mu, wc = &s.sendCompMu, &s.sendWC
 	}
 	id.mu.Lock()
-	cq, ch := id.verbs.recvCQ, id.verbs.recvCh
+	cq, wake, comp := id.verbs.recvCQ, id.verbs.recvWake, id.verbs.comp
 	if send {
-		cq, ch = id.verbs.sendCQ, id.verbs.sendCh
+		cq, wake = id.verbs.sendCQ, id.verbs.sendWake
 	}
 	destroyed := id.destroyed.Load()
 	id.mu.Unlock()
@@ -405,15 +405,11 @@ func (id *ID) getComp(ctx context.Context, op string, send bool) (wr.Completion,
 			c := wc[0]
 			return c, c.Err()
 		}
-		if ch == nil {
-			return wr.Completion{}, postErr(op, unix.EINVAL, "the CQ has no completion channel")
+		if wake == nil {
+			return wr.Completion{}, postErr(op, unix.EINVAL, "the CQ is the program's: cm cannot wait for its events")
 		}
-		got, err := id.waitComp(ctx, op, ch)
-		if err != nil {
+		if err := id.waitComp(ctx, op, comp, wake); err != nil {
 			return wr.Completion{}, err
-		}
-		if got != nil {
-			got.AckEvents(1)
 		}
 	}
 }
@@ -493,14 +489,15 @@ func (id *ID) flushPeerGone(q *uverbs.QP) {
 	id.modifyQPErr()
 }
 
-// waitComp waits for the next event of a completion channel. On a
+// waitComp waits for the next event of the CQ wake is for on comp, the
+// device's shared completion channel (whose reader acknowledges it). On a
 // synchronous ID, whose channel nobody else reads, it also watches the
 // rdma_cm channel: an event there (the peer disconnected, the device went
 // away) is processed and kept for the next operation or GetEvent, and,
 // when it ends the connection, the QP is moved to the error state, which
-// flushes the outstanding work requests. It returns a nil CQ and no error
-// when the caller should poll again.
-func (id *ID) waitComp(ctx context.Context, op string, compCh *uverbs.CompChannel) (*uverbs.CQ, error) {
+// flushes the outstanding work requests. Without an error, the caller
+// polls again.
+func (id *ID) waitComp(ctx context.Context, op string, comp *compEvents, wake chan struct{}) error {
 	id.mu.Lock()
 	sync, ch, peerGone := id.sync, id.ch, id.peerGone
 	id.mu.Unlock()
@@ -531,48 +528,48 @@ func (id *ID) waitComp(ctx context.Context, op string, compCh *uverbs.CompChanne
 			}
 		}()
 	}
-	cq, err := compCh.GetEvent(wctx)
+	err := comp.wait(wctx, wake)
 	cancel()
 	if watcher != nil {
 		<-watcher
 	}
 	if err == nil {
-		return cq, nil
+		return nil
 	}
 	if ctx.Err() != nil {
-		return nil, &Error{Op: op, Err: ctx.Err()}
+		return &Error{Op: op, Err: ctx.Err()}
 	}
 	if errors.Is(err, uverbs.ErrClosed) {
-		return nil, ErrClosed
+		return ErrClosed
 	}
 	if errors.Is(context.Cause(wctx), errConnGone) {
 		if err := id.keepAliveErr(op); err != nil {
-			return nil, err
+			return err
 		}
-		return nil, postErr(op, unix.ENOTCONN, "the connection is gone and no work request is outstanding")
+		return postErr(op, unix.ENOTCONN, "the connection is gone and no work request is outstanding")
 	}
 	if errors.Is(context.Cause(wctx), errFlushDue) {
 		id.mu.Lock()
 		err := id.modifyQPErr()
 		id.mu.Unlock()
 		if err != nil {
-			return nil, wrapPost(op, err)
+			return wrapPost(op, err)
 		}
-		return nil, nil // poll for the flushed completions
+		return nil // poll for the flushed completions
 	}
 	select {
 	case <-cmReady:
 		ev, err := ch.read(ctx)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if ev != nil {
 			ch.keep(ev)
 		}
-		return nil, nil
+		return nil
 	default:
 	}
-	return nil, &Error{Op: op, Err: err}
+	return &Error{Op: op, Err: err}
 }
 
 var (

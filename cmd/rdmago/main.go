@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"runtime/debug"
 
+	"github.com/rdmago/rdma/cmd/rdmago/internal/cmtime"
 	"github.com/rdmago/rdma/cmd/rdmago/internal/command"
 	"github.com/rdmago/rdma/cmd/rdmago/internal/devices"
 	"github.com/rdmago/rdma/cmd/rdmago/internal/devinfo"
@@ -23,7 +24,7 @@ import (
 // commands are rdmago's subcommands: each tool's, with help and version.
 var commands = command.NewSet(
 	[]*command.Command{{Name: "version", Summary: "print the version of rdmago", Run: runVersion}},
-	devices.Commands(), devinfo.Commands(), doctor.Commands(), perf.Commands(), pingpong.Commands(), rdmaserver.Commands(), rping.Commands(), rstream.Commands(), ucmatose.Commands(), udaddy.Commands(),
+	cmtime.Commands(), devices.Commands(), devinfo.Commands(), doctor.Commands(), perf.Commands(), pingpong.Commands(), rdmaserver.Commands(), rping.Commands(), rstream.Commands(), ucmatose.Commands(), udaddy.Commands(),
 )
 
 // version is set at link time with -ldflags "-X main.version=v1.2.3"; when

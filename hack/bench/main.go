@@ -5,7 +5,7 @@
 // runs it inside the soft-RoCE VM; it works the same on a host with a real
 // device.
 //
-//	bench [-d rxe0] [-reps 3] [-ip 10.0.2.15] rdmago-binary table|latency|scale|rstream...
+//	bench [-d rxe0] [-reps 3] [-ip 10.0.2.15] rdmago-binary table|latency|scale|rstream|cmtime...
 //
 // table: the rows of docs/performance.md, each pair (perftest against
 // perftest, rdmago against rdmago) alternating -reps times. Meant for a VM
@@ -21,6 +21,9 @@
 //
 // rstream: `rdmago rstream` against librdmacm's rstream, and both over TCP
 // (-T s) for reference, for 64 B, 4 KiB and 64 KiB transfers.
+//
+// cmtime: librdmacm's cmtime client connecting 100 connections to
+// cmtime's server and to `rdmago cmtime`'s.
 package main
 
 import (
@@ -57,7 +60,7 @@ var (
 
 func main() {
 	flag.Usage = func() {
-		fmt.Fprintln(os.Stderr, "usage: bench [flags] rdmago-binary table|latency|scale|rstream...")
+		fmt.Fprintln(os.Stderr, "usage: bench [flags] rdmago-binary table|latency|scale|rstream|cmtime...")
 		flag.PrintDefaults()
 	}
 	run := flag.String("run", "", "measure only the rows whose names match this regular expression")
@@ -81,6 +84,8 @@ func main() {
 			err = scale()
 		case "rstream":
 			err = rstreamTable()
+		case "cmtime":
+			err = cmtimeTable()
 		default:
 			err = fmt.Errorf("unknown part %q", what)
 		}

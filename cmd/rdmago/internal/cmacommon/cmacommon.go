@@ -1,5 +1,5 @@
 // Package cmacommon is what rdmago's ports of librdmacm's examples
-// (udaddy, ucmatose) share, as the C programs share common.c: the event
+// (udaddy, ucmatose, cmtime) share, as the C programs share common.c: the event
 // channel that reports a host without RDMA devices, get_rdma_addr and its
 // getaddrinfo error codes, and the reading of -f.
 package cmacommon
@@ -76,8 +76,9 @@ const ErrnoRet = -1
 
 // Get is get_rdma_addr: the passive side's address (Hints has
 // AIPassive), or the peer's with the bound source. It prints a failure as
-// v44.0's examples do, "<prog>: <what> error: <gai_strerror>", and
-// returns getaddrinfo's code.
+// v44.0's examples do, "<prog>: <what> error: <gai_strerror>" (without
+// "<prog>: " when prog is empty, as cmtime prints it), and returns
+// getaddrinfo's code.
 func (a Addr) Get(ctx context.Context, prog, what string, stdout, stderr io.Writer) (*cm.AddrInfo, int) {
 	if a.Hints.Family == AFIB {
 		// Package cm has no AF_IB (sockaddr_ib) addresses. On RoCE the C
@@ -105,7 +106,10 @@ func (a Addr) Get(ctx context.Context, prog, what string, stdout, stderr io.Writ
 	}
 	if err != nil {
 		code, msg := GAIError(err)
-		fmt.Fprintf(stdout, "%s: %s error: %s\n", prog, what, msg)
+		if prog != "" {
+			fmt.Fprintf(stdout, "%s: ", prog)
+		}
+		fmt.Fprintf(stdout, "%s error: %s\n", what, msg)
 		return nil, code
 	}
 	return res, 0

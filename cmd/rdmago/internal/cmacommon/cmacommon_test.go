@@ -59,3 +59,19 @@ func TestAddrFormat(t *testing.T) {
 		}
 	}
 }
+
+// Get's failure line: "<prog>: <what> error: ..." as cmatose prints it,
+// "<what> error: ..." for an empty prog, as cmtime does.
+func TestGetFailureLine(t *testing.T) {
+	for _, c := range []struct{ prog, want string }{
+		{"cmatose", "cmatose: getaddrinfo error: Servname not supported for ai_socktype\n"},
+		{"", "getaddrinfo error: Servname not supported for ai_socktype\n"},
+	} {
+		var o, e bytes.Buffer
+		a := Addr{Dst: "10.0.2.15", Port: "no-such-port-name", Hints: cm.AddrInfo{Flags: cm.AINumericHost}}
+		res, code := a.Get(t.Context(), c.prog, "getaddrinfo", &o, &e)
+		if res != nil || code != -8 || o.String() != c.want || e.Len() != 0 {
+			t.Errorf("prog %q: %v, code %d, stdout %q, stderr %q; want code -8, %q", c.prog, res, code, o.String(), e.String(), c.want)
+		}
+	}
+}
