@@ -57,6 +57,11 @@ type rd struct {
 	filtOrd []string
 }
 
+// maxPorts bounds the ports of a device the tool walks: a switch has at
+// most 255, and a bad count must not make a loop of billions of requests
+// (or, at the top of uint32, an endless one).
+const maxPorts = 1024
+
 // devMap is what the tool knows of each device from the start.
 type devMap struct {
 	name     string
@@ -232,7 +237,7 @@ func (r *rd) init() error {
 		r.devs = append(r.devs, devMap{
 			name:     a.str(abi.RDMA_NLDEV_ATTR_DEV_NAME),
 			index:    uint32(a.uint(abi.RDMA_NLDEV_ATTR_DEV_INDEX)),
-			numPorts: uint32(a.uint(abi.RDMA_NLDEV_ATTR_PORT_INDEX)),
+			numPorts: min(uint32(a.uint(abi.RDMA_NLDEV_ATTR_PORT_INDEX)), maxPorts),
 		})
 	}
 	return nil

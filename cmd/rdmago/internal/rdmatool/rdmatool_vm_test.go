@@ -6,8 +6,11 @@ package rdmatool
 // on the same state, output compared field by field.
 
 import (
+	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -81,6 +84,7 @@ func TestDeviceRdmaShow(t *testing.T) {
 			compare(t, append(append([]string(nil), opts...), args...)...)
 		}
 	}
+	writeCaptures(t)
 	// Options after the command, as GNU getopt permutes them.
 	compare(t, "link", "show", "-j")
 	compare(t, "res", "show", "qp", "-d", "-j")
@@ -91,6 +95,53 @@ func TestDeviceRdmaShow(t *testing.T) {
 }
 
 func strconvItoa(i int) string { return itoa(i) }
+
+// captured are the commands whose messages writeCaptures keeps for the
+// host's unit tests (TestCaptures).
+var captured = [][]string{
+	{"dev"}, {"-d", "dev"}, {"-j", "-p", "-d", "dev"}, {"link"}, {"-d", "-j", "link"}, {"res"}, {"-j", "res"},
+	{"res", "show", "qp"}, {"-j", "-p", "res", "show", "qp"}, {"res", "show", "qp", "type", "RC", "state", "RTS"},
+	{"res", "show", "cm_id"}, {"-j", "res", "show", "cm_id"}, {"res", "show", "cq"}, {"-j", "res", "show", "cq"},
+	{"res", "show", "mr"}, {"-j", "res", "show", "mr"}, {"res", "show", "pd"}, {"-j", "res", "show", "pd"}, {"res", "show", "ctx"},
+	{"statistic"}, {"-p", "statistic"}, {"-j", "statistic"}, {"system"},
+	{"foo"}, {"-x"}, {"dev", "show", "nosuch"}, {"-j", "link", "show", "rxe0/9"}, {"res", "show", "qp", "lqpn"},
+	{"link", "add", "rxe0", "type", "rxe", "netdev", "lo"}, {"system", "set", "netns", "foo"},
+}
+
+// writeCaptures writes, when $RDMAGO_RDMA_CAPTURE names a folder (shared
+// writable with the VM), a capture of each of the captured commands:
+// rdmago's netlink exchanges and the C tool's output on the same state.
+func writeCaptures(t *testing.T) {
+	dir := os.Getenv("RDMAGO_RDMA_CAPTURE")
+	if dir == "" {
+		return
+	}
+	kernel := strings.SplitN(testenv.Kernel(), ".", 3)
+	for i, args := range captured {
+		var c capture
+		ok := false
+		for try := 0; try < 5 && !ok; try++ {
+			var g result
+			g, c = runRecorded(args)
+			cr := runC(t, args...)
+			ok = g == cr
+			c.Args, c.Stdout, c.Stderr, c.Status = args, cr.stdout, cr.stderr, cr.status
+		}
+		if !ok {
+			t.Errorf("capture of rdma %q: the tools disagree", args)
+			continue
+		}
+		c.Kernel = testenv.Kernel()
+		b, err := json.MarshalIndent(c, "", "\t")
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := fmt.Sprintf("%s.%s-%02d.json", kernel[0], kernel[1], i)
+		if err := os.WriteFile(filepath.Join(dir, name), append(b, '\n'), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
 
 // TestDeviceRdmaErrors compares bad commands and arguments: messages,
 // where they go, and exit statuses.

@@ -249,16 +249,25 @@ func comm(e attrs) (string, bool) {
 	var s string
 	var ok bool
 	if pid := e.uint(abi.RDMA_NLDEV_ATTR_RES_PID); e.has(abi.RDMA_NLDEV_ATTR_RES_PID) && pid != 0 {
-		if b, err := os.ReadFile("/proc/" + strconv.FormatUint(pid, 10) + "/comm"); err == nil {
-			if f := strings.Fields(string(b)); len(f) > 0 {
-				s, ok = f[0], true
-			}
-		}
+		s, ok = procComm(pid)
 	}
 	if e.has(abi.RDMA_NLDEV_ATTR_RES_KERN_NAME) {
 		s, ok = e.str(abi.RDMA_NLDEV_ATTR_RES_KERN_NAME), true
 	}
 	return s, ok
+}
+
+// procComm reads a task's command name; tests replace it.
+var procComm = func(pid uint64) (string, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.FormatUint(pid, 10) + "/comm")
+	if err != nil {
+		return "", false
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return "", false
+	}
+	return f[0], true
 }
 
 // printComm prints the owner: a kernel module's in brackets in plain
