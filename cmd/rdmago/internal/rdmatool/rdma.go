@@ -54,7 +54,6 @@ type rd struct {
 	port uint32
 	// filters are the res show filters, by key.
 	filters map[string]string
-	filtOrd []string
 }
 
 // maxPorts bounds the ports of a device the tool walks: a switch has at
