@@ -134,6 +134,36 @@ type Context interface {
 	Close() error
 }
 
+// CQAttr is what an extended CQ (ibv_create_cq_ex) asks of the provider
+// beyond its size: the completion fields that change its data path.
+type CQAttr struct {
+	CQE int
+	// Timestamp: every completion carries the device's completion
+	// timestamp (IBV_WC_EX_WITH_COMPLETION_TIMESTAMP), in
+	// wr.Completion.Timestamp.
+	Timestamp bool
+}
+
+// CQExContext is implemented by the contexts of providers that make
+// extended CQs. The core asks a context without it for no more than
+// NewCQ makes, and refuses the rest with EOPNOTSUPP, as rdma-core's
+// providers refuse the wc_flags they lack.
+type CQExContext interface {
+	NewCQEx(attr CQAttr) (Builder[CQ], error)
+}
+
+// Clock is implemented by the contexts of providers that read the
+// device's free-running clock, the one completion timestamps count.
+type Clock interface {
+	// ReadClock returns the clock's current value in cycles (the raw
+	// clock of ibv_query_rt_values_ex).
+	ReadClock() (uint64, error)
+	// TimestampNS converts a completion timestamp into nanoseconds since
+	// the Unix epoch, with the parameters the kernel keeps for the clock
+	// (mlx5dv_get_clock_info and mlx5dv_ts_to_ns).
+	TimestampNS(ts uint64) (uint64, error)
+}
+
 // CQ is a completion queue's data path.
 type CQ interface {
 	// Poll moves up to len(wc) completions into wc and returns how many.
@@ -162,6 +192,10 @@ type QPInitAttr struct {
 	// SignalAll: every send work request completes with a completion,
 	// whatever its Signaled flag (sq_sig_all).
 	SignalAll bool
+	// CreateFlags are the caller's creation flags (enum
+	// ib_uverbs_qp_create_flags): a provider refuses, with EOPNOTSUPP,
+	// those it cannot honour.
+	CreateFlags uint32
 }
 
 // SingleThreader is implemented by the QPs and CQs of providers that lock
@@ -192,6 +226,24 @@ type QP interface {
 	Resume()
 	// Close stops the QP and releases the provider's mappings and buffers.
 	Close() error
+}
+
+// SendBatcher is implemented by the QPs of providers that can write send
+// work requests into the queue one at a time and publish them together
+// later, as rdma-core's ibv_wr_start, ibv_wr_* and ibv_wr_complete do.
+//
+// BeginBatch takes the send queue's lock (ErrStopped, and no lock, for a
+// stopped QP). Each AddToBatch checks one request and writes it to the
+// queue unpublished, as the batch's next; the device sees none of them
+// until EndBatch publishes them all and rings the doorbell once. A request
+// refused by AddToBatch leaves the queue as it was before that call.
+// AbortBatch instead forgets every request of the batch, as if none had
+// been written. EndBatch and AbortBatch release the lock.
+type SendBatcher interface {
+	BeginBatch() error
+	AddToBatch(w *wr.SendWR) error
+	EndBatch() (int, error)
+	AbortBatch()
 }
 
 // ErrStopped is what a stopped QP's posts return (QP.Stop); the core

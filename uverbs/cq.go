@@ -391,10 +391,25 @@ type CQAttr struct {
 	// SingleThreaded promises that Poll is never called by two goroutines
 	// at once, nor concurrently with Close: polling then takes no lock.
 	SingleThreaded bool
+	// Timestamps makes an extended CQ whose completions carry the
+	// device's completion timestamp in wr.Completion.Timestamp
+	// (ibv_create_cq_ex with IBV_WC_EX_WITH_COMPLETION_TIMESTAMP).
+	// Devices have them where DeviceAttr.CompletionTimestampMask is not
+	// zero, which is how a program probes; elsewhere CreateCQ fails with
+	// an error that matches unix.EOPNOTSUPP and errors.ErrUnsupported.
+	// rxe has none: its provider refuses before the kernel, as
+	// rdma-core's does (the kernel's rxe would refuse too).
+	Timestamps bool
 }
 
-// CreateCQ creates a completion queue (ibv_create_cq).
-func (c *Context) CreateCQ(attr CQAttr) (*CQ, error) {
+// CreateCQ creates a completion queue (ibv_create_cq, or ibv_create_cq_ex
+// for the extended attributes: Timestamps).
+func (c *Context) CreateCQ(attr CQAttr) (*CQ, error) { return c.createCQ(attr, false) }
+
+// createCQ is CreateCQ. kernelOnly sends the kernel the create flags attr
+// asks for even when the provider cannot honour them, over a plain CQ of
+// its own, so that a test learns what the kernel itself answers.
+func (c *Context) createCQ(attr CQAttr, kernelOnly bool) (*CQ, error) {
 	if attr.CQE < 1 || attr.CQE > math.MaxInt32 {
 		return nil, &Error{Op: "create CQ", Err: fmt.Errorf("CQE %d, not in 1..2^31-1: %w", attr.CQE, unix.EINVAL)}
 	}
@@ -416,7 +431,24 @@ func (c *Context) CreateCQ(attr CQAttr) (*CQ, error) {
 	if err != nil {
 		return nil, err
 	}
-	b, err := pc.NewCQ(attr.CQE)
+	// The kernel's create flags (ib_uverbs_ex_create_cq_flags), as
+	// libibverbs' ibv_icmd_create_cq_ex derives them from the wc_flags.
+	var flags uint32
+	var b provider.Builder[provider.CQ]
+	if attr.Timestamps {
+		flags |= abi.IB_UVERBS_CQ_FLAGS_TIMESTAMP_COMPLETION
+		px, ok := pc.(provider.CQExContext)
+		switch {
+		case ok:
+			b, err = px.NewCQEx(provider.CQAttr{CQE: attr.CQE, Timestamp: true})
+		case kernelOnly:
+			b, err = pc.NewCQ(attr.CQE)
+		default:
+			return nil, &Error{Op: "create CQ", Err: fmt.Errorf("the %s provider has no completion timestamps: %w", c.dev.Driver, unix.EOPNOTSUPP)}
+		}
+	} else {
+		b, err = pc.NewCQ(attr.CQE)
+	}
 	if err != nil {
 		return nil, wrapErr("create CQ", err)
 	}
@@ -429,6 +461,12 @@ func (c *Context) CreateCQ(attr CQAttr) (*CQ, error) {
 	cmd.u32In(abi.UVERBS_ATTR_CREATE_CQ_CQE, uint32(attr.CQE))
 	cmd.constIn(abi.UVERBS_ATTR_CREATE_CQ_USER_HANDLE, id)
 	cmd.u32In(abi.UVERBS_ATTR_CREATE_CQ_COMP_VECTOR, uint32(attr.CompVector))
+	if flags != 0 {
+		// Mandatory, as in libibverbs: a kernel that does not know the
+		// attribute fails the command instead of making a CQ without
+		// what was asked for.
+		cmd.u32In(abi.UVERBS_ATTR_CREATE_CQ_FLAGS, flags)
+	}
 	if attr.Channel != nil {
 		cmd.fdIn(abi.UVERBS_ATTR_CREATE_CQ_COMP_CHANNEL, attr.Channel.fd())
 	}

@@ -2,6 +2,7 @@ package uverbs_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 
@@ -195,5 +196,70 @@ func ExampleCompChannel_GetEventDirect() {
 		for _, c := range wc[:n] {
 			fmt.Println(c.ID, c.Status)
 		}
+	}
+}
+
+// Post an RDMA write of a registered buffer and a send of a few inline
+// bytes as one batch, with no slice of work requests: both reach the
+// device with one doorbell, or, if either is refused, neither does. The
+// QP is connected and ready to send; rkey and raddr name the peer's
+// buffer.
+func ExampleQP_BeginSend() {
+	var (
+		q     *uverbs.QP
+		buf   *mr.Region
+		rkey  uint32
+		raddr uint64
+	)
+	b, err := q.BeginSend()
+	if err != nil {
+		log.Fatal(err)
+	}
+	b.RDMAWrite(1, 0, rkey, raddr)
+	b.SetSGE(buf.LKey, buf.Addr(), 4096)
+	b.Send(2, wr.Signaled)
+	b.SetInlineData([]byte("written"))
+	if _, err := b.Complete(); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// Ask for completion timestamps where the device has them, and turn one
+// into wall time.
+func ExampleCQAttr_timestamps() {
+	ctx, err := uverbs.Open("mlx5_0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer ctx.Close()
+	attr, err := ctx.QueryDevice()
+	if err != nil {
+		log.Fatal(err)
+	}
+	// The probe rdma-core's programs make: a zero mask means none (rxe).
+	ts := attr.CompletionTimestampMask != 0
+	cq, err := ctx.CreateCQ(uverbs.CQAttr{CQE: 64, Timestamps: ts})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer cq.Close()
+	// ... create a QP on cq, post, then:
+	wc := make([]wr.Completion, 16)
+	n, err := cq.Poll(wc)
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, c := range wc[:n] {
+		if !ts {
+			break
+		}
+		when, err := ctx.TimestampTime(c.Timestamp)
+		if errors.Is(err, errors.ErrUnsupported) {
+			break // cycles only: the kernel publishes no clock info
+		}
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Printf("request %d completed at %v (cycle %d)\n", c.ID, when, c.Timestamp)
 	}
 }

@@ -3,3 +3,8 @@ package uverbs
 // CollectUntil is waitFor for the device tests, in package uverbs_test,
 // which see the identifiers this package's test files export.
 var CollectUntil = waitFor
+
+// CreateCQKernelFlags is CreateCQ that sends the create flags attr asks
+// for even where the provider lacks them, so that a device test sees
+// what the kernel itself answers.
+func CreateCQKernelFlags(c *Context, attr CQAttr) (*CQ, error) { return c.createCQ(attr, true) }

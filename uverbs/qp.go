@@ -35,6 +35,42 @@ type QPInitAttr struct {
 	// other). Posting then takes no lock, as rdma-core's providers do for
 	// a QP in a thread domain. Breaking the promise corrupts the queue.
 	SingleThreaded bool
+	// CreateFlags ask the device for more (ibv_qp_init_attr_ex's
+	// create_flags). rxe has none: it refuses any with EOPNOTSUPP, as
+	// rdma-core's rxe does; on mlx5 the kernel decides.
+	CreateFlags QPCreateFlags
+}
+
+// QPCreateFlags are a QP's creation flags (enum ibv_qp_create_flags; the
+// kernel's enum ib_uverbs_qp_create_flags has the same bits).
+type QPCreateFlags uint32
+
+// QP creation flags.
+const (
+	// QPCreateBlockSelfMcastLB: the QP does not receive the multicast
+	// datagrams it sends itself.
+	QPCreateBlockSelfMcastLB QPCreateFlags = 1 << 1
+	// QPCreateScatterFCS: raw packet QPs receive each packet's frame
+	// check sequence (DeviceRawScatterFCS).
+	QPCreateScatterFCS QPCreateFlags = 1 << 8
+	// QPCreateCVLANStripping: raw packet QPs receive packets with their
+	// customer VLAN tag removed, and its value in the completion.
+	QPCreateCVLANStripping QPCreateFlags = 1 << 9
+	// QPCreatePCIWriteEndPadding: the device pads the end of each
+	// scattered write to a whole cache line (DevicePCIWriteEndPadding).
+	QPCreatePCIWriteEndPadding QPCreateFlags = 1 << 11
+)
+
+const qpCreateFlagsKnown = QPCreateBlockSelfMcastLB | QPCreateScatterFCS | QPCreateCVLANStripping | QPCreatePCIWriteEndPadding
+
+// kernelQPCreateFlags are the flags of the create command: the caller's,
+// which have the kernel's values, and sq_sig_all.
+func kernelQPCreateFlags(attr *QPInitAttr) uint64 {
+	flags := uint64(attr.CreateFlags)
+	if attr.SignalAll {
+		flags |= abi.IB_UVERBS_QP_CREATE_SQ_SIG_ALL
+	}
+	return flags
 }
 
 // QP is a queue pair (struct ibv_qp).
@@ -72,6 +108,8 @@ type QP struct {
 	// SetKeepAlive.
 	kaMu sync.Mutex
 	ka   atomic.Pointer[keepAlive]
+
+	batch SendBatch // BeginSend's
 }
 
 // CreateQP creates a queue pair in the protection domain (ibv_create_qp).
@@ -100,6 +138,9 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 			attr.RecvCQ = attr.SendCQ
 		}
 	}
+	if f := attr.CreateFlags &^ qpCreateFlagsKnown; f != 0 {
+		return nil, &Error{Op: "create QP", Err: fmt.Errorf("unknown create flags %#x: %w", uint32(f), unix.EINVAL)}
+	}
 	var srqObj, recvObj *object
 	if attr.SRQ != nil {
 		srqObj = attr.SRQ.object
@@ -127,7 +168,8 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 	if err != nil {
 		return nil, err
 	}
-	pattr := provider.QPInitAttr{Type: attr.Type, Caps: attr.Caps, HasSRQ: attr.SRQ != nil, SignalAll: attr.SignalAll}
+	pattr := provider.QPInitAttr{Type: attr.Type, Caps: attr.Caps, HasSRQ: attr.SRQ != nil, SignalAll: attr.SignalAll,
+		CreateFlags: uint32(attr.CreateFlags)}
 	if attr.SRQ != nil {
 		pattr.SRQ = attr.SRQ.prov
 	}
@@ -147,10 +189,7 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 	}
 	capOut := new(abi.IbUverbsQpCap)
 	qpNum := new(uint32)
-	var flags uint64
-	if attr.SignalAll {
-		flags |= abi.IB_UVERBS_QP_CREATE_SQ_SIG_ALL
-	}
+	flags := kernelQPCreateFlags(&attr)
 	cmd := newCommand(abi.UVERBS_OBJECT_QP, abi.UVERBS_METHOD_QP_CREATE)
 	cmd.driverID = c.dev.DriverID
 	h := cmd.idrNew(abi.UVERBS_ATTR_CREATE_QP_HANDLE)

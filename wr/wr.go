@@ -257,6 +257,14 @@ type Completion struct {
 	SLID         uint16
 	SL           uint8
 	DLIDPathBits uint8
+	// Timestamp is when the device completed the work request, in cycles
+	// of its free-running clock (ibv_wc_read_completion_ts), on a CQ
+	// created with uverbs.CQAttr.Timestamps; zero on other CQs, and for
+	// the flushed receives the library completes itself. The clock's
+	// width is DeviceAttr.CompletionTimestampMask and its rate
+	// DeviceAttr.HCACoreClock; uverbs.Context.TimestampTime converts it
+	// to wall time where the device publishes its clock's parameters.
+	Timestamp uint64
 }
 
 // Err returns nil for a successful completion and an error naming the

@@ -3,7 +3,7 @@
  * mlx5 provider, built with rdma-core's own mlx5dv.h (the structures of
  * the device's formats and its inline helpers: mlx5dv_set_ctrl_seg,
  * mlx5dv_set_data_seg, mlx5dv_set_dgram_seg, mlx5_cqe64 with
- * mlx5dv_get_cqe_owner/opcode/se/format) and libibverbs' verbs.h (the
+ * mlx5dv_get_cqe_owner/opcode/se/format, mlx5dv_ts_to_ns) and libibverbs' verbs.h (the
  * numeric values of work request opcodes, flags, completion opcodes and
  * statuses).
  *
@@ -92,6 +92,7 @@ static void offsets(void)
 	OFF("cqe64.srqn_uidx", struct mlx5_cqe64, srqn_uidx);
 	OFF("cqe64.imm_inval_pkey", struct mlx5_cqe64, imm_inval_pkey);
 	OFF("cqe64.byte_cnt", struct mlx5_cqe64, byte_cnt);
+	OFF("cqe64.timestamp", struct mlx5_cqe64, timestamp);
 	OFF("cqe64.sop_drop_qpn", struct mlx5_cqe64, sop_drop_qpn);
 	OFF("cqe64.wqe_counter", struct mlx5_cqe64, wqe_counter);
 	OFF("cqe64.signature", struct mlx5_cqe64, signature);
@@ -838,7 +839,9 @@ static void build_cqe(const struct cqe_case *k, struct mlx5_cqe64 *cqe)
 	cqe->flags_rqpn = htobe32(k->flags_rqpn);
 	cqe->slid = htobe16(k->slid);
 	cqe->ml_path = k->ml_path;
-	cqe->timestamp = htobe64(0x0102030405060708ull);
+	/* a different clock value in every case */
+	cqe->timestamp = htobe64(0x0102030405060708ull ^ (uint64_t)k->wqe_counter << 40 ^ (uint64_t)k->byte_cnt << 8 ^
+				 (uint64_t)k->opcode << 56 ^ k->syndrome);
 	if (k->opcode == MLX5_CQE_REQ_ERR || k->opcode == MLX5_CQE_RESP_ERR) {
 		struct mlx5_err_cqe *e = (void *)cqe;
 
@@ -982,6 +985,8 @@ static void print_cqe(const char *name, struct mlx5_cqe64 *cqe)
 		       (unsigned long long)x.wc.wr_id, x.wc.status, x.wc.opcode, x.wc.vendor_err, x.wc.byte_len, imm,
 		       x.wc.qp_num, x.wc.src_qp, x.wc.wc_flags, x.wc.pkey_index, x.wc.slid, x.wc.sl, x.wc.dlid_path_bits,
 		       x.sq_tail, x.rq_tail, x.srq_freed);
+	if (x.ok) /* mlx5_cq_read_wc_completion_ts */
+		printf(", ts: %#llx", (unsigned long long)be64toh(cqe->timestamp));
 	printf("},\n");
 }
 
@@ -1031,6 +1036,46 @@ static void cqe_vectors(void)
 		printf("\t{opOwn: %#x, n: %#x, ncqe: %u, owned: %s, owner: %d, opcode: %d, se: %d, format: %d},\n", cqe.op_own,
 		       ov[i].n, ov[i].ncqe, owned ? "true" : "false", mlx5dv_get_cqe_owner(&cqe),
 		       mlx5dv_get_cqe_opcode(&cqe), mlx5dv_get_cqe_se(&cqe), mlx5dv_get_cqe_format(&cqe));
+	}
+	printf("}\n\n");
+}
+
+/* ---------- clock (mlx5dv_ts_to_ns) ---------- */
+
+/* CQE timestamps to nanoseconds with the clock info the kernel keeps
+ * (struct mlx5dv_clock_info, as mlx5dv_get_clock_info copies it): a
+ * 156.25 MHz clock in 41 bits, the width ConnectX-4 counts in, and a
+ * 1 GHz one in 64; timestamps ahead of and behind the info's moment,
+ * across the counter's wrap, and past half its range (taken as behind). */
+static void ts_vectors(void)
+{
+	static const struct mlx5dv_clock_info infos[] = {
+		{ .nsec = 1700000000123456789ull, .last_cycles = 0x100000000ull, .frac = 0x12345,
+		  .mult = 53687091, .shift = 23, .mask = (1ull << 41) - 1 },
+		{ .nsec = 1700000000123456789ull, .last_cycles = (1ull << 41) - 1000, .frac = 0x7fffff,
+		  .mult = 53687091, .shift = 23, .mask = (1ull << 41) - 1 },
+		{ .nsec = 1800000000000000000ull, .last_cycles = 0xfffffffffffff000ull, .frac = 0,
+		  .mult = 1 << 20, .shift = 20, .mask = ~0ull },
+		{ .nsec = 1800000000000000000ull, .last_cycles = 12345, .frac = 3 << 19,
+		  .mult = 1 << 20, .shift = 20, .mask = ~0ull },
+	};
+	static const int64_t deltas[] = { 0, 1, -1, 999, -999, 1000000, -1000000, 156250000, -156250000 };
+
+	printf("var tsToNSVectors = []tsToNSVector{\n");
+	for (size_t i = 0; i < sizeof(infos) / sizeof(infos[0]); i++) {
+		struct mlx5dv_clock_info ci = infos[i];
+		uint64_t ts[sizeof(deltas) / sizeof(deltas[0]) + 2];
+		size_t n = 0;
+
+		for (size_t j = 0; j < sizeof(deltas) / sizeof(deltas[0]); j++)
+			ts[n++] = (ci.last_cycles + (uint64_t)deltas[j]) & ci.mask;
+		ts[n++] = (ci.last_cycles + ci.mask / 2 + 7) & ci.mask; /* past half the range */
+		ts[n++] = (ci.last_cycles + ci.mask / 2) & ci.mask;	/* just within it */
+		for (size_t j = 0; j < n; j++)
+			printf("\t{info: clockInfo{nsec: %llu, lastCycles: %#llx, frac: %#llx, mult: %u, shift: %u, mask: %#llx}, ts: %#llx, ns: %llu},\n",
+			       (unsigned long long)ci.nsec, (unsigned long long)ci.last_cycles,
+			       (unsigned long long)ci.frac, ci.mult, ci.shift, (unsigned long long)ci.mask,
+			       (unsigned long long)ts[j], (unsigned long long)mlx5dv_ts_to_ns(&ci, ts[j]));
 	}
 	printf("}\n\n");
 }
@@ -1269,6 +1314,7 @@ int main(void)
 	recv_wqes();
 	cqe_vectors();
 	cqe128_vectors();
+	ts_vectors();
 	size_vectors();
 	return 0;
 }

@@ -68,10 +68,15 @@ func BenchmarkPostRecv(b *testing.B) {
 
 // BenchmarkPoll decodes one send completion per call from a CQ the
 // benchmark refills as the device would.
-func BenchmarkPoll(b *testing.B) {
+func BenchmarkPoll(b *testing.B) { benchPoll(b, false) }
+
+// BenchmarkPollTimestamps polls a CQ whose completions carry timestamps.
+func BenchmarkPollTimestamps(b *testing.B) { benchPoll(b, true) }
+
+func benchPoll(b *testing.B, ts bool) {
 	h := newHCA(b)
 	c := h.openContext()
-	cq, hcq := h.createCQ(c, 255)
+	cq, hcq := h.createCQEx(c, provider.CQAttr{CQE: 255, Timestamp: ts})
 	q, hq := h.createQP(c, provider.QPInitAttr{Type: qp.RC, Caps: qp.Caps{MaxSendWR: 64, MaxSendSGE: 1}}, hcq, hcq, nil)
 	op := sendOp{opcode: opRDMAWrite}
 	out := make([]wr.Completion, 1)

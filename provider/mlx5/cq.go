@@ -15,6 +15,7 @@ type cqBuilder struct {
 	queueBuf
 	ncqe uint32
 	size int
+	ts   bool    // completions carry the CQE's timestamp
 	uar  *dynUAR // the UAR the CQ names, with dynamic UARs
 	cmd  abi.Mlx5IbCreateCq
 	resp abi.Mlx5IbCreateCqResp
@@ -27,6 +28,16 @@ type cqBuilder struct {
 // are 64 bytes, or 128 when the context was opened with MLX5_CQE_SIZE=128
 // (rdma-core's get_cqe_size; the kernel takes either size for a user CQ).
 func (c *Context) NewCQ(cqe int) (provider.Builder[provider.CQ], error) {
+	return c.NewCQEx(provider.CQAttr{CQE: cqe})
+}
+
+// NewCQEx is NewCQ for an extended CQ (mlx5_create_cq_ex). The device
+// writes its clock into every CQE whatever the CQ asked for, so a CQ with
+// timestamps differs only in its polling, which copies that field into
+// each completion (mlx5_cq_read_wc_completion_ts); the kernel is told
+// through the core's create flags.
+func (c *Context) NewCQEx(attr provider.CQAttr) (provider.Builder[provider.CQ], error) {
+	cqe := attr.CQE
 	if cqe < 1 || cqe >= maxCQEntries {
 		return nil, fmt.Errorf("mlx5: CQ of %d entries: %w", cqe, unix.EINVAL)
 	}
@@ -42,7 +53,7 @@ func (c *Context) NewCQ(cqe int) (provider.Builder[provider.CQ], error) {
 	for i := 0; i < int(ncqe); i++ {
 		q.mem[(i+1)*size-cqe64Size+cqeOffOpOwn] = cqeInvalidOpOwn
 	}
-	b := &cqBuilder{queueBuf: q, ncqe: ncqe, size: size}
+	b := &cqBuilder{queueBuf: q, ncqe: ncqe, size: size, ts: attr.Timestamp}
 	b.cmd.Buf_addr = addrOf(q.mem)
 	b.cmd.Db_addr = uint64(uintptr(q.db))
 	b.cmd.Cqe_size = uint32(size)
@@ -85,6 +96,7 @@ func (b *cqBuilder) Finish(c provider.Created) (provider.CQ, error) {
 		ring:  newCQRing(unsafe.Pointer(&b.mem[0]), b.ncqe, b.size),
 		uar:   b.uar,
 		armDB: b.ctx.cqDB,
+		ts:    b.ts,
 	}
 	if b.uar != nil {
 		cq.armDB = unsafe.Pointer(&b.uar.mem[cqDoorbellOffset])
@@ -110,6 +122,7 @@ type CQ struct {
 	// the CQ closes).
 	armDB unsafe.Pointer
 	uar   *dynUAR
+	ts    bool // completions carry the CQE's timestamp
 }
 
 // Poll consumes up to len(wc) completions, as rdma-core's poll_cq does:
@@ -122,7 +135,7 @@ func (cq *CQ) Poll(wc []wr.Completion) int {
 		cq.mu.unlock()
 		return 0
 	}
-	r := resources{t: &cq.ctx.t, v1: cq.ctx.cqeVersion == cqeVersion1}
+	r := resources{t: &cq.ctx.t, v1: cq.ctx.cqeVersion == cqeVersion1, ts: cq.ts}
 	n := 0
 	start := cq.ring.consIndex
 	for n < len(wc) {

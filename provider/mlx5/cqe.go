@@ -120,6 +120,7 @@ func syndromeStatus(synd uint8) wr.Status {
 type resources struct {
 	t   *tables
 	v1  bool
+	ts  bool // copy the CQE's timestamp into the completion
 	qp  *QP
 	srq *SRQ
 }
@@ -244,6 +245,12 @@ func decodeCQE(cqe unsafe.Pointer, c *wr.Completion, r *resources) bool {
 
 	default:
 		return false
+	}
+	if r.ts {
+		// Error CQEs too, as rdma-core's read_completion_ts reads the
+		// field whatever the opcode, though there its last two bytes are
+		// the vendor syndrome and syndrome (struct mlx5_err_cqe).
+		c.Timestamp = getBE64(at(cqe, cqeOffTimestamp))
 	}
 	return true
 }

@@ -70,7 +70,9 @@ func FuzzCQE(f *testing.F) {
 		// This iteration's failures are its own, and the numbers of the
 		// last one's objects, all destroyed, are free again.
 		h.t, h.nextNum = t, 0x100
-		cq, hcq := h.createCQ(ctx, 7)
+		// An odd number of bytes asks for a CQ with timestamps.
+		ts := len(cqes)%2 == 1
+		cq, hcq := h.createCQEx(ctx, provider.CQAttr{CQE: 7, Timestamp: ts})
 		srq, hsrq := h.createSRQ(ctx, provider.SRQInitAttr{MaxWR: 3, MaxSGE: 1})
 		caps := qp.Caps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}
 		rc, hrc := h.createQP(ctx, provider.QPInitAttr{Type: qp.RC, Caps: caps}, hcq, hcq, nil)
@@ -97,6 +99,7 @@ func FuzzCQE(f *testing.F) {
 		}
 
 		n := min(len(cqes)/cqe64Size, int(hcq.ncqe))
+		stamps := map[uint64]bool{}
 		for i := range n {
 			e := unsafe.Add(hcq.buf, uintptr(i)*uintptr(hcq.size))
 			c := unsafe.Add(e, hcq.size-cqe64Size)
@@ -128,6 +131,7 @@ func FuzzCQE(f *testing.F) {
 			}
 			// Owned by software in the first pass over the ring.
 			*(*uint8)(at(c, cqeOffOpOwn)) &^= cqeOwnerMask
+			stamps[getBE64(at(c, cqeOffTimestamp))] = true
 		}
 		wc := make([]wr.Completion, 16)
 		got := cq.Poll(wc)
@@ -136,6 +140,9 @@ func FuzzCQE(f *testing.F) {
 		}
 		for _, c := range wc[:got] {
 			_ = c.Err()
+			if ts && !stamps[c.Timestamp] || !ts && c.Timestamp != 0 {
+				t.Errorf("timestamps %v: completion %+v has a timestamp no CQE holds", ts, c)
+			}
 		}
 		if more := cq.Poll(wc); more != 0 {
 			t.Fatalf("second poll found %d more", more)

@@ -28,6 +28,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -96,7 +97,12 @@ func (b *ctxBuilder) Udata() (in, out []byte) { return bytesOf(&b.req), bytesOf(
 func (b *ctxBuilder) Abort()                  {}
 
 func (b *ctxBuilder) Finish(provider.Created) (provider.Context, error) {
-	return newContext(b.k, b.pageSize, &b.resp, b.totUUARs, b.lowLat)
+	c, err := newContext(b.k, b.pageSize, &b.resp, b.totUUARs, b.lowLat)
+	if err != nil {
+		return nil, err
+	}
+	c.mapClock(&b.resp)
+	return c, nil
 }
 
 // bfReg is one BlueFlame register (struct mlx5_bf): half a BlueFlame
@@ -157,6 +163,8 @@ type Context struct {
 	uidx       uidxAllocator
 	cqMu       sync.Mutex
 	cqs        map[*CQ]struct{}
+	clock      clock // the device's clock, where the kernel maps it
+	closed     atomic.Bool
 	close      sync.Once
 }
 
@@ -293,8 +301,12 @@ func (c *Context) unmapUARs() {
 func (c *Context) Close() error {
 	var err error
 	c.close.Do(func() {
+		c.closed.Store(true)
+		err = c.unmapClock()
 		if c.dyn {
-			err = c.freeAllUARs()
+			if e := c.freeAllUARs(); e != nil && err == nil {
+				err = e
+			}
 		}
 		for _, u := range c.uars {
 			if e := c.k.Munmap(u); e != nil && err == nil {
@@ -320,4 +332,6 @@ var (
 	_ provider.AH             = (*AH)(nil)
 	_ provider.SingleThreader = (*QP)(nil)
 	_ provider.SingleThreader = (*CQ)(nil)
+	_ provider.CQExContext    = (*Context)(nil)
+	_ provider.Clock          = (*Context)(nil)
 )

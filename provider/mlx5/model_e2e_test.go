@@ -33,10 +33,17 @@ type rcPair struct {
 var pairCaps = qp.Caps{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 4, MaxRecvSGE: 4, MaxInlineData: 64}
 
 func newRCPair(t *testing.T, caps qp.Caps, cqe int) *rcPair {
+	return newRCPairCQ(t, caps, provider.CQAttr{CQE: cqe})
+}
+
+// newRCPairCQ is newRCPair with extended CQs, on a device whose kernel
+// maps the clock pages.
+func newRCPairCQ(t *testing.T, caps qp.Caps, cq provider.CQAttr) *rcPair {
 	h := newHCA(t)
+	h.clock = true
 	p := &rcPair{h: h, ctx: h.openContext()}
-	p.cqa, p.hca = h.createCQ(p.ctx, cqe)
-	p.cqb, p.hcb = h.createCQ(p.ctx, cqe)
+	p.cqa, p.hca = h.createCQEx(p.ctx, cq)
+	p.cqb, p.hcb = h.createCQEx(p.ctx, cq)
 	p.a, p.ha = h.createQP(p.ctx, provider.QPInitAttr{Type: qp.RC, Caps: caps}, p.hca, p.hca, nil)
 	p.b, p.hb = h.createQP(p.ctx, provider.QPInitAttr{Type: qp.RC, Caps: caps}, p.hcb, p.hcb, nil)
 	connect(p.ha, p.hb)
@@ -664,10 +671,20 @@ func TestModelHotPathAllocs(t *testing.T) {
 			t.Errorf("%s allocates %.1f times per call", name, a)
 		}
 	}
-	// Poll with completions to decode: let the model produce 150 first, on
-	// a fresh pair (the loop above rang doorbells the model never read).
-	p = newRCPair(t, qp.Caps{MaxSendWR: 256, MaxSendSGE: 1}, 255)
-	k = p.h.regMR(buf, wr.LocalWrite|wr.RemoteWrite)
+	// Poll with completions to decode, with timestamps and without.
+	for _, ts := range []bool{false, true} {
+		testDecodeAllocs(t, send, buf, out, ts)
+	}
+}
+
+// testDecodeAllocs lets the model produce 150 completions first, on a
+// fresh pair (TestModelHotPathAllocs's loop rang doorbells the model never
+// read), then counts the allocations of polling them one by one; with
+// timestamps, also of converting each one's to wall time.
+func testDecodeAllocs(t *testing.T, send []wr.SendWR, buf []byte, out []wr.Completion, ts bool) {
+	p := newRCPairCQ(t, qp.Caps{MaxSendWR: 256, MaxSendSGE: 1}, provider.CQAttr{CQE: 255, Timestamp: ts})
+	p.h.setClockInfo(tsToNSVectors[0].info, 2)
+	k := p.h.regMR(buf, wr.LocalWrite|wr.RemoteWrite)
 	send[0].SGList[0].LKey, send[0].RKey = k, k
 	for range 15 {
 		batch := make([]wr.SendWR, 10)
@@ -681,7 +698,69 @@ func TestModelHotPathAllocs(t *testing.T) {
 		if p.cqa.Poll(out[:1]) != 1 {
 			t.Fatal("no completion to poll")
 		}
+		if (out[0].Timestamp != 0) != ts {
+			t.Fatalf("timestamps %v: completion %+v", ts, out[0])
+		}
+		if ts {
+			if _, err := p.ctx.TimestampNS(out[0].Timestamp); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}); a != 0 {
-		t.Errorf("decoding completions allocates %.1f times per call", a)
+		t.Errorf("decoding completions (timestamps %v) allocates %.1f times per call", ts, a)
+	}
+}
+
+// TestModelTimestamps: the completions of a CQ with timestamps carry the
+// device's clock when it wrote each CQE, which the clock info converts to
+// wall time; those of a CQ without carry none.
+func TestModelTimestamps(t *testing.T) {
+	for _, ts := range []bool{false, true} {
+		p := newRCPairCQ(t, pairCaps, provider.CQAttr{CQE: 16, Timestamp: ts})
+		src, dst := make([]byte, 64), make([]byte, 64)
+		ks, kd := p.h.regMR(src, 0), p.h.regMR(dst, wr.LocalWrite)
+		recvs := make([]wr.RecvWR, 3)
+		sends := make([]wr.SendWR, 3)
+		for i := range recvs {
+			recvs[i] = wr.RecvWR{ID: uint64(10 + i), SGList: []wr.SGE{{Addr: addrOfBuf(dst), Length: 64, LKey: kd}}}
+			sends[i] = wr.SendWR{ID: uint64(20 + i), Opcode: wr.OpSend, Flags: wr.Signaled, SGList: []wr.SGE{{Addr: addrOfBuf(src), Length: 8, LKey: ks}}}
+		}
+		n, err := p.b.PostRecv(recvs)
+		mustPost(t, n, err, 3)
+		mustPost2(t, p.a, sends)
+		p.h.run()
+		// The model writes each receive's CQE before its send's; its clock
+		// steps by modelCycleStep per CQE.
+		got := append(pollN(t, p.cqb, 3), pollN(t, p.cqa, 3)...)
+		if !ts {
+			for _, c := range got {
+				if c.Timestamp != 0 {
+					t.Errorf("CQ without timestamps: %+v", c)
+				}
+			}
+			continue
+		}
+		for i := 1; i < 3; i++ {
+			if d := got[i].Timestamp - got[i-1].Timestamp; d != 2*modelCycleStep {
+				t.Errorf("receives %d and %d: %d cycles apart, want %d (%+v)", i-1, i, d, 2*modelCycleStep, got)
+			}
+			if d := got[3+i].Timestamp - got[i].Timestamp; d != modelCycleStep {
+				t.Errorf("send %d completed %d cycles after its receive, want %d", i, d, modelCycleStep)
+			}
+		}
+		if got[0].Timestamp == 0 || got[0].Timestamp > p.h.cycles {
+			t.Errorf("first timestamp %#x, model clock at %#x", got[0].Timestamp, p.h.cycles)
+		}
+		// Converted: the clock info moment is the first receive; the
+		// others are later by the cycles between them.
+		ci := clockInfo{nsec: 1_700_000_000_000_000_000, lastCycles: got[0].Timestamp, mult: 5 << 20, shift: 20, mask: 1<<48 - 1}
+		p.h.setClockInfo(ci, 6)
+		for i, c := range got {
+			ns, err := p.ctx.TimestampNS(c.Timestamp)
+			want := ci.nsec + 5*(c.Timestamp-got[0].Timestamp)
+			if err != nil || ns != want {
+				t.Errorf("completion %d: %d ns (%v), want %d", i, ns, err, want)
+			}
+		}
 	}
 }

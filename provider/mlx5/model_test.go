@@ -35,6 +35,7 @@ import (
 	"encoding/binary"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"unsafe"
 
@@ -88,6 +89,75 @@ type hca struct {
 	nextKey  uint32
 	doorbell []dbRecord // every doorbell seen
 	events   []uint32   // CQNs of completion events raised
+	// clock: the kernel offers the core clock and clock info pages.
+	clock     bool
+	clockPage []byte  // the core clock register's page
+	clockInfo []byte  // struct mlx5_ib_clock_info's page
+	clockMaps []int64 // the offsets of the clock pages mapped
+	cycles    uint64  // the device's clock, which every CQE carries
+}
+
+// modelCoreClockOffset is where the model's core clock register sits in
+// its BAR: the kernel reports it, and the provider takes its offset in
+// the page.
+const modelCoreClockOffset = 0x1f3000 + 0x7d0
+
+// modelCycleStep is how far the model's clock moves between two CQEs.
+const modelCycleStep = 0x10001
+
+// mmapClock is the kernel's mapping of the two clock pages
+// (mlx5_ib_mmap's MLX5_IB_MMAP_CORE_CLOCK and MLX5_IB_MMAP_CLOCK_INFO):
+// one page, read-only (a writable mapping fails with EPERM), the clock
+// info only in its version 1 (index 0).
+func (h *hca) mmapClock(cmd, idx int64, length, prot int) ([]byte, error) {
+	if !h.clock {
+		return nil, unix.EOPNOTSUPP
+	}
+	if length != h.pageSize {
+		return nil, unix.EINVAL
+	}
+	if prot&(unix.PROT_WRITE|unix.PROT_EXEC) != 0 {
+		return nil, unix.EPERM
+	}
+	page := func(p *[]byte) ([]byte, error) {
+		if *p == nil {
+			mem, err := unix.Mmap(-1, 0, h.pageSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+			if err != nil {
+				return nil, err
+			}
+			*p = mem
+		}
+		return *p, nil
+	}
+	switch {
+	case cmd == abi.MLX5_IB_MMAP_CORE_CLOCK:
+		return page(&h.clockPage)
+	case cmd == abi.MLX5_IB_MMAP_CLOCK_INFO && idx == abi.MLX5_IB_CLOCK_INFO_V1:
+		return page(&h.clockInfo)
+	}
+	return nil, unix.EINVAL
+}
+
+// clockMmaps returns the offsets of the clock pages the context mapped.
+func (h *hca) clockMmaps() []int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]int64(nil), h.clockMaps...)
+}
+
+// setCoreClock makes the core clock register read v: big-endian, the
+// high word first, at the offset the context response named.
+func (h *hca) setCoreClock(v uint64) {
+	putBE64(unsafe.Pointer(&h.clockPage[modelCoreClockOffset%h.pageSize]), v)
+}
+
+// setClockInfo writes the clock info page as the kernel's
+// mlx5_update_clock_info_page does, ending with sign.
+func (h *hca) setClockInfo(ci clockInfo, sign uint32) {
+	p := (*abi.Mlx5IbClockInfo)(unsafe.Pointer(&h.clockInfo[0]))
+	atomic.StoreUint32(&p.Sign, abi.MLX5_IB_CLOCK_INFO_KERNEL_UPDATING)
+	writeClockInfo(p, ci)
+	atomic.StoreUint32(&p.Sign, sign)
 }
 
 // dbRecord is one doorbell the model read from a BlueFlame register.
@@ -129,6 +199,15 @@ func (h *hca) Mmap(offset int64, length int, prot int) ([]byte, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.mmaps = append(h.mmaps, offset)
+	if pg := offset / int64(h.pageSize); offset%int64(h.pageSize) == 0 {
+		if cmd := (pg >> mmapCmdShift) & 0xff; cmd == abi.MLX5_IB_MMAP_CORE_CLOCK || cmd == abi.MLX5_IB_MMAP_CLOCK_INFO {
+			mem, err := h.mmapClock(cmd, pg&0xff, length, prot)
+			if err == nil {
+				h.clockMaps = append(h.clockMaps, offset)
+			}
+			return mem, err
+		}
+	}
 	if prot&unix.PROT_WRITE == 0 || length != h.pageSize || offset%int64(h.pageSize) != 0 {
 		return nil, unix.EINVAL
 	}
@@ -389,6 +468,11 @@ func (h *hca) allocUcontext(in, out []byte) error {
 	if h.ece {
 		r.Comp_mask |= abi.MLX5_IB_ALLOC_UCONTEXT_RESP_MASK_ECE
 	}
+	if h.clock {
+		r.Comp_mask |= abi.MLX5_IB_ALLOC_UCONTEXT_RESP_MASK_CORE_CLOCK_OFFSET
+		r.Hca_core_clock_offset = modelCoreClockOffset
+		r.Clock_info_versions = 1 << abi.MLX5_IB_CLOCK_INFO_V1
+	}
 	return nil
 }
 
@@ -410,7 +494,15 @@ type hwCQ struct {
 
 func (h *hca) createCQ(c *Context, cqe int) (*CQ, *hwCQ) {
 	h.t.Helper()
-	b, err := c.NewCQ(cqe)
+	return h.createCQEx(c, provider.CQAttr{CQE: cqe})
+}
+
+// createCQEx is createCQ for an extended CQ. The kernel's driver data is
+// the same; only the core's create flags tell the kernel of timestamps.
+func (h *hca) createCQEx(c *Context, attr provider.CQAttr) (*CQ, *hwCQ) {
+	h.t.Helper()
+	cqe := attr.CQE
+	b, err := c.NewCQEx(attr)
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -1177,6 +1269,9 @@ func (h *hca) push(cq *hwCQ, fill func(unsafe.Pointer), opcode uint8, solicited 
 		}
 	}
 	clear(unsafe.Slice((*byte)(c), cqe64Size-1))
+	// The clock first: an error CQE's syndrome overlays its last bytes.
+	h.cycles += modelCycleStep
+	putBE64(at(c, cqeOffTimestamp), h.cycles)
 	fill(c)
 	var owner uint8
 	if cq.pi&cq.ncqe != 0 {

@@ -120,6 +120,7 @@ const (
 	cqeOffSrqnUidx     = 32 // srqn_uidx, be32
 	cqeOffImmInvalPkey = 36 // imm_inval_pkey, be32
 	cqeOffByteCnt      = 44 // byte_cnt, be32
+	cqeOffTimestamp    = 48 // timestamp, be64: the device's clock when it wrote the CQE
 	cqeOffSopDropQPN   = 56 // sop_drop_qpn, be32: WQE opcode<<24 | QPN
 	cqeOffWQECounter   = 60 // wqe_counter, be16
 	cqeOffSignature    = 62

@@ -106,6 +106,13 @@ type cqeVector struct {
 	sqTail   uint32
 	rqTail   uint32
 	srqFreed int
+	ts       uint64 // the completion's timestamp on a CQ that asked for them
+}
+
+// tsToNSVector is one conversion of mlx5dv_ts_to_ns.
+type tsToNSVector struct {
+	info   clockInfo
+	ts, ns uint64
 }
 
 // cqe128Poll is one poll of the 128-byte CQE ring: the offset of the

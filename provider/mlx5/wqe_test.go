@@ -53,6 +53,7 @@ func TestLayoutMatchesMlx5dv(t *testing.T) {
 		"cqe64.srqn_uidx":         cqeOffSrqnUidx,
 		"cqe64.imm_inval_pkey":    cqeOffImmInvalPkey,
 		"cqe64.byte_cnt":          cqeOffByteCnt,
+		"cqe64.timestamp":         cqeOffTimestamp,
 		"cqe64.sop_drop_qpn":      cqeOffSopDropQPN,
 		"cqe64.wqe_counter":       cqeOffWQECounter,
 		"cqe64.signature":         cqeOffSignature,
@@ -298,9 +299,19 @@ func cqeFixture(t *testing.T) (*resources, *QP, *SRQ) {
 	return &resources{t: tb}, qp, srq
 }
 
+// TestCQEVectors decodes every CQE as a CQ without timestamps does and
+// as one with them (which copies the CQE's timestamp as rdma-core's
+// read_completion_ts reads it); nothing else may differ.
 func TestCQEVectors(t *testing.T) {
+	for _, ts := range []bool{false, true} {
+		testCQEVectors(t, ts)
+	}
+}
+
+func testCQEVectors(t *testing.T, ts bool) {
 	for _, v := range cqeVectors {
 		r, qp, srq := cqeFixture(t)
+		r.ts = ts
 		tailBefore := srq.ring.tail
 		var c wr.Completion
 		cqe := v.cqe
@@ -312,8 +323,15 @@ func TestCQEVectors(t *testing.T) {
 		if !ok {
 			continue
 		}
-		if c != v.want {
-			t.Errorf("%s:\n got %+v\nwant %+v", v.name, c, v.want)
+		want := v.want
+		if ts {
+			want.Timestamp = v.ts
+			if v.ts == 0 {
+				t.Errorf("%s: the vector has no timestamp", v.name)
+			}
+		}
+		if c != want {
+			t.Errorf("%s (timestamps %v):\n got %+v\nwant %+v", v.name, ts, c, want)
 		}
 		if v.sqTail != 0 && qp.sq.tail.Load() != v.sqTail {
 			t.Errorf("%s: send queue tail %d, want %d", v.name, qp.sq.tail.Load(), v.sqTail)

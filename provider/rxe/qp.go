@@ -34,6 +34,10 @@ func (c *Context) NewQP(attr provider.QPInitAttr) (provider.Builder[provider.QP]
 	default:
 		return nil, fmt.Errorf("rxe: QP type %d: %w", attr.Type, unix.EOPNOTSUPP)
 	}
+	if attr.CreateFlags != 0 {
+		// As rdma-core's rxe, which supports none.
+		return nil, fmt.Errorf("rxe: QP create flags %#x: %w", attr.CreateFlags, unix.EOPNOTSUPP)
+	}
 	return &qpBuilder{k: c.k, attr: attr}, nil
 }
 
@@ -99,6 +103,13 @@ type QP struct {
 	// stopped: posts are refused (Stop, Close); set under both rings'
 	// locks.
 	stopped bool
+
+	// The open batch (provider.SendBatcher), under sqMu: the producer
+	// index its next request goes to, how many it has, and the send
+	// sequence number it started from, which AbortBatch restores.
+	batchProd uint32
+	batchN    int
+	batchSSN  uint32
 }
 
 // PostSend writes each work request into the send ring, publishes them
@@ -141,6 +152,55 @@ func (p *QP) PostSend(wrs []wr.SendWR) (int, error) {
 	}
 	p.sqMu.Unlock()
 	return n, err
+}
+
+// BeginBatch opens a batch: the send ring's lock stays held until
+// EndBatch or AbortBatch.
+func (p *QP) BeginBatch() error {
+	p.sqMu.Lock()
+	if p.stopped {
+		p.sqMu.Unlock()
+		return provider.ErrStopped
+	}
+	p.batchProd, p.batchN, p.batchSSN = p.sq.producer(), 0, p.ssn
+	return nil
+}
+
+// AddToBatch writes w into the ring after the batch's earlier requests,
+// unpublished: the kernel reads the ring only up to the producer index.
+func (p *QP) AddToBatch(w *wr.SendWR) error {
+	length, err := p.validateSend(w)
+	if err != nil {
+		return err
+	}
+	if p.sq.full(p.batchProd, p.caps.MaxSendWR) {
+		return unix.ENOMEM
+	}
+	p.writeSendWQE((*abi.RxeSendWqe)(p.sq.elem(p.batchProd)), w, length)
+	p.batchProd = (p.batchProd + 1) & p.sq.mask
+	p.batchN++
+	return nil
+}
+
+// EndBatch publishes the batch's requests and rings the doorbell once, as
+// PostSend does, and closes the batch.
+func (p *QP) EndBatch() (int, error) {
+	n := p.batchN
+	var err error
+	if n > 0 {
+		p.sq.publish(p.batchProd)
+		err = p.k.Doorbell(bytesOf(&p.db))
+	}
+	p.batchN = 0
+	p.sqMu.Unlock()
+	return n, err
+}
+
+// AbortBatch closes the batch without publishing: its requests stay beyond
+// the producer index, where the next post overwrites them.
+func (p *QP) AbortBatch() {
+	p.ssn, p.batchN = p.batchSSN, 0
+	p.sqMu.Unlock()
 }
 
 func (p *QP) validateSend(w *wr.SendWR) (uint32, error) {

@@ -479,3 +479,160 @@ func TestPostSendMemoryWindows(t *testing.T) {
 		}
 	}
 }
+
+// batchWRs are requests of every shape a batch writes: gather lists,
+// immediates, inline data, atomics, a local invalidate.
+func batchWRs(inline []byte) []wr.SendWR {
+	return []wr.SendWR{
+		{ID: 1, Opcode: wr.OpRDMAWriteWithImm, Flags: wr.Signaled, Imm: 0x01020304,
+			SGList: []wr.SGE{{Addr: 0x1000, Length: 100, LKey: 5}, {Addr: 0x2000, Length: 28, LKey: 6}}, RemoteAddr: 0x9000, RKey: 0x42},
+		{ID: 2, Opcode: wr.OpAtomicCmpAndSwp, SGList: []wr.SGE{{Addr: 0x3000, Length: 8, LKey: 5}}, RemoteAddr: 0xa000, RKey: 0x43, CompareAdd: 10, Swap: 20},
+		{ID: 3, Opcode: wr.OpSend, Flags: wr.Inline, SGList: []wr.SGE{{Addr: uint64(uintptr(unsafe.Pointer(&inline[0]))), Length: uint32(len(inline))}}},
+		{ID: 4, Opcode: wr.OpLocalInv, Imm: 0x77},
+	}
+}
+
+// A batch writes the ring as PostSend does, byte for byte, with one
+// doorbell at the end and nothing published before it.
+func TestBatchMatchesPostSend(t *testing.T) {
+	inline := []byte("inline payload!!")
+	wrs := batchWRs(inline)
+	want, wk := newTestQP(t, qp.RC)
+	if n, err := want.PostSend(wrs); n != len(wrs) || err != nil {
+		t.Fatalf("PostSend = %d, %v", n, err)
+	}
+	got, k := newTestQP(t, qp.RC)
+	if err := got.BeginBatch(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range wrs {
+		if err := got.AddToBatch(&wrs[i]); err != nil {
+			t.Fatalf("AddToBatch(%d): %v", i, err)
+		}
+	}
+	if got.sq.producer() != 0 || k.doorbells != 0 {
+		t.Fatalf("before EndBatch: producer %d, %d doorbells", got.sq.producer(), k.doorbells)
+	}
+	if n, err := got.EndBatch(); n != len(wrs) || err != nil {
+		t.Fatalf("EndBatch = %d, %v", n, err)
+	}
+	// The doorbells differ only in where the kernel writes its response.
+	if k.doorbells != 1 || string(k.lastWrite[:8]) != string(wk.lastWrite[:8]) || string(k.lastWrite[16:]) != string(wk.lastWrite[16:]) {
+		t.Errorf("%d doorbells, last %x; want 1, %x", k.doorbells, k.lastWrite, wk.lastWrite)
+	}
+	if string(got.sq.mem) != string(want.sq.mem) {
+		t.Error("the batch's ring differs from PostSend's")
+	}
+}
+
+// An aborted batch leaves the ring as it was: nothing published, no
+// doorbell, and the next post writes what it would have written without
+// the batch (the same slots, the same send sequence numbers).
+func TestBatchAbort(t *testing.T) {
+	inline := []byte("inline payload!!")
+	wrs := batchWRs(inline)
+	want, _ := newTestQP(t, qp.RC)
+	want.PostSend(wrs[:1])
+	want.PostSend(wrs[1:])
+	got, k := newTestQP(t, qp.RC)
+	got.PostSend(wrs[:1])
+	if err := got.BeginBatch(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range wrs {
+		if err := got.AddToBatch(&wrs[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got.AbortBatch()
+	if got.sq.producer() != 1 || k.doorbells != 1 {
+		t.Fatalf("after the abort: producer %d, %d doorbells; want 1, 1", got.sq.producer(), k.doorbells)
+	}
+	got.PostSend(wrs[1:])
+	// What the kernel reads: the header and the published WQEs (the
+	// batch's fourth request stays beyond them, unpublished, and the bytes
+	// past each WQE's data are left from the batch).
+	if string(got.sq.mem[:abi.SizeofRxeQueueBuf]) != string(want.sq.mem[:abi.SizeofRxeQueueBuf]) {
+		t.Error("the ring's header after an aborted batch differs from one without it")
+	}
+	for i := range uint32(len(wrs)) {
+		if g, w := sendWQEBytes(got.sq, i), sendWQEBytes(want.sq, i); string(g) != string(w) {
+			t.Errorf("WQE %d after an aborted batch:\n%x\nwithout it:\n%x", i, g, w)
+		}
+	}
+	// The lock was released: the QP stops.
+	got.Stop()
+	if err := got.BeginBatch(); err != provider.ErrStopped {
+		t.Errorf("BeginBatch on a stopped QP: %v", err)
+	}
+}
+
+// A batch refuses what PostSend refuses, leaving the queue as before the
+// refused request, and stops at the queue's depth.
+func TestBatchRefuses(t *testing.T) {
+	q, _ := newTestQP(t, qp.RC)
+	sge := []wr.SGE{{Addr: 0x1000, Length: 8, LKey: 1}}
+	if err := q.BeginBatch(); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.AddToBatch(&wr.SendWR{Opcode: wr.OpSend, SGList: make([]wr.SGE, 5)}); !errors.Is(err, unix.EINVAL) {
+		t.Errorf("too many SGEs: %v", err)
+	}
+	for i := range 7 {
+		if err := q.AddToBatch(&wr.SendWR{ID: uint64(i), Opcode: wr.OpSend, SGList: sge}); err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+	}
+	if err := q.AddToBatch(&wr.SendWR{Opcode: wr.OpSend, SGList: sge}); !errors.Is(err, unix.ENOMEM) {
+		t.Errorf("an eighth request at depth 7: %v, want ENOMEM", err)
+	}
+	if n, err := q.EndBatch(); n != 7 || err != nil || q.sq.producer() != 7 {
+		t.Errorf("EndBatch = %d, %v, producer %d", n, err, q.sq.producer())
+	}
+}
+
+// Batches allocate nothing.
+func TestBatchAllocs(t *testing.T) {
+	q, _ := newTestQP(t, qp.RC)
+	w := signaledWrite()
+	if a := testing.AllocsPerRun(1000, func() {
+		q.BeginBatch()
+		q.AddToBatch(&w[0])
+		q.EndBatch()
+		consumeAll(q.sq)
+	}); a != 0 {
+		t.Errorf("a batch allocates %.1f times", a)
+	}
+}
+
+// BenchmarkBatch is BenchmarkPostSend's request, through a batch.
+func BenchmarkBatch(b *testing.B) {
+	q, _ := newTestQP(b, qp.RC)
+	w := signaledWrite()
+	b.ReportAllocs()
+	for b.Loop() {
+		q.BeginBatch()
+		q.AddToBatch(&w[0])
+		q.EndBatch()
+		consumeAll(q.sq)
+	}
+}
+
+// sendWQEBytes is the part of send WQE i the kernel reads: the fixed part
+// and its gather list or inline data.
+func sendWQEBytes(q *queue, i uint32) []byte {
+	w := (*abi.RxeSendWqe)(q.elem(i))
+	n := uintptr(w.Dma.Num_sge) * abi.SizeofRxeSge
+	if w.Wr.Send_flags&uint32(wr.Inline) != 0 {
+		n = uintptr(w.Dma.Length)
+	}
+	return unsafe.Slice((*byte)(q.elem(i)), sendSGEOffset+n)
+}
+
+// rxe honours no creation flag, and says so as rdma-core's rxe does.
+func TestNewQPCreateFlags(t *testing.T) {
+	_, err := (&Context{k: &fakeKernel{}}).NewQP(provider.QPInitAttr{Type: qp.UD, Caps: testCaps, CreateFlags: 1 << 1})
+	if !errors.Is(err, unix.EOPNOTSUPP) {
+		t.Errorf("NewQP with a create flag: %v, want EOPNOTSUPP", err)
+	}
+}

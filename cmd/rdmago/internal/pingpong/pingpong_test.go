@@ -456,3 +456,33 @@ func TestPingpongNoSuchDevice(t *testing.T) {
 		t.Errorf("stderr %q", s)
 	}
 }
+
+// TestTSStats follows ibv_rc_pingpong's parse_single_wc over receive
+// timestamps and its report: deltas across the clock's wrap, the minimum
+// that starts at 0xffffffff (so a run whose every gap is longer reports
+// that), the average printed with %f, and nothing when fewer than two
+// receives carried timestamps.
+func TestTSStats(t *testing.T) {
+	for _, tc := range []struct {
+		mask uint64
+		ts   []uint64
+		want string
+	}{
+		{0xffff, []uint64{100, 250, 0xfff0, 0x10, 0x10},
+			"Max receive completion clock cycles = 65270\nMin receive completion clock cycles = 0\nAverage receive completion clock cycles = 16363.000000\n"},
+		{1<<48 - 1, []uint64{0, 1, 3},
+			"Max receive completion clock cycles = 2\nMin receive completion clock cycles = 1\nAverage receive completion clock cycles = 1.500000\n"},
+		{1<<48 - 1, []uint64{0, 1 << 40},
+			"Max receive completion clock cycles = 1099511627776\nMin receive completion clock cycles = 4294967295\nAverage receive completion clock cycles = 1099511627776.000000\n"},
+		{1<<48 - 1, []uint64{5}, ""},
+		{1<<48 - 1, nil, ""},
+	} {
+		s := newPPTSStats(tc.mask)
+		for _, ts := range tc.ts {
+			s.add(ts)
+		}
+		if got := s.report(); got != tc.want {
+			t.Errorf("mask %#x, timestamps %d:\n%s want\n%s", tc.mask, tc.ts, got, tc.want)
+		}
+	}
+}

@@ -220,6 +220,7 @@ func TestDevicePingpongFailures(t *testing.T) {
 		{ppUC, []string{"-d", testenv.DeviceName(), "-g", "9999"}},
 		{ppUD, []string{"-d", testenv.DeviceName(), "-s", "8192"}},
 		{ppRC, []string{"-d", testenv.DeviceName(), "-t"}},
+		{ppRC, []string{"-d", testenv.DeviceName(), "--ts", "-e"}},
 		{ppRC, []string{"-d", testenv.DeviceName(), "-j"}},
 	} {
 		compareFailure(t, tc.kind, tc.args)

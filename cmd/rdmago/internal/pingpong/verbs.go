@@ -63,6 +63,7 @@ type ppRun struct {
 	wc        []wr.Completion
 	pending   []int // per QP: the work requests awaited, as WR ID bits
 	numEvents int
+	ts        ppTSStats // -t: the receive completions' timestamps
 }
 
 // failf prints a C program's message on stderr; the run then ends with
@@ -183,6 +184,9 @@ func (r *ppRun) main(ctx context.Context) int {
 	usec := time.Since(start).Microseconds()
 
 	io.WriteString(r.stdout, ppReport(o.size, o.iters, usec))
+	if o.ts {
+		io.WriteString(r.stdout, r.ts.report())
+	}
 	if o.server == "" && o.chk {
 		for i := 0; i < int(o.size); i += r.pageSize {
 			if r.payload()[i] != 0 {
@@ -278,7 +282,7 @@ func (r *ppRun) init(dev uverbs.Device) int {
 	if o.kind == ppSRQ {
 		cqe = int(int32(o.rxDepth + o.numQP))
 	}
-	if r.cq, err = r.uctx.CreateCQ(uverbs.CQAttr{CQE: cqe, Channel: r.ch}); err != nil {
+	if r.cq, err = r.uctx.CreateCQ(uverbs.CQAttr{CQE: cqe, Channel: r.ch, Timestamps: o.ts}); err != nil {
 		return r.failf("Couldn't create CQ")
 	}
 
@@ -348,7 +352,7 @@ func (r *ppRun) init(dev uverbs.Device) int {
 
 // checkRCFeatures is ibv_rc_pingpong's check of what -o, -O, -t and -j
 // need, with its messages; where the device has what they need, rdmago
-// says which of them it does not implement.
+// says which of them it does not implement (-O and -j).
 func (r *ppRun) checkRCFeatures() int {
 	o := &r.o
 	attr, err := r.uctx.QueryDevice()
@@ -371,7 +375,7 @@ func (r *ppRun) checkRCFeatures() int {
 		if attr.CompletionTimestampMask == 0 {
 			return r.failf("The device isn't completion timestamp capable")
 		}
-		return r.failf("rdmago: completion timestamps (-t) are not implemented")
+		r.ts = newPPTSStats(attr.CompletionTimestampMask)
 	}
 	if o.dm {
 		if attr.MaxDMSize == 0 {
@@ -612,7 +616,9 @@ func (r *ppRun) loop(ctx context.Context, routs int) int {
 		}
 		for i := 0; i < ne; i++ {
 			if status := r.complete(&r.wc[i], &rcnt, &scnt, &routs, refillAt); status != 0 {
-				if o.kind == ppRC {
+				// With -t, ibv_rc_pingpong returns parse_single_wc's
+				// status without a word of its own.
+				if o.kind == ppRC && !o.ts {
 					fmt.Fprintf(r.stderr, "parse WC failed %d\n", ne)
 				}
 				return status
@@ -652,6 +658,9 @@ func (r *ppRun) complete(c *wr.Completion, rcnt, scnt *uint32, routs *int, refil
 			}
 		}
 		*rcnt++
+		if o.ts {
+			r.ts.add(c.Timestamp)
+		}
 	default:
 		return r.failf("Completion for unknown wr_id %d", int32(c.ID))
 	}

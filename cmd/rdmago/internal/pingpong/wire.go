@@ -317,3 +317,50 @@ func ppReport(size, iters uint32, usec int64) string {
 		bytes, clib.Fixed2(secs), clib.Fixed2(float64(bytes)*8./float64(fusec)),
 		int32(iters), clib.Fixed2(secs), clib.Fixed2(float64(fusec/float32(iters))))
 }
+
+// ppTSStats is ibv_rc_pingpong's struct ts_params: the clock cycles
+// between successive receive completions, from their timestamps (-t).
+type ppTSStats struct {
+	mask               uint64 // the device's completion_timestamp_mask
+	maxDelta, minDelta uint64
+	total              uint64
+	prev               uint64
+	havePrev           bool   // last_comp_with_ts
+	iters              uint32 // comp_with_time_iters, an unsigned int in C
+}
+
+// newPPTSStats starts the statistics as the C program does, the minimum
+// at 0xffffffff.
+func newPPTSStats(mask uint64) ppTSStats {
+	return ppTSStats{mask: mask, minDelta: 0xffffffff}
+}
+
+// add counts one receive completion's timestamp: the cycles since the
+// previous one, across one wrap of the mask-wide clock where it went
+// backwards (parse_single_wc).
+func (s *ppTSStats) add(ts uint64) {
+	if s.havePrev {
+		var delta uint64
+		if ts >= s.prev {
+			delta = ts - s.prev
+		} else {
+			delta = s.mask - s.prev + ts + 1
+		}
+		s.maxDelta = max(s.maxDelta, delta)
+		s.minDelta = min(s.minDelta, delta)
+		s.total += delta
+		s.iters++
+	}
+	s.prev = ts
+	s.havePrev = true
+}
+
+// report returns the three lines the C program prints after its results,
+// or nothing when no two receives had timestamps.
+func (s *ppTSStats) report() string {
+	if s.iters == 0 {
+		return ""
+	}
+	return fmt.Sprintf("Max receive completion clock cycles = %d\nMin receive completion clock cycles = %d\nAverage receive completion clock cycles = %f\n",
+		s.maxDelta, s.minDelta, float64(s.total)/float64(s.iters))
+}
