@@ -102,6 +102,27 @@ func testModelXRCSend(t *testing.T) {
 			t.Errorf("receives %v", got)
 		}
 	}
+	// A batch (ibv_wr_*) writes the same segment.
+	mustPostRecv(t, srqs[1], []wr.RecvWR{{ID: 200, SGList: []wr.SGE{{Addr: addrOfBuf(bufs) + 64, Length: 64, LKey: k}}}})
+	if err := s.BeginBatch(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AddToBatch(&wr.SendWR{ID: 4, Opcode: wr.OpSend, Flags: wr.Signaled | wr.Inline, SGList: []wr.SGE{{Addr: addrOfBuf(msg) + 4, Length: 2}}, RemoteSRQN: hsrqs[1].srqn}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.EndBatch(); n != 1 || err != nil {
+		t.Fatalf("EndBatch = %d, %v", n, err)
+	}
+	h.run()
+	if c := pollN(t, scq, 1)[0]; c.Status != wr.Success || c.ID != 4 {
+		t.Errorf("batched send: %+v", c)
+	}
+	if hsrqs[1].ci != 2 || !bytes.Equal(bufs[64:66], msg[4:6]) {
+		t.Errorf("batched send: SRQ consumed %d, buffer %q", hsrqs[1].ci, bufs[64:66])
+	}
+	if modelOldCQE {
+		pollN(t, rcq, 1)
+	}
 	// An SRQ of another domain, or none, fails the request.
 	for _, n := range []uint32{hsrqs[2].srqn, 0xfffff} {
 		mustPost2(t, s, []wr.SendWR{{ID: 3, Opcode: wr.OpSend, Flags: wr.Signaled | wr.Inline, SGList: []wr.SGE{{Addr: addrOfBuf(msg), Length: 3}}, RemoteSRQN: n}})
