@@ -35,7 +35,7 @@ type AddrInfo struct {
 	Flags AIFlags
 	// Family is unix.AF_INET or unix.AF_INET6, or 0 for any in hints.
 	Family    int
-	QPType    qp.Type   // qp.RC or qp.UD; 0 in hints for any
+	QPType    qp.Type   // qp.RC, qp.UD, qp.XRCSend or qp.XRCRecv; 0 in hints for any
 	PortSpace PortSpace // PSTCP or PSUDP; 0 in hints for any
 	// SrcAddr is the local address (passive results, or given in hints);
 	// DstAddr the peer's (active results). The zero AddrPort is none.
@@ -133,7 +133,7 @@ func transportOf(t qp.Type, ps PortSpace) (bool, error) {
 	sock, proto := unspec, unspec
 	switch t {
 	case 0:
-	case qp.RC, qp.UC:
+	case qp.RC, qp.UC, qp.XRCSend, qp.XRCRecv:
 		sock = stream
 	case qp.UD:
 		sock = dgram

@@ -3,6 +3,8 @@ package cm
 import (
 	"sync"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/rdmago/rdma/uverbs"
 )
 
@@ -21,9 +23,13 @@ import (
 // last ID on it, since the kernel cannot finish removing a device whose
 // uverbs file stays open.
 type device struct {
-	key  devKey
-	ctx  *uverbs.Context
-	pd   *uverbs.PD
+	key devKey
+	ctx *uverbs.Context
+	pd  *uverbs.PD
+	// xrcd is the XRC domain of the device's XRC receive QPs and SRQs,
+	// opened on first use and kept with the context, as librdmacm's
+	// ucma_get_xrcd keeps it (under devices.mu).
+	xrcd *uverbs.XRCD
 	refs int  // IDs bound to the device
 	dead bool // removed: closed with the last ID
 
@@ -132,10 +138,29 @@ func (d *device) removed() {
 	}
 }
 
-// close closes the PD and the context. The caller holds devices.mu, or
-// owns d alone.
+// getXRCD returns the device's XRC domain, opening it the first time: a
+// private one (no file), as librdmacm opens it. A device without XRC
+// refuses with EOPNOTSUPP.
+func (d *device) getXRCD() (*uverbs.XRCD, error) {
+	devices.mu.Lock()
+	defer devices.mu.Unlock()
+	if d.xrcd == nil {
+		x, err := d.ctx.OpenXRCD(-1, unix.O_CREAT)
+		if err != nil {
+			return nil, err
+		}
+		d.xrcd = x
+	}
+	return d.xrcd, nil
+}
+
+// close closes the XRC domain, the PD and the context. The caller holds
+// devices.mu, or owns d alone.
 func (d *device) close() {
 	d.closeCompEvents()
+	if d.xrcd != nil {
+		d.xrcd.Close()
+	}
 	if d.pd != nil {
 		d.pd.Close()
 	}

@@ -300,6 +300,11 @@ func (id *ID) destroy() (int, error) {
 // It is Close's work for an ID nothing else uses: the caller holds
 // ID.mu, or is the cleanup of an unreachable ID.
 func (r *idRes) release() (int, error) {
+	if r.srq != nil && r.verbs.ownRecv && r.verbs.hasXRCSRQ {
+		// An XRC SRQ holds the receive CQ made for it: it goes first.
+		r.srq.Close()
+		r.srq = nil
+	}
 	r.destroyVerbs()
 	if r.srq != nil {
 		r.srq.Close()

@@ -23,6 +23,9 @@ type verbsState struct {
 	// with the QP.
 	ownSend, ownRecv bool
 	hasSRQ           bool
+	// hasXRCSRQ: the receive CQ is the one made for the ID's XRC SRQ
+	// (CreateSRQ on an XRC receive ID).
+	hasXRCSRQ bool
 }
 
 // CreateQP creates the ID's queue pair (rdma_create_qp) on the device the
@@ -61,6 +64,9 @@ func (id *ID) CreateQP(pd *uverbs.PD, attr uverbs.QPInitAttr) error {
 		if attr.SRQ == nil {
 			attr.SRQ = id.srq
 		}
+		if attr.Type == qp.XRCRecv {
+			return id.createXRCRecvQP(pd, attr)
+		}
 		v := verbsState{hasSRQ: attr.SRQ != nil}
 		fail := func(err error) error {
 			id.verbs = v
@@ -71,10 +77,14 @@ func (id *ID) CreateQP(pd *uverbs.PD, attr uverbs.QPInitAttr) error {
 		if v.ownSend, err = id.cqFor(&v, &attr.SendCQ, true, attr.Caps.MaxSendWR, &v.sendCQ, &v.sendWake); err != nil {
 			return fail(err)
 		}
-		// A QP on an SRQ without receives of its own needs no receive CQ.
-		needRecv := attr.SRQ == nil || attr.Caps.MaxRecvWR > 0
+		// A QP on an SRQ without receives of its own needs no receive CQ,
+		// nor does an XRC send QP, which receives nothing.
+		needRecv := (attr.SRQ == nil || attr.Caps.MaxRecvWR > 0) && attr.Type != qp.XRCSend
 		if v.ownRecv, err = id.cqFor(&v, &attr.RecvCQ, needRecv, attr.Caps.MaxRecvWR, &v.recvCQ, &v.recvWake); err != nil {
 			return fail(err)
+		}
+		if attr.Type == qp.XRCSend {
+			attr.RecvCQ = nil
 		}
 		q, err := pd.CreateQP(attr)
 		if err != nil {
@@ -97,6 +107,31 @@ func (id *ID) CreateQP(pd *uverbs.PD, attr uverbs.QPInitAttr) error {
 	})
 }
 
+// createXRCRecvQP is CreateQP for an XRC receive ID: the QP belongs to
+// the device's XRC domain, opened on first use, and has no CQs; its
+// messages land in the XRC SRQ CreateSRQ makes, whose CQ GetRecvComp
+// waits on. The caller holds id.mu.
+func (id *ID) createXRCRecvQP(pd *uverbs.PD, attr uverbs.QPInitAttr) error {
+	xrcd, err := id.dev.getXRCD()
+	if err != nil {
+		return wrapErr("create QP", err)
+	}
+	q, err := xrcd.CreateRecvQP()
+	if err != nil {
+		return wrapErr("create QP", err)
+	}
+	if err := id.initConnQP(q); err != nil {
+		q.Close()
+		return wrapErr("create QP", err)
+	}
+	id.pd = pd
+	id.scratch.reset(id.srq, attr.SingleThreaded)
+	id.qp.Store(q)
+	return nil
+}
+
+// initConnQP moves a new RC QP to INIT with the kernel's attributes
+// (ucma_init_conn_qp).
 // cqFor sets cq to the CQ *given names for a queue of wrs work requests,
 // or, when that is nil and want, to one of its own (at least one entry)
 // on the device's shared completion channel, as librdmacm's
@@ -256,7 +291,8 @@ func (r *idRes) destroyVerbs() error {
 func (r *idRes) destroyCQs() error {
 	v := &r.verbs
 	var errs []error
-	if v.ownRecv && v.recvCQ != nil {
+	keepRecv := v.hasXRCSRQ && r.srq != nil // the XRC SRQ's CQ stays with it, as in librdmacm
+	if v.ownRecv && !keepRecv && v.recvCQ != nil {
 		v.comp.remove(v.recvCQ)
 		errs = append(errs, v.recvCQ.Close())
 	}
@@ -264,7 +300,11 @@ func (r *idRes) destroyCQs() error {
 		v.comp.remove(v.sendCQ)
 		errs = append(errs, v.sendCQ.Close())
 	}
-	r.verbs = verbsState{}
+	if keepRecv {
+		r.verbs = verbsState{recvCQ: v.recvCQ, comp: v.comp, recvWake: v.recvWake, ownRecv: true, hasXRCSRQ: true}
+	} else {
+		r.verbs = verbsState{}
+	}
 	for _, e := range errs {
 		if e != nil {
 			return e
@@ -303,6 +343,13 @@ func (id *ID) RecvCompChannel() *uverbs.CompChannel { return nil }
 // CreateSRQ creates a shared receive queue for the ID's QP
 // (rdma_create_srq): CreateQP then receives through it, and PostRecv posts
 // to it. pd nil means the ID's PD. Close destroys it.
+//
+// On an XRC receive ID (qp.XRCRecv) it is an XRC SRQ of the device's XRC
+// domain, before or after the QP: PostRecv posts to it, and its
+// completions go to a receive CQ made with it (with its own completion
+// channel), which GetRecvComp waits on. Its number (SRQ().Num()) is what
+// the peer's sends must name; rdma_xserver sends it in Accept's private
+// data.
 func (id *ID) CreateSRQ(pd *uverbs.PD, attr uverbs.SRQAttr) error {
 	return id.withFile(func(ucmaFile) error {
 		if id.srq != nil {
@@ -314,6 +361,9 @@ func (id *ID) CreateSRQ(pd *uverbs.PD, attr uverbs.SRQAttr) error {
 		if pd == nil {
 			return errf("create SRQ", unix.EINVAL, "the ID is not bound to a device")
 		}
+		if id.qpType == qp.XRCRecv {
+			return id.createXRCSRQ(pd, attr)
+		}
 		s, err := pd.CreateSRQ(attr)
 		if err != nil {
 			return wrapErr("create SRQ", err)
@@ -321,6 +371,42 @@ func (id *ID) CreateSRQ(pd *uverbs.PD, attr uverbs.SRQAttr) error {
 		id.srq = s
 		return nil
 	})
+}
+
+// createXRCSRQ is CreateSRQ on an XRC receive ID (rdma_create_srq_ex
+// with IBV_SRQT_XRC), making the receive CQ as librdmacm does. The caller
+// holds id.mu.
+func (id *ID) createXRCSRQ(pd *uverbs.PD, attr uverbs.SRQAttr) error {
+	xrcd, err := id.dev.getXRCD()
+	if err != nil {
+		return wrapErr("create SRQ", err)
+	}
+	v := &id.verbs
+	made := false
+	if v.recvCQ == nil {
+		var given *uverbs.CQ
+		made, err = id.cqFor(v, &given, true, attr.MaxWR, &v.recvCQ, &v.recvWake)
+		v.ownRecv = made
+		if err != nil {
+			id.destroyCQs()
+			return wrapErr("create SRQ", err)
+		}
+	}
+	s, err := pd.CreateXRCSRQ(xrcd, v.recvCQ, attr)
+	if err != nil {
+		if made {
+			id.destroyCQs()
+		}
+		return wrapErr("create SRQ", err)
+	}
+	id.srq = s
+	v.hasXRCSRQ = made
+	if id.qp.Load() != nil {
+		// The QP came first (rdma_xserver's order): its receives now
+		// go to the SRQ.
+		id.scratch.reset(s, id.scratch.recvMu.off.Load())
+	}
+	return nil
 }
 
 // DestroySRQ destroys the SRQ CreateSRQ made (rdma_destroy_srq).
@@ -335,6 +421,12 @@ func (id *ID) DestroySRQ() error {
 	}
 	err := id.srq.Close()
 	id.srq = nil
+	if id.verbs.hasXRCSRQ && id.qp.Load() == nil {
+		// The XRC SRQ's receive CQ outlived the QP for it: it goes now.
+		if e := id.destroyCQs(); err == nil {
+			err = e
+		}
+	}
 	return err
 }
 

@@ -179,6 +179,9 @@ type CQ interface {
 
 // QPInitAttr is what the provider needs to know to lay out a queue pair.
 type QPInitAttr struct {
+	// Type is also qp.XRCSend (a send queue, no receive queue) or
+	// qp.XRCRecv (no queues: its messages land in XRC SRQs); a provider
+	// without XRC refuses both with unix.EOPNOTSUPP.
 	Type   qp.Type
 	Caps   qp.Caps
 	HasSRQ bool // receives come from a shared receive queue: no RQ
@@ -252,6 +255,10 @@ type SRQInitAttr struct {
 	MaxWR  uint32
 	MaxSGE uint32
 	Limit  uint32
+	// XRC: the SRQ belongs to an XRC domain and receives what XRC sends
+	// name by its number (Created.SRQNum). A provider without XRC refuses
+	// it with unix.EOPNOTSUPP.
+	XRC bool
 }
 
 // SRQ is a shared receive queue's data path.

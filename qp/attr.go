@@ -25,6 +25,15 @@ const (
 	RC Type = 2 // reliable connected
 	UC Type = 3 // unreliable connected
 	UD Type = 4 // unreliable datagram
+	// XRCSend is the sending side of an extended reliable connection
+	// (IBV_QPT_XRC_SEND, the kernel's XRC_INI): an RC-like send queue
+	// whose sends name the target's SRQ (wr.SendWR.RemoteSRQN); it has no
+	// receive queue.
+	XRCSend Type = 9
+	// XRCRecv is the receiving side (IBV_QPT_XRC_RECV, XRC_TGT): a QP of an
+	// XRC domain with no queues of its own, whose incoming messages land in
+	// the domain's XRC SRQ that each send names.
+	XRCRecv Type = 10
 )
 
 func (t Type) String() string {
@@ -35,6 +44,10 @@ func (t Type) String() string {
 		return "UC"
 	case UD:
 		return "UD"
+	case XRCSend:
+		return "XRC_SEND"
+	case XRCRecv:
+		return "XRC_RECV"
 	}
 	return fmt.Sprintf("Type(%d)", uint32(t))
 }

@@ -6,8 +6,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// perType is one mask for each transport Validate knows.
-type perType struct{ rc, uc, ud AttrMask }
+// perType is one mask for each transport Validate knows: xi and xt are
+// XRC's initiator (XRCSend) and target (XRCRecv).
+type perType struct{ rc, uc, ud, xi, xt AttrMask }
 
 func (p perType) of(t Type) (AttrMask, bool) {
 	switch t {
@@ -17,6 +18,10 @@ func (p perType) of(t Type) (AttrMask, bool) {
 		return p.uc, true
 	case UD:
 		return p.ud, true
+	case XRCSend:
+		return p.xi, true
+	case XRCRecv:
+		return p.xt, true
 	}
 	return 0, false
 }
@@ -41,28 +46,32 @@ const (
 
 // table is qp_state_table from ib_modify_qp_is_ok in Linux 6.x
 // (drivers/infiniband/core/verbs.c, torvalds/linux f4d8f354d753), reduced
-// to the RC, UC and UD columns. Every driver rdmago serves (rxe, mlx5)
+// to the RC, UC, UD, XRC_INI and XRC_TGT columns. Every driver rdmago serves (rxe, mlx5)
 // checks a modify against it and fails with EINVAL when it does not fit.
 // Pairs not listed are invalid; note that RESET→ERR is not among them.
 // RATE_LIMIT appears in the kernel's table for raw packet QPs only.
 var table = [StateErr + 1][StateErr + 1]transition{
 	StateReset: {
 		StateReset: {valid: true},
-		StateInit:  {valid: true, req: perType{rc: initRCUC, uc: initRCUC, ud: initUD}},
+		StateInit:  {valid: true, req: perType{rc: initRCUC, uc: initRCUC, ud: initUD, xi: initRCUC, xt: initRCUC}},
 	},
 	StateInit: {
 		StateReset: {valid: true},
 		StateErr:   {valid: true},
-		StateInit:  {valid: true, opt: perType{rc: initRCUC, uc: initRCUC, ud: initUD}},
+		StateInit:  {valid: true, opt: perType{rc: initRCUC, uc: initRCUC, ud: initUD, xi: initRCUC, xt: initRCUC}},
 		StateRTR: {valid: true,
 			req: perType{
 				rc: AttrAV | AttrPathMTU | AttrDestQPN | AttrRQPSN | AttrMaxDestRdAtomic | AttrMinRNRTimer,
 				uc: AttrAV | AttrPathMTU | AttrDestQPN | AttrRQPSN,
+				xi: AttrAV | AttrPathMTU | AttrDestQPN | AttrRQPSN,
+				xt: AttrAV | AttrPathMTU | AttrDestQPN | AttrRQPSN | AttrMaxDestRdAtomic | AttrMinRNRTimer,
 			},
 			opt: perType{
 				rc: AttrAltPath | AttrAccessFlags | AttrPKeyIndex,
 				uc: AttrAltPath | AttrAccessFlags | AttrPKeyIndex,
 				ud: AttrPKeyIndex | AttrQKey,
+				xi: AttrAltPath | AttrAccessFlags | AttrPKeyIndex,
+				xt: AttrAltPath | AttrAccessFlags | AttrPKeyIndex,
 			}},
 	},
 	StateRTR: {
@@ -73,26 +82,32 @@ var table = [StateErr + 1][StateErr + 1]transition{
 				rc: AttrTimeout | AttrRetryCnt | AttrRNRRetry | AttrSQPSN | AttrMaxQPRdAtomic,
 				uc: AttrSQPSN,
 				ud: AttrSQPSN,
+				xi: AttrTimeout | AttrRetryCnt | AttrRNRRetry | AttrSQPSN | AttrMaxQPRdAtomic,
+				xt: AttrTimeout | AttrSQPSN,
 			},
-			opt: perType{rc: toRTSRC, uc: toRTSUC, ud: toRTSUD}},
+			opt: perType{rc: toRTSRC, uc: toRTSUC, ud: toRTSUD, xi: toRTSUC, xt: toRTSRC}},
 	},
 	StateRTS: {
 		StateReset: {valid: true},
 		StateErr:   {valid: true},
 		StateRTS: {valid: true, opt: perType{
-			rc: toRTSRC, uc: toRTSUC, ud: toRTSUD}},
-		StateSQD: {valid: true, opt: perType{rc: sqdAll, uc: sqdAll, ud: sqdAll}},
+			rc: toRTSRC, uc: toRTSUC, ud: toRTSUD, xi: toRTSUC, xt: toRTSRC}},
+		StateSQD: {valid: true, opt: perType{rc: sqdAll, uc: sqdAll, ud: sqdAll, xi: sqdAll, xt: sqdAll}},
 	},
 	StateSQD: {
 		StateReset: {valid: true},
 		StateErr:   {valid: true},
-		StateRTS:   {valid: true, opt: perType{rc: toRTSRC, uc: toRTSUC, ud: toRTSUD}},
+		StateRTS:   {valid: true, opt: perType{rc: toRTSRC, uc: toRTSUC, ud: toRTSUD, xi: toRTSUC, xt: toRTSRC}},
 		StateSQD: {valid: true, opt: perType{
 			rc: AttrPort | AttrAV | AttrTimeout | AttrRetryCnt | AttrRNRRetry | AttrMaxQPRdAtomic |
 				AttrMaxDestRdAtomic | AttrAltPath | AttrAccessFlags | AttrPKeyIndex | AttrMinRNRTimer |
 				AttrPathMigState,
 			uc: AttrAV | AttrAltPath | AttrAccessFlags | AttrPKeyIndex | AttrPathMigState,
 			ud: AttrPKeyIndex | AttrQKey,
+			xi: AttrPort | AttrAV | AttrTimeout | AttrRetryCnt | AttrRNRRetry | AttrMaxQPRdAtomic |
+				AttrAltPath | AttrAccessFlags | AttrPKeyIndex | AttrPathMigState,
+			xt: AttrPort | AttrAV | AttrTimeout | AttrMaxDestRdAtomic | AttrAltPath | AttrAccessFlags |
+				AttrPKeyIndex | AttrMinRNRTimer | AttrPathMigState,
 		}},
 	},
 	StateSQE: {
@@ -157,8 +172,8 @@ func (e *TransitionError) Unwrap() error { return unix.EINVAL }
 // mask without AttrState modifies attributes in the current state, so next
 // must then equal cur; with AttrCurState, cur is the Attr's CurState, as
 // the drivers take it. The error is a *TransitionError naming the missing
-// and the forbidden attributes; it wraps unix.EINVAL. Validate knows RC, UC
-// and UD; for other types it returns an error wrapping unix.EOPNOTSUPP, and
+// and the forbidden attributes; it wraps unix.EINVAL. Validate knows RC, UC,
+// UD, XRCSend and XRCRecv; for other types it returns an error wrapping unix.EOPNOTSUPP, and
 // the check is the kernel's alone.
 func Validate(t Type, cur, next State, mask AttrMask) error {
 	if _, ok := (perType{}).of(t); !ok {

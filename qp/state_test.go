@@ -63,6 +63,25 @@ func TestValidateAccepts(t *testing.T) {
 		{UD, StateSQD, StateSQD, AttrPKeyIndex | AttrQKey},
 		{UD, StateSQD, StateRTS, AttrState | AttrQKey},
 		{UD, StateSQE, StateRTS, AttrState | AttrCurState | AttrQKey},
+
+		{XRCSend, StateReset, StateInit, AttrState | AttrPKeyIndex | AttrPort | AttrAccessFlags},
+		{XRCSend, StateInit, StateRTR, AttrState | AttrAV | AttrPathMTU | AttrDestQPN | AttrRQPSN},
+		{XRCSend, StateInit, StateRTR, AttrState | AttrAV | AttrPathMTU | AttrDestQPN | AttrRQPSN | AttrAltPath | AttrAccessFlags | AttrPKeyIndex},
+		{XRCSend, StateRTR, StateRTS, rtsRC},
+		{XRCSend, StateRTR, StateRTS, rtsRC | AttrCurState | AttrAltPath | AttrAccessFlags | AttrPathMigState},
+		{XRCSend, StateRTS, StateRTS, AttrCurState | AttrAccessFlags | AttrAltPath | AttrPathMigState},
+		{XRCSend, StateSQD, StateSQD, AttrPort | AttrAV | AttrTimeout | AttrRetryCnt | AttrRNRRetry | AttrMaxQPRdAtomic |
+			AttrAltPath | AttrAccessFlags | AttrPKeyIndex | AttrPathMigState},
+
+		{XRCRecv, StateReset, StateInit, AttrState | AttrPKeyIndex | AttrPort | AttrAccessFlags},
+		{XRCRecv, StateInit, StateInit, AttrAccessFlags},
+		{XRCRecv, StateInit, StateRTR, rtrRC},
+		{XRCRecv, StateRTR, StateRTS, AttrState | AttrTimeout | AttrSQPSN},
+		{XRCRecv, StateRTR, StateRTS, AttrState | AttrTimeout | AttrSQPSN | AttrCurState | AttrMinRNRTimer},
+		{XRCRecv, StateRTS, StateRTS, AttrMinRNRTimer},
+		{XRCRecv, StateRTS, StateSQD, AttrState | AttrEnSQDAsyncNotify},
+		{XRCRecv, StateSQD, StateSQD, AttrPort | AttrAV | AttrTimeout | AttrMaxDestRdAtomic | AttrAltPath | AttrAccessFlags |
+			AttrPKeyIndex | AttrMinRNRTimer | AttrPathMigState},
 	}
 	for _, tt := range tests {
 		if err := Validate(tt.typ, tt.cur, tt.next, tt.mask); err != nil {
@@ -70,7 +89,7 @@ func TestValidateAccepts(t *testing.T) {
 		}
 	}
 	// Every state but RESET may go to RESET and ERR with STATE alone.
-	for _, typ := range []Type{RC, UC, UD} {
+	for _, typ := range []Type{RC, UC, UD, XRCSend, XRCRecv} {
 		for s := StateInit; s <= StateErr; s++ {
 			for _, next := range []State{StateReset, StateErr} {
 				if err := Validate(typ, s, next, AttrState); err != nil {
@@ -120,6 +139,15 @@ func TestValidateRefuses(t *testing.T) {
 			msg: "qp: RC RTS→ERR needs STATE; takes nothing else; not allowed: PORT"},
 		{typ: RC, cur: StateRTS, next: StateErr, mask: 0, missing: AttrState},
 		{typ: UC, cur: StateRTR, next: StateRTS, mask: AttrState | AttrSQPSN | AttrMinRNRTimer, forbidden: AttrMinRNRTimer},
+		{typ: XRCSend, cur: StateInit, next: StateRTR,
+			mask:      AttrState | AttrAV | AttrPathMTU | AttrDestQPN | AttrRQPSN | AttrMaxDestRdAtomic | AttrMinRNRTimer,
+			forbidden: AttrMaxDestRdAtomic | AttrMinRNRTimer,
+			msg:       "qp: XRC_SEND INIT→RTR needs STATE, AV, PATH_MTU, RQ_PSN, DEST_QPN; may also set ACCESS_FLAGS, PKEY_INDEX, ALT_PATH; not allowed: MIN_RNR_TIMER, MAX_DEST_RD_ATOMIC"},
+		{typ: XRCSend, cur: StateRTR, next: StateRTS, mask: AttrState | AttrTimeout | AttrRetryCnt | AttrRNRRetry | AttrSQPSN | AttrMaxQPRdAtomic | AttrMinRNRTimer,
+			forbidden: AttrMinRNRTimer},
+		{typ: XRCRecv, cur: StateRTR, next: StateRTS, mask: AttrState | AttrSQPSN, missing: AttrTimeout},
+		{typ: XRCRecv, cur: StateRTR, next: StateRTS, mask: AttrState | AttrTimeout | AttrSQPSN | AttrRetryCnt, forbidden: AttrRetryCnt},
+		{typ: XRCRecv, cur: StateSQE, next: StateRTS, mask: AttrState | AttrCurState, forbidden: AttrCurState},
 
 		{typ: RC, cur: StateReset, next: StateRTS, mask: AttrState,
 			msg: "qp: RC RESET→RTS is not a valid transition"},
@@ -167,7 +195,7 @@ func TestValidateTransitions(t *testing.T) {
 			valid[[2]State{cur, next}] = true
 		}
 	}
-	for _, typ := range []Type{RC, UC, UD} {
+	for _, typ := range []Type{RC, UC, UD, XRCSend, XRCRecv} {
 		for cur := StateReset; cur <= StateUnknown; cur++ {
 			for next := StateReset; next <= StateUnknown; next++ {
 				err := Validate(typ, cur, next, ^AttrMask(0))
@@ -204,7 +232,9 @@ func TestStrings(t *testing.T) {
 		{(AttrRateLimit | AttrDestQPN | 1<<21 | 1<<30).String(), "DEST_QPN|RATE_LIMIT|0x40200000"},
 		{(AttrMaxDestRdAtomic | AttrMinRNRTimer).String(), "MIN_RNR_TIMER|MAX_DEST_RD_ATOMIC"},
 		{UC.String(), "UC"},
-		{Type(9).String(), "Type(9)"},
+		{Type(8).String(), "Type(8)"},
+		{XRCSend.String(), "XRC_SEND"},
+		{XRCRecv.String(), "XRC_RECV"},
 	} {
 		if tt.got != tt.want {
 			t.Errorf("got %q, want %q", tt.got, tt.want)

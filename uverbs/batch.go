@@ -41,6 +41,7 @@ type SendBatch struct {
 	open atomic.Bool
 	prov provider.SendBatcher
 	ud   bool // the QP is UD: requests need SetUDAddr, pd.ahMu is held
+	xrc  bool // the QP is an XRC send QP: requests need SetXRCSRQN
 
 	cur  wr.SendWR // the request being built
 	need uint8     // setters it still needs (needData, needAddr)
@@ -68,6 +69,9 @@ func (q *QP) BeginSend() (*SendBatch, error) {
 	switch q.State() {
 	case qp.StateReset, qp.StateInit, qp.StateRTR:
 		return nil, &PostError{Op: "begin send batch", Err: fmt.Errorf("QP %d is in state %v: %w", q.num, q.State(), unix.EINVAL)}
+	}
+	if q.typ == qp.XRCRecv {
+		return nil, &PostError{Op: "begin send batch", Err: fmt.Errorf("an XRC receive QP has no send queue: %w", unix.EINVAL)}
 	}
 	sb, ok := q.prov.(provider.SendBatcher)
 	if !ok {
@@ -97,7 +101,7 @@ func (q *QP) BeginSend() (*SendBatch, error) {
 		// Once per QP, so that the batch allocates nothing afterwards.
 		b.sgl = make([]wr.SGE, max(q.caps.MaxSendSGE, 1))
 	}
-	b.q, b.prov, b.ud = q, sb, ud
+	b.q, b.prov, b.ud, b.xrc = q, sb, ud, q.typ == qp.XRCSend
 	b.need, b.n, b.err = 0, 0, nil
 	b.open.Store(true)
 	return b, nil
@@ -114,7 +118,7 @@ func (b *SendBatch) start(id uint64, flags wr.SendFlags, op wr.Opcode) bool {
 	}
 	b.cur = wr.SendWR{ID: id, Opcode: op, Flags: flags}
 	b.need = needData
-	if b.ud {
+	if b.ud || b.xrc {
 		b.need |= needAddr
 	}
 	return true
@@ -125,7 +129,13 @@ func (b *SendBatch) missing() string {
 	case needData:
 		return "data (SetSGE, SetSGEList or SetInlineData)"
 	case needAddr:
+		if b.xrc {
+			return "target SRQ (SetXRCSRQN)"
+		}
 		return "destination (SetUDAddr)"
+	}
+	if b.xrc {
+		return "data and target SRQ"
 	}
 	return "data and destination"
 }
@@ -277,6 +287,10 @@ func (b *SendBatch) SetInlineData(p []byte) {
 // address handle, which must be of the QP's PD, and the remote QP's number
 // and Q_Key.
 func (b *SendBatch) SetUDAddr(ah *AH, remoteQPN, remoteQKey uint32) {
+	if b.open.Load() && b.err == nil && b.xrc {
+		b.fail(fmt.Errorf("SetUDAddr on an XRC send QP (its requests take SetXRCSRQN): %w", unix.EINVAL))
+		return
+	}
 	if !b.setting(needAddr) {
 		return
 	}
@@ -292,6 +306,22 @@ func (b *SendBatch) SetUDAddr(ah *AH, remoteQPN, remoteQKey uint32) {
 	b.done(needAddr)
 }
 
+// SetXRCSRQN gives a request of an XRC send QP the number of the XRC SRQ
+// at the target it lands in (ibv_wr_set_xrc_srqn): SRQ.Num there. Every
+// request of an XRC send QP that has data needs it; LocalInv and BindMW,
+// written at once, carry none.
+func (b *SendBatch) SetXRCSRQN(srqn uint32) {
+	if b.open.Load() && b.err == nil && !b.xrc {
+		b.fail(fmt.Errorf("SetXRCSRQN on a QP that is not an XRC send QP: %w", unix.EINVAL))
+		return
+	}
+	if !b.setting(needAddr) {
+		return
+	}
+	b.cur.RemoteSRQN = srqn
+	b.done(needAddr)
+}
+
 // setting checks that a setter is due: the batch is open and has not
 // failed, and the request still needs what it sets.
 func (b *SendBatch) setting(set uint8) bool {
@@ -301,14 +331,16 @@ func (b *SendBatch) setting(set uint8) bool {
 	if b.need&set == 0 {
 		var what string
 		switch {
-		case set == needAddr && !b.ud:
-			what = "SetUDAddr on a QP that is not UD"
+		case set == needAddr && !b.ud && !b.xrc:
+			what = "SetUDAddr or SetXRCSRQN on a QP that is neither UD nor XRC send"
 		case b.need == 0 && b.n > 0 && (b.cur.Opcode == wr.OpLocalInv || b.cur.Opcode == wr.OpBindMW):
 			what = "a setter for " + b.cur.Opcode.String() + ", which has none"
 		case b.need == 0:
 			what = "a setter without a request started, or one called twice"
 		case set == needData:
 			what = "a second data setter"
+		case b.xrc:
+			what = "a second SetXRCSRQN"
 		default:
 			what = "a second SetUDAddr"
 		}

@@ -327,3 +327,58 @@ func TestQPCreateFlags(t *testing.T) {
 		t.Errorf("an unknown flag: %v, want EINVAL", err)
 	}
 }
+
+// An XRC send QP's requests name their target SRQ (SetXRCSRQN), which
+// they need as UD requests need SetUDAddr; an XRC receive QP has no send
+// queue to batch on.
+func TestSendBatchXRC(t *testing.T) {
+	q, rec, pd := batchQP(t, qp.XRCSend)
+	b, err := q.BeginSend()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Send(1, 0)
+	b.SetXRCSRQN(0x77)
+	b.SetSGE(1, 0x1000, 8)
+	b.RDMAWrite(2, 0, 5, 0x2000)
+	b.SetSGE(1, 0x1000, 8) // data first, then the SRQ
+	b.SetXRCSRQN(0x78)
+	if n, err := b.Complete(); n != 2 || err != nil {
+		t.Fatalf("Complete = %d, %v", n, err)
+	}
+	if rec.posted[0].RemoteSRQN != 0x77 || rec.posted[1].RemoteSRQN != 0x78 {
+		t.Errorf("XRC requests %+v", rec.posted)
+	}
+	good := &AH{object: newObject(pd.ctx, kindAH, 4), pd: pd, prov: fakeProvAH{}}
+	for _, tc := range []struct {
+		name  string
+		build func(b *SendBatch)
+	}{
+		{"no SRQ", func(b *SendBatch) { b.Send(3, 0); b.SetSGE(1, 0x1000, 8) }},
+		{"two SRQs", func(b *SendBatch) { b.Send(3, 0); b.SetXRCSRQN(1); b.SetXRCSRQN(2) }},
+		{"a UD address", func(b *SendBatch) { b.Send(3, 0); b.SetUDAddr(good, 1, 2) }},
+	} {
+		b, err := q.BeginSend()
+		if err != nil {
+			t.Fatal(err)
+		}
+		tc.build(b)
+		if n, err := b.Complete(); n != 0 || !errors.Is(err, unix.EINVAL) {
+			t.Errorf("%s: Complete = %d, %v; want EINVAL", tc.name, n, err)
+		}
+	}
+	u, _, _ := batchQP(t, qp.UD)
+	b, err = u.BeginSend()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Send(1, 0)
+	b.SetXRCSRQN(1)
+	if _, err := b.Complete(); !errors.Is(err, unix.EINVAL) {
+		t.Errorf("SetXRCSRQN on UD: %v, want EINVAL", err)
+	}
+	r, _, _ := batchQP(t, qp.XRCRecv)
+	if _, err := r.BeginSend(); !errors.Is(err, unix.EINVAL) {
+		t.Errorf("BeginSend on an XRC receive QP: %v, want EINVAL", err)
+	}
+}

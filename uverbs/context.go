@@ -237,6 +237,9 @@ func registerQP(c *Context, q *QP) bool {
 	if !register(c.reg, c.reg.qps, q.object, q) {
 		return false
 	}
+	if q.opened {
+		return true // XRCD.OpenQP: the number is its creator's
+	}
 	c.reg.mu.Lock()
 	c.reg.byQPN[q.num] = weak.Make(q)
 	c.reg.mu.Unlock()

@@ -257,6 +257,9 @@ func (q *QP) stopKeepAlive() {
 		ka.halt()
 	}
 	cq := q.sendCQ
+	if cq == nil {
+		return // an XRC receive QP: no send CQ, never probed
+	}
 	cq.probeMu.Lock()
 	defer cq.probeMu.Unlock()
 	if p := cq.probeQPs[q.num]; p != nil {

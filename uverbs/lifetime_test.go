@@ -153,8 +153,9 @@ func TestClosedObjectsStayClosed(t *testing.T) {
 
 // postRecorder is a provider QP that records what reaches it.
 type postRecorder struct {
-	sends   int
-	stopped bool
+	sends    int
+	lastSend wr.SendWR
+	stopped  bool
 }
 
 func (p *postRecorder) PostSend(wrs []wr.SendWR) (int, error) {
@@ -162,6 +163,9 @@ func (p *postRecorder) PostSend(wrs []wr.SendWR) (int, error) {
 		return 0, provider.ErrStopped
 	}
 	p.sends += len(wrs)
+	if len(wrs) > 0 {
+		p.lastSend = wrs[len(wrs)-1]
+	}
 	return len(wrs), nil
 }
 func (p *postRecorder) PostRecv(wrs []wr.RecvWR) (int, error) {

@@ -26,6 +26,7 @@ const (
 	kindSRQ
 	kindAH
 	kindMW
+	kindXRCD
 )
 
 // object is what releasing a kernel object needs: its context and handle,
@@ -216,6 +217,8 @@ func (o *object) destroyKernel() error {
 		objType, method, attr, op = abi.UVERBS_OBJECT_AH, abi.UVERBS_METHOD_AH_DESTROY, abi.UVERBS_ATTR_DESTROY_AH_HANDLE, "destroy AH"
 	case kindMW:
 		objType, method, attr, op = abi.UVERBS_OBJECT_MW, abi.UVERBS_METHOD_MW_DESTROY, abi.UVERBS_ATTR_DESTROY_MW_HANDLE, "dealloc MW"
+	case kindXRCD:
+		objType, method, attr, op = abi.UVERBS_OBJECT_XRCD, abi.UVERBS_METHOD_XRCD_DESTROY, abi.UVERBS_ATTR_DESTROY_XRCD_HANDLE, "close XRCD"
 	case kindCQ:
 		objType, method, attr, op = abi.UVERBS_OBJECT_CQ, abi.UVERBS_METHOD_CQ_DESTROY, abi.UVERBS_ATTR_DESTROY_CQ_HANDLE, "destroy CQ"
 		r := new(abi.IbUverbsDestroyCqResp)

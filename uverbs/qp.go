@@ -83,6 +83,11 @@ type QP struct {
 	sendCQ *CQ
 	recvCQ *CQ
 	srq    *SRQ
+	// xrcd is the domain of an XRC receive QP (XRCD.CreateRecvQP,
+	// XRCD.OpenQP); opened: this context opened the QP another made, and
+	// has no provider side for it.
+	xrcd   *XRCD
+	opened bool
 	prov   provider.QP
 	// rxe and mlx5 are prov as its concrete type, for the providers this
 	// library carries: the post calls go to them directly, a call the
@@ -110,29 +115,48 @@ type QP struct {
 // CreateQP creates a queue pair in the protection domain (ibv_create_qp).
 // The capabilities the device granted, which may exceed those asked for, are
 // in QP.Caps.
+//
+// An XRC send QP (qp.XRCSend) has a send queue only: as in libibverbs, a
+// receive CQ and receive capacities are ignored, and an SRQ gets EINVAL.
+// XRC receive QPs are made on their domain (XRCD.CreateRecvQP); asked for
+// here, they get EINVAL.
 func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
-	if attr.SendCQ == nil || (attr.RecvCQ == nil && attr.SRQ == nil) {
-		return nil, &Error{Op: "create QP", Err: fmt.Errorf("a send CQ and a receive CQ are required: %w", unix.EINVAL)}
+	switch attr.Type {
+	case qp.XRCRecv:
+		return nil, &Error{Op: "create QP", Err: fmt.Errorf("an XRC receive QP belongs to an XRC domain (XRCD.CreateRecvQP), not a PD: %w", unix.EINVAL)}
+	case qp.XRCSend:
+		if attr.SendCQ == nil || attr.SRQ != nil {
+			return nil, &Error{Op: "create QP", Err: fmt.Errorf("an XRC send QP takes a send CQ and no SRQ: %w", unix.EINVAL)}
+		}
+		attr.RecvCQ = nil
+		attr.Caps.MaxRecvWR, attr.Caps.MaxRecvSGE = 0, 0
+	default:
+		if attr.SendCQ == nil || (attr.RecvCQ == nil && attr.SRQ == nil) {
+			return nil, &Error{Op: "create QP", Err: fmt.Errorf("a send CQ and a receive CQ are required: %w", unix.EINVAL)}
+		}
+		if attr.RecvCQ == nil {
+			attr.RecvCQ = attr.SendCQ
+		}
 	}
 	if f := attr.CreateFlags &^ qpCreateFlagsKnown; f != 0 {
 		return nil, &Error{Op: "create QP", Err: fmt.Errorf("unknown create flags %#x: %w", uint32(f), unix.EINVAL)}
 	}
-	if attr.RecvCQ == nil {
-		attr.RecvCQ = attr.SendCQ
-	}
-	var srqObj *object
+	var srqObj, recvObj *object
 	if attr.SRQ != nil {
 		srqObj = attr.SRQ.object
 	}
+	if attr.RecvCQ != nil {
+		recvObj = attr.RecvCQ.object
+	}
 	// Every handle the command names stays valid until it is done.
-	done, err := useAll("create QP", []*object{pd.pdObject(), attr.SendCQ.object, attr.RecvCQ.object, srqObj},
+	done, err := useAll("create QP", []*object{pd.pdObject(), attr.SendCQ.object, recvObj, srqObj},
 		[]string{"PD", "send CQ", "receive CQ", "SRQ"})
 	if err != nil {
 		return nil, err
 	}
 	defer done()
 	c := pd.ctx
-	for _, o := range []*object{attr.SendCQ.object, attr.RecvCQ.object, srqObj} {
+	for _, o := range []*object{attr.SendCQ.object, recvObj, srqObj} {
 		if o != nil && o.ctx != c {
 			return nil, &Error{Op: "create QP", Err: fmt.Errorf("CQ or SRQ of another context: %w", unix.EINVAL)}
 		}
@@ -171,7 +195,11 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 	h := cmd.idrNew(abi.UVERBS_ATTR_CREATE_QP_HANDLE)
 	cmd.idrIn(abi.UVERBS_ATTR_CREATE_QP_PD_HANDLE, pd.handle)
 	cmd.idrIn(abi.UVERBS_ATTR_CREATE_QP_SEND_CQ_HANDLE, attr.SendCQ.handle)
-	cmd.idrIn(abi.UVERBS_ATTR_CREATE_QP_RECV_CQ_HANDLE, attr.RecvCQ.handle)
+	deps := []any{pd, attr.SendCQ}
+	if attr.RecvCQ != nil {
+		cmd.idrIn(abi.UVERBS_ATTR_CREATE_QP_RECV_CQ_HANDLE, attr.RecvCQ.handle)
+		deps = append(deps, attr.RecvCQ)
+	}
 	if attr.SRQ != nil {
 		cmd.idrIn(abi.UVERBS_ATTR_CREATE_QP_SRQ_HANDLE, attr.SRQ.handle)
 	}
@@ -184,7 +212,7 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 	}
 	cmd.ptrOut(abi.UVERBS_ATTR_CREATE_QP_RESP_CAP, unsafe.Pointer(capOut), int(unsafe.Sizeof(*capOut)))
 	cmd.ptrOut(abi.UVERBS_ATTR_CREATE_QP_RESP_QP_NUM, unsafe.Pointer(qpNum), 4)
-	if q.object, err = c.createObject(cmd, h, b, kindQP, id, "create QP", pd, attr.SendCQ, attr.RecvCQ); err != nil {
+	if q.object, err = c.createObject(cmd, h, b, kindQP, id, "create QP", deps...); err != nil {
 		return nil, err
 	}
 	q.qpn = *qpNum
@@ -326,6 +354,9 @@ func (q *QP) PostSend(wrs []wr.SendWR) (int, error) {
 	case qp.StateReset, qp.StateInit, qp.StateRTR:
 		return 0, &PostError{Op: "post send", Err: fmt.Errorf("QP %d is in state %v: %w", q.num, q.State(), unix.EINVAL)}
 	}
+	if q.typ == qp.XRCRecv {
+		return 0, &PostError{Op: "post send", Err: fmt.Errorf("an XRC receive QP has no send queue: %w", unix.EINVAL)}
+	}
 	if q.typ == qp.UD {
 		// The AHs' numbers go into the queue: hold off their Close.
 		q.pd.ahMu.RLock()
@@ -417,6 +448,10 @@ func (q *QP) PostRecv(wrs []wr.RecvWR) (int, error) {
 	if q.State() == qp.StateReset {
 		return 0, &PostError{Op: "post recv", Err: fmt.Errorf("QP %d is in state RESET: %w", q.num, unix.EINVAL)}
 	}
+	if q.typ == qp.XRCSend || q.typ == qp.XRCRecv {
+		// XRC receives go to the target domain's XRC SRQs.
+		return 0, &PostError{Op: "post recv", Err: fmt.Errorf("an %v QP has no receive queue (post to an XRC SRQ): %w", q.typ, unix.EINVAL)}
+	}
 	if q.srq == nil && (q.State() == qp.StateErr || q.failed.Load()) {
 		return q.flushRecvs(wrs)
 	}
@@ -489,7 +524,10 @@ func (q *QP) Close() error {
 		return nil
 	}
 	q.stopKeepAlive()
-	if s := q.State(); s != qp.StateReset && s != qp.StateErr {
+	// An XRC receive QP has nothing of its own to flush, and moving it to
+	// the error state would break it for the other processes that opened
+	// it (OpenQP).
+	if s := q.State(); s != qp.StateReset && s != qp.StateErr && q.typ != qp.XRCRecv {
 		// Best effort: destroying works whatever the state.
 		err := q.modify(&qp.Attr{State: qp.StateErr}, qp.AttrState)
 		// The device flushes asynchronously; destroying first would drop

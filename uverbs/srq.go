@@ -29,6 +29,10 @@ type SRQ struct {
 	pd   *PD
 	prov provider.SRQ
 	attr SRQAttr
+	// xrcd is the domain of an XRC SRQ (CreateXRCSRQ), num its number;
+	// nil for a basic SRQ.
+	xrcd *XRCD
+	num  uint32
 }
 
 // CreateSRQ creates a shared receive queue (ibv_create_srq).
@@ -37,21 +41,27 @@ func (pd *PD) CreateSRQ(attr SRQAttr) (*SRQ, error) {
 		return nil, &Error{Op: "create SRQ", Err: fmt.Errorf("PD: %w", err)}
 	}
 	defer pd.done()
+	return pd.createSRQ("create SRQ", attr, nil, nil)
+}
+
+// createSRQ creates a basic SRQ, or with xrcd an XRC SRQ of that domain
+// whose completions go to cq. The caller holds pd, xrcd and cq.
+func (pd *PD) createSRQ(op string, attr SRQAttr, xrcd *XRCD, cq *CQ) (*SRQ, error) {
 	c := pd.ctx
 	if attr.MaxWR == 0 || attr.MaxSGE == 0 {
-		return nil, &Error{Op: "create SRQ", Err: fmt.Errorf("max_wr and max_sge must be positive: %w", unix.EINVAL)}
+		return nil, &Error{Op: op, Err: fmt.Errorf("max_wr and max_sge must be positive: %w", unix.EINVAL)}
 	}
-	pc, err := c.providerContext("create SRQ")
+	pc, err := c.providerContext(op)
 	if err != nil {
 		return nil, err
 	}
-	b, err := pc.NewSRQ(provider.SRQInitAttr{MaxWR: attr.MaxWR, MaxSGE: attr.MaxSGE, Limit: attr.Limit})
+	b, err := pc.NewSRQ(provider.SRQInitAttr{MaxWR: attr.MaxWR, MaxSGE: attr.MaxSGE, Limit: attr.Limit, XRC: xrcd != nil})
 	if err != nil {
-		return nil, wrapErr("create SRQ", err)
+		return nil, wrapErr(op, err)
 	}
-	s := &SRQ{pd: pd}
+	s := &SRQ{pd: pd, xrcd: xrcd}
 	id := c.nextID.Add(1)
-	resp := new(struct{ maxWR, maxSGE uint32 })
+	resp := new(struct{ maxWR, maxSGE, num uint32 })
 	cmd := newCommand(abi.UVERBS_OBJECT_SRQ, abi.UVERBS_METHOD_SRQ_CREATE)
 	cmd.driverID = c.dev.DriverID
 	h := cmd.idrNew(abi.UVERBS_ATTR_CREATE_SRQ_HANDLE)
@@ -60,20 +70,31 @@ func (pd *PD) CreateSRQ(attr SRQAttr) (*SRQ, error) {
 	cmd.u32In(abi.UVERBS_ATTR_CREATE_SRQ_MAX_WR, uint32(attr.MaxWR))
 	cmd.u32In(abi.UVERBS_ATTR_CREATE_SRQ_MAX_SGE, uint32(attr.MaxSGE))
 	cmd.u32In(abi.UVERBS_ATTR_CREATE_SRQ_LIMIT, uint32(attr.Limit))
-	cmd.constIn(abi.UVERBS_ATTR_CREATE_SRQ_TYPE, abi.IB_UVERBS_SRQT_BASIC)
+	deps := []any{pd}
+	if xrcd != nil {
+		cmd.constIn(abi.UVERBS_ATTR_CREATE_SRQ_TYPE, abi.IB_UVERBS_SRQT_XRC)
+		cmd.idrIn(abi.UVERBS_ATTR_CREATE_SRQ_XRCD_HANDLE, xrcd.handle)
+		cmd.idrIn(abi.UVERBS_ATTR_CREATE_SRQ_CQ_HANDLE, cq.handle)
+		cmd.ptrOut(abi.UVERBS_ATTR_CREATE_SRQ_RESP_SRQ_NUM, unsafe.Pointer(&resp.num), 4)
+		deps = append(deps, xrcd, cq)
+	} else {
+		cmd.constIn(abi.UVERBS_ATTR_CREATE_SRQ_TYPE, abi.IB_UVERBS_SRQT_BASIC)
+	}
 	if c.asyncFD >= 0 {
 		cmd.fdIn(abi.UVERBS_ATTR_CREATE_SRQ_EVENT_FD, c.asyncFD)
 	}
 	cmd.ptrOut(abi.UVERBS_ATTR_CREATE_SRQ_RESP_MAX_WR, unsafe.Pointer(&resp.maxWR), 4)
 	cmd.ptrOut(abi.UVERBS_ATTR_CREATE_SRQ_RESP_MAX_SGE, unsafe.Pointer(&resp.maxSGE), 4)
-	if s.object, err = c.createObject(cmd, h, b, kindSRQ, id, "create SRQ", pd); err != nil {
+	if s.object, err = c.createObject(cmd, h, b, kindSRQ, id, op, deps...); err != nil {
 		return nil, err
 	}
 	s.attr = SRQAttr{MaxWR: resp.maxWR, MaxSGE: resp.maxSGE, Limit: attr.Limit}
-	if err := finishCreate(&s.prov, s.object, b, provider.Created{Handle: s.handle, Caps: qp.Caps{MaxRecvWR: resp.maxWR, MaxRecvSGE: resp.maxSGE}}, "create SRQ", false); err != nil {
+	s.num = resp.num
+	if err := finishCreate(&s.prov, s.object, b, provider.Created{Handle: s.handle, SRQNum: resp.num,
+		Caps: qp.Caps{MaxRecvWR: resp.maxWR, MaxRecvSGE: resp.maxSGE}}, op, false); err != nil {
 		return nil, err
 	}
-	if err := registered(registerSRQ(c, s), s.object, "create SRQ"); err != nil {
+	if err := registered(registerSRQ(c, s), s.object, op); err != nil {
 		return nil, err
 	}
 	return s, nil

@@ -104,6 +104,10 @@ type SendWR struct {
 	AH         AddressHandle
 	RemoteQPN  uint32
 	RemoteQKey uint32
+	// RemoteSRQN is the XRC SRQ at the target that a send of an XRC QP
+	// (qp.XRCSend) lands in (qp_type.xrc.remote_srqn): the number
+	// uverbs.SRQ.Num returns there. Other QPs ignore it.
+	RemoteSRQN uint32
 	Bind       *BindInfo // OpBindMW's window and region
 }
 

@@ -15,6 +15,8 @@
 //	rping     ping a peer over rdma_cm with RDMA reads and writes, as rping does
 //	server    the rdma_server side of the rdma_verbs.h exchange
 //	client    the rdma_client side of the rdma_verbs.h exchange
+//	xserver   the rdma_xserver side: one message received over RC or XRC
+//	xclient   the rdma_xclient side: one message sent over RC or XRC
 //	help      list the commands, or show one command's usage
 //	version   print the version of rdmago
 //
@@ -69,10 +71,17 @@
 //	rdmago rping -s|-c -a addr [-p port] [-C count] [-S size] [-v] [-V] [-P] [-d]
 //	rdmago server [-s addr] [-p port]
 //	rdmago client -s addr [-p port]
+//	rdmago xserver [-p port] [-c r|x] [-v]
+//	rdmago xclient [-s addr] [-p port] [-c r|x]
 //
 // rping speaks rdma-core's rping protocol over rdma_cm (the client
 // advertises a source and a sink buffer; the server RDMA-reads the one and
 // writes the other), with rping's options and output. server and client are
 // rdma_server and rdma_client: one message each way over an rdma_cm
-// endpoint, using the rdma_verbs.h calls of package cm.
+// endpoint, using the rdma_verbs.h calls of package cm. xserver and
+// xclient are rdma_xserver and rdma_xclient: one message from the client
+// to the server, over RC (-c r) or XRC (-c x: the client's XRC send QP
+// names the server's XRC SRQ, whose number the server sends when it
+// accepts); a device without XRC, such as rxe, refuses -c x as it refuses
+// the C programs.
 package main

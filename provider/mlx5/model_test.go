@@ -33,6 +33,7 @@ package mlx5
 
 import (
 	"encoding/binary"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -559,7 +560,8 @@ type hwQP struct {
 	sendCQ   *hwCQ
 	recvCQ   *hwCQ
 	srq      *hwSRQ
-	peer     *hwQP // RC/UC
+	xrcd     int   // XRC target: its domain (a model-side number)
+	peer     *hwQP // RC/UC, and XRC's target
 	qkey     uint32
 	sqCI     uint32 // BBs consumed
 	rqCI     uint32 // receive WQEs consumed
@@ -691,6 +693,10 @@ type hwSRQ struct {
 	db    *uint32
 	ci    uint32 // WQEs consumed
 	next  uint16 // the WQE the device takes next
+	// XRC: the domain the SRQ serves and the CQ of its receives, whose
+	// CQEs go nowhere when nil (the provider has no XRC SRQ yet).
+	xrcd int
+	cq   *hwCQ
 }
 
 func (h *hca) createSRQ(c *Context, attr provider.SRQInitAttr) (*SRQ, *hwSRQ) {
@@ -937,6 +943,8 @@ type sendOp struct {
 	compare uint64
 	dqpn    uint32
 	qkey    uint32
+	srqn    uint32 // XRC: the target's SRQ
+	xrcRes  []byte // XRC: the segment's reserved bytes
 	av      []byte
 	inline  []byte
 	gather  [][3]uint64 // length, lkey, addr
@@ -947,6 +955,11 @@ func parseWQE(q *hwQP, wqe []byte) sendOp {
 	op := sendOp{opcode: uint8(be.Uint32(wqe)), wqeIdx: uint16(be.Uint32(wqe) >> 8), fmCeSe: wqe[11], imm: be.Uint32(wqe[12:])}
 	rest := wqe[16:]
 	switch q.typ {
+	case qp.XRCSend:
+		op.srqn = be.Uint32(rest) // struct mlx5_wqe_xrc_seg
+		op.xrcRes = rest[4:xrcSegSize]
+		rest = rest[xrcSegSize:]
+		fallthrough
 	case qp.RC, qp.UC:
 		switch op.opcode {
 		case opRDMAWrite, opRDMAWriteImm, opRDMARead:
@@ -1031,6 +1044,21 @@ func (h *hca) perform(q *hwQP, op *sendOp) uint8 {
 				return 0 // UD: silently dropped
 			}
 			data = append(make([]byte, grhSize), data...)
+		}
+		if q.typ == qp.XRCSend && slices.ContainsFunc(op.xrcRes, func(b byte) bool { return b != 0 }) {
+			h.t.Errorf("XRC segment's reserved bytes %x", op.xrcRes)
+		}
+		if q.typ == qp.XRCSend && dst != nil {
+			// The XRC target QP has no queue: the message lands in the
+			// SRQ of the target's domain the XRC segment names, and
+			// completes on that SRQ's CQ.
+			srq := h.srqs[op.srqn]
+			if srq == nil || srq.xrcd != dst.xrcd {
+				return syndRemoteInvalReqErr
+			}
+			t := *dst
+			t.srq, t.recvCQ = srq, srq.cq
+			dst = &t
 		}
 		if dst == nil {
 			return syndRemoteOpErr
@@ -1191,6 +1219,9 @@ func (h *hca) respCQE(dst, src *hwQP, respOp, synd uint8, srqIdx uint16, op *sen
 	opcode := respOp
 	if synd != 0 {
 		opcode = cqeRespErr
+	}
+	if dst.recvCQ == nil {
+		return // an XRC SRQ of the model's own, without a CQ
 	}
 	h.push(dst.recvCQ, func(c unsafe.Pointer) {
 		putBE32(at(c, cqeOffSopDropQPN), dst.qpn)

@@ -26,14 +26,17 @@ type limits struct {
 // largest operation the QP type allows (rdma-core's sq_overhead with the
 // default send_ops_flags): RC and UC reserve room for a memory-window bind
 // (control, UMR control, mkey context and a 64-byte KLM area), UD for the
-// datagram segment.
+// datagram segment, XRC send QPs RC's and the XRC segment.
 func sqOverhead(t qp.Type) (uint32, error) {
 	switch t {
-	case qp.RC, qp.UC:
+	case qp.RC, qp.UC, qp.XRCSend:
 		size := uint32(ctrlSegSize)
 		size = max(size, ctrlSegSize+raddrSegSize)
 		size = max(size, ctrlSegSize+raddrSegSize+atomicSegSize)
 		size = max(size, ctrlSegSize+umrCtrlSegSize+mkeyCtxSegSize+max(umrKLMSegSize, 64))
+		if t == qp.XRCSend {
+			size += xrcSegSize // the target SRQ's number, after the control segment
+		}
 		return size, nil
 	case qp.UD:
 		return ctrlSegSize + datagramSize, nil

@@ -200,11 +200,11 @@ func (sq *sendQueue) check(w *wr.SendWR) (*addressVector, error) {
 			return nil, unix.EINVAL
 		}
 	case wr.OpRDMARead:
-		if sq.typ != qp.RC || w.Flags&wr.Inline != 0 {
+		if (sq.typ != qp.RC && sq.typ != qp.XRCSend) || w.Flags&wr.Inline != 0 {
 			return nil, unix.EINVAL
 		}
 	case wr.OpAtomicCmpAndSwp, wr.OpAtomicFetchAdd:
-		if sq.typ != qp.RC || len(w.SGList) != 1 || w.SGList[0].Length < atomicOperandSz ||
+		if (sq.typ != qp.RC && sq.typ != qp.XRCSend) || len(w.SGList) != 1 || w.SGList[0].Length < atomicOperandSz ||
 			w.RemoteAddr&7 != 0 || w.Flags&wr.Inline != 0 {
 			return nil, unix.EINVAL
 		}
@@ -236,7 +236,9 @@ func (sq *sendQueue) check(w *wr.SendWR) (*addressVector, error) {
 // WQE in rdma-core (fm_cache), are not posted by this provider, so a WQE's
 // fence is only its own.
 func (sq *sendQueue) write(w *wr.SendWR, av *addressVector, nreq uint32) (ctrl unsafe.Pointer, ds uint32, inl bool) {
-	if sq.typ == qp.UD || w.Flags&wr.Inline != 0 || w.Opcode == wr.OpSendWithImm {
+	// UD (4) and XRC_SEND (9) start with a transport segment: the general
+	// path writes it.
+	if sq.typ >= qp.UD || w.Flags&wr.Inline != 0 || w.Opcode == wr.OpSendWithImm {
 		return sq.writeGeneral(w, av, nreq)
 	}
 	// RC and UC with a gather list: the common case; with one SGE it makes
@@ -382,6 +384,15 @@ func (sq *sendQueue) writeGeneral(w *wr.SendWR, av *addressVector, nreq uint32) 
 			seg = sq.start
 		}
 	} else {
+		if sq.typ == qp.XRCSend {
+			// struct mlx5_wqe_xrc_seg: the number of the SRQ at the
+			// target the message lands in, then 12 reserved bytes. The
+			// segment ends inside the WQE's first BB, never the ring.
+			putBE32(seg, w.RemoteSRQN)
+			clear(unsafe.Slice((*byte)(at(seg, 4)), xrcSegSize-4))
+			seg = at(seg, xrcSegSize)
+			ds += xrcSegSize / 16
+		}
 		switch op {
 		case wr.OpRDMAWrite, wr.OpRDMAWriteWithImm, wr.OpRDMARead:
 			setRaddrSeg(seg, w.RemoteAddr, w.RKey)

@@ -22,6 +22,10 @@ type srqBuilder struct {
 
 // NewSRQ prepares a shared receive queue.
 func (c *Context) NewSRQ(attr provider.SRQInitAttr) (provider.Builder[provider.SRQ], error) {
+	if attr.XRC {
+		// Linux's rxe has no XRC domains, so no XRC SRQ can be asked of it.
+		return nil, fmt.Errorf("rxe: XRC SRQ: %w", unix.EOPNOTSUPP)
+	}
 	return &srqBuilder{k: c.k, attr: attr}, nil
 }
 

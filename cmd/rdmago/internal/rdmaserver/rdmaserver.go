@@ -1,5 +1,6 @@
 // Package rdmaserver is "rdmago server" and "rdmago client", as
-// rdma-core's rdma_server and rdma_client.
+// rdma-core's rdma_server and rdma_client, and "rdmago xserver" and
+// "rdmago xclient", as rdma_xserver and rdma_xclient.
 package rdmaserver
 
 // "rdmago server" and "rdmago client": librdmacm's rdma_server and
@@ -41,9 +42,10 @@ const rsMsgSize = 16
 // all zeros, like the message).
 const rsRecvFill = 0xa5
 
-// Commands are "rdmago server" and "rdmago client".
+// Commands are "rdmago server" and "rdmago client", and their XRC
+// relatives "rdmago xserver" and "rdmago xclient" (xserver.go).
 func Commands() []*command.Command {
-	return []*command.Command{
+	return append(xCommands(), []*command.Command{
 		{
 			Name:    "server",
 			Summary: "answer one rdma_cm connection with a 16-byte message (as rdma_server)",
@@ -58,7 +60,7 @@ func Commands() []*command.Command {
 				return rsMain(context.Background(), false, args, stdout, stderr)
 			},
 		},
-	}
+	}...)
 }
 
 // rsOptions are the options of rdma_server and rdma_client.
@@ -67,9 +69,16 @@ type rsOptions struct {
 	addr    string // -s: the server's address (the listening one, or the one to connect to)
 	port    string // -p
 	verbose bool   // -v: rdmago's own, print the message received
+	// tool is the C program's name where it is not rdma_server's or
+	// rdma_client's (rdma_xserver, rdma_xclient); xrc is their -c x.
+	tool string
+	xrc  bool
 }
 
 func (o rsOptions) name() string {
+	if o.tool != "" {
+		return o.tool
+	}
 	if o.server {
 		return "rdma_server"
 	}
