@@ -153,18 +153,7 @@ func batchRoundTrip(tb testing.TB, r *rdmatest.Pair, data []byte, out []wr.Compl
 	if _, err := b.Complete(); err != nil {
 		tb.Fatal(err)
 	}
-	for {
-		n, err := r.A.CQ.Poll(out)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		if n > 0 {
-			if out[0].Status != wr.Success {
-				tb.Fatal(out[0].Err())
-			}
-			return
-		}
-	}
+	pollOK(tb, r, out)
 }
 
 // TestDeviceSendBatchAllocs checks that a batch on the device, doorbell

@@ -14,6 +14,11 @@ func roundTrip(tb testing.TB, r *rdmatest.Pair, send []wr.SendWR, out []wr.Compl
 	if _, err := r.A.QP.PostSend(send); err != nil {
 		tb.Fatal(err)
 	}
+	pollOK(tb, r, out)
+}
+
+// pollOK polls A's CQ until a completion comes, which must be a success.
+func pollOK(tb testing.TB, r *rdmatest.Pair, out []wr.Completion) {
 	for {
 		n, err := r.A.CQ.Poll(out)
 		if err != nil {

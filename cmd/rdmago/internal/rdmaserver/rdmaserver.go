@@ -124,22 +124,32 @@ func rsParse(argv0 string, server bool, args []string, stderr, stdout io.Writer)
 // program's exit status: its run()'s value as a byte (0, -1 as 255, or a
 // getaddrinfo error code).
 func rsMain(ctx context.Context, server bool, args []string, stdout, stderr io.Writer) int {
-	argv0 := "rdmago client"
+	return rsRunMain(ctx, rsProgram{"rdmago server", "rdmago client", rsParse, (*rsRun).server, (*rsRun).client},
+		server, args, stdout, stderr)
+}
+
+// rsProgram is a pair of programs rsRunMain runs: rdma_server and
+// rdma_client, or rdma_xserver and rdma_xclient.
+type rsProgram struct {
+	serverName, clientName string
+	parse                  func(argv0 string, server bool, args []string, stderr, stdout io.Writer) (rsOptions, int, bool)
+	server, client         func(*rsRun, context.Context) int
+}
+
+// rsRunMain parses the side's options, then runs it between its start and
+// end lines, and returns the C program's exit status: its value as a byte.
+func rsRunMain(ctx context.Context, p rsProgram, server bool, args []string, stdout, stderr io.Writer) int {
+	argv0, side := p.clientName, p.client
 	if server {
-		argv0 = "rdmago server"
+		argv0, side = p.serverName, p.server
 	}
-	o, status, run := rsParse(argv0, server, args, stderr, stdout)
+	o, status, run := p.parse(argv0, server, args, stderr, stdout)
 	if !run {
 		return status
 	}
 	r := &rsRun{o: o, stdout: stdout, stderr: stderr}
 	fmt.Fprintf(stdout, "%s: start\n", o.name())
-	var ret int
-	if server {
-		ret = r.server(ctx)
-	} else {
-		ret = r.client(ctx)
-	}
+	ret := side(r, ctx)
 	fmt.Fprintf(stdout, "%s: end %d\n", o.name(), ret)
 	return int(uint8(ret))
 }

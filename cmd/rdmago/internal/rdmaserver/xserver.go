@@ -134,24 +134,8 @@ func xParse(argv0 string, server bool, args []string, stderr, stdout io.Writer) 
 // program's exit status: its test()'s value as a byte (0, -1 as 255, or a
 // getaddrinfo error code).
 func xMain(ctx context.Context, server bool, args []string, stdout, stderr io.Writer) int {
-	argv0 := "rdmago xclient"
-	if server {
-		argv0 = "rdmago xserver"
-	}
-	o, status, run := xParse(argv0, server, args, stderr, stdout)
-	if !run {
-		return status
-	}
-	r := &rsRun{o: o, stdout: stdout, stderr: stderr}
-	fmt.Fprintf(stdout, "%s: start\n", o.name())
-	var ret int
-	if server {
-		ret = r.xserver(ctx)
-	} else {
-		ret = r.xclient(ctx)
-	}
-	fmt.Fprintf(stdout, "%s: end %d\n", o.name(), ret)
-	return int(uint8(ret))
+	return rsRunMain(ctx, rsProgram{"rdmago xserver", "rdmago xclient", xParse, (*rsRun).xserver, (*rsRun).xclient},
+		server, args, stdout, stderr)
 }
 
 // xHints are both programs' rdma_getaddrinfo hints: RC in the TCP port
