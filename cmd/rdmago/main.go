@@ -12,6 +12,7 @@ import (
 	"github.com/rdmago/rdma/cmd/rdmago/internal/devices"
 	"github.com/rdmago/rdma/cmd/rdmago/internal/devinfo"
 	"github.com/rdmago/rdma/cmd/rdmago/internal/doctor"
+	"github.com/rdmago/rdma/cmd/rdmago/internal/mckey"
 	"github.com/rdmago/rdma/cmd/rdmago/internal/perf"
 	"github.com/rdmago/rdma/cmd/rdmago/internal/pingpong"
 	"github.com/rdmago/rdma/cmd/rdmago/internal/rdmaserver"
@@ -25,7 +26,7 @@ import (
 // commands are rdmago's subcommands: each tool's, with help and version.
 var commands = command.NewSet(
 	[]*command.Command{{Name: "version", Summary: "print the version of rdmago", Run: runVersion}},
-	cmtime.Commands(), devices.Commands(), devinfo.Commands(), doctor.Commands(), perf.Commands(), pingpong.Commands(), rdmaserver.Commands(), rdmatool.Commands(), rping.Commands(), rstream.Commands(), ucmatose.Commands(), udaddy.Commands(),
+	cmtime.Commands(), devices.Commands(), devinfo.Commands(), doctor.Commands(), mckey.Commands(), perf.Commands(), pingpong.Commands(), rdmaserver.Commands(), rdmatool.Commands(), rping.Commands(), rstream.Commands(), ucmatose.Commands(), udaddy.Commands(),
 )
 
 // version is set at link time with -ldflags "-X main.version=v1.2.3"; when

@@ -1,7 +1,7 @@
 // Package cmacommon is what rdmago's ports of librdmacm's examples
-// (udaddy, ucmatose, cmtime) share, as the C programs share common.c: the event
-// channel that reports a host without RDMA devices, get_rdma_addr and its
-// getaddrinfo error codes, and the reading of -f.
+// (udaddy, ucmatose, cmtime, mckey) share, as the C programs share
+// common.c: the event channel that reports a host without RDMA devices,
+// get_rdma_addr and its getaddrinfo error codes, and the reading of -f.
 package cmacommon
 
 import (

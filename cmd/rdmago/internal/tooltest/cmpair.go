@@ -1,7 +1,7 @@
 package tooltest
 
 // The device tests of rdmago's ports of librdmacm's examples (udaddy,
-// ucmatose): a server and a client, either of them rdmago or the C
+// ucmatose, mckey): a server and a client, either of them rdmago or the C
 // program, or either alone where it must fail as the C program does.
 
 import (
