@@ -282,43 +282,16 @@ func (t *test) initNode(n *node) int {
 	return 0
 }
 
-// createMessage allocates and registers the one buffer every datagram of
-// the node goes through, with room for a GRH. A size of 0 means no
-// messages at all, for this node and the ones after it.
+// createMessage is create_message: the node's message buffer
+// (cmacommon.CreateUDMessage).
 func (t *test) createMessage(n *node) int {
-	if t.o.size == 0 {
-		t.o.count = 0
-	}
-	if t.o.count == 0 {
-		return 0
-	}
-	total := int64(t.o.size) + grhSize
-	if total < 0 {
-		fmt.Fprintf(t.stdout, "failed message allocation\n")
-		return -1
-	}
-	mem, err := mr.Alloc(int(max(total, 1)))
-	if err != nil {
-		fmt.Fprintf(t.stdout, "failed message allocation\n")
-		return -1
-	}
-	m, err := n.pd.RegMR(mem.Bytes()[:total], wr.LocalWrite)
-	if err != nil {
-		fmt.Fprintf(t.stdout, "failed to reg MR\n")
-		mem.Close()
-		return -1
-	}
-	n.mem, n.mr = mem, m
-	return 0
+	var ret int
+	n.mem, n.mr, ret = cmacommon.CreateUDMessage(t.stdout, n.pd, t.o.size, &t.o.count)
+	return ret
 }
 
-// sge is the node's buffer as C's SGE of length bytes names it (a
-// negative size wraps, as in C).
-func (n *node) sge(length int64) wr.SGE {
-	s := n.mr.SGE(0, 0)
-	s.Length = uint32(length)
-	return s
-}
+// sge is the node's buffer as C's SGE of length bytes names it.
+func (n *node) sge(length int64) wr.SGE { return cmacommon.MessageSGE(n.mr, length) }
 
 func (t *test) postRecvs(n *node) int {
 	if t.o.count == 0 {
