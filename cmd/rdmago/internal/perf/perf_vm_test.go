@@ -67,8 +67,10 @@ func runPerf(t *testing.T, c perfCase, srvGo, cliGo bool, extraCli ...string) pe
 	cTool := "/usr/bin/ib_" + c.test
 	tooltest.RequireCTool(t, cTool)
 	t.Setenv(perfAllocsEnv, "1")
-	ctx, cancel := context.WithTimeout(context.Background(), perfRunTimeout)
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	wd := tooltest.NewWatchdog(t, perfRunTimeout, cancel)
+	defer wd.Stop()
 	port := tooltest.FreePort(t)
 	common := []string{"-d", testenv.DeviceName(), "-x", "1", "-F", "-p", strconv.Itoa(port)}
 	if c.iters > 0 {
@@ -93,6 +95,7 @@ func runPerf(t *testing.T, c perfCase, srvGo, cliGo bool, extraCli ...string) pe
 	}
 	p := perfPair{srvGo: srvGo, cliGo: cliGo}
 	p.srv = tooltest.Start(t, ctx, "server", argv(srvGo, false))
+	wd.Watch(p.srv)
 	defer func() {
 		cancel()
 		p.srv.Wait()
@@ -103,10 +106,11 @@ func runPerf(t *testing.T, c perfCase, srvGo, cliGo bool, extraCli ...string) pe
 		tooltest.WaitListening(t, p.srv, port)
 	}
 	p.cli = tooltest.Start(t, ctx, "client", argv(cliGo, true, append(extraCli, "10.0.2.15")...))
+	wd.Watch(p.cli)
 	cliStatus, srvStatus := p.cli.Wait(), p.srv.Wait()
 	tooltest.LogOnFailure(t, p.srv, srvStatus)
 	tooltest.LogOnFailure(t, p.cli, cliStatus)
-	if ctx.Err() != nil {
+	if wd.Stop() {
 		t.Fatalf("timed out after %v", perfRunTimeout)
 	}
 	if srvStatus != 0 || cliStatus != 0 {

@@ -14,6 +14,8 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -33,6 +35,7 @@ const RunTimeout = 90 * time.Second
 // Proc is one side of a run.
 type Proc struct {
 	Label          string
+	goSide         bool // the test binary as rdmago
 	cmd            *exec.Cmd
 	Stdout, Stderr bytes.Buffer
 	done           chan struct{}
@@ -55,10 +58,11 @@ func LogOnFailure(t *testing.T, p *Proc, status int) {
 // which Main makes rdmago) with ctx's timeout.
 func Start(t *testing.T, ctx context.Context, label string, argv []string) *Proc {
 	t.Helper()
-	p := &Proc{Label: label, done: make(chan struct{})}
-	if argv[0] == "rdmago" {
+	p := &Proc{Label: label, goSide: argv[0] == "rdmago", done: make(chan struct{})}
+	if p.goSide {
 		p.cmd = exec.CommandContext(ctx, os.Args[0], argv[1:]...)
-		p.cmd.Env = append(os.Environ(), ChildEnv+"=1")
+		// Every goroutine in the dump a Watchdog asks for.
+		p.cmd.Env = append(os.Environ(), ChildEnv+"=1", "GOTRACEBACK=all")
 	} else {
 		p.cmd = exec.CommandContext(ctx, argv[0], argv[1:]...)
 	}
@@ -89,6 +93,87 @@ func (p *Proc) Wait() int {
 		return ee.ExitCode()
 	}
 	return -1
+}
+
+// Watchdog ends a run that hangs, after recording what a reader of the
+// failure needs: the kernel's rdma_cm IDs and QPs as rdma(8) shows them,
+// and the goroutines of each rdmago process, which SIGQUIT makes the Go
+// runtime print on its stderr (logged with the rest by LogOnFailure). Only
+// then does it cancel the processes' context.
+type Watchdog struct {
+	t      *testing.T
+	cancel context.CancelFunc
+	timer  *time.Timer
+	done   chan struct{}
+
+	mu      sync.Mutex
+	procs   []*Proc
+	fired   bool // fire ran, or runs
+	stopped bool // Stop was called first: fire does nothing
+}
+
+// NewWatchdog starts a Watchdog that fires after d, cancelling with cancel.
+func NewWatchdog(t *testing.T, d time.Duration, cancel context.CancelFunc) *Watchdog {
+	w := &Watchdog{t: t, cancel: cancel, done: make(chan struct{})}
+	w.timer = time.AfterFunc(d, w.fire)
+	return w
+}
+
+// Watch adds p to the processes w dumps.
+func (w *Watchdog) Watch(p *Proc) {
+	w.mu.Lock()
+	w.procs = append(w.procs, p)
+	w.mu.Unlock()
+}
+
+// Stop stops w, or waits for it to finish firing, and reports whether it
+// fired. It may be called more than once.
+func (w *Watchdog) Stop() bool {
+	w.timer.Stop()
+	w.mu.Lock()
+	w.stopped = true
+	fired := w.fired
+	w.mu.Unlock()
+	if fired {
+		<-w.done
+	}
+	return fired
+}
+
+// hangDumpWait bounds the wait for a process's goroutine dump.
+const hangDumpWait = 5 * time.Second
+
+func (w *Watchdog) fire() {
+	defer close(w.done)
+	w.mu.Lock()
+	if w.stopped {
+		w.mu.Unlock()
+		return
+	}
+	w.fired = true
+	procs := w.procs
+	w.mu.Unlock()
+	defer w.cancel()
+	for _, what := range []string{"cm_id", "qp"} {
+		out, err := exec.Command("/usr/bin/rdma", "res", "show", what).CombinedOutput()
+		w.t.Logf("hung: rdma res show %s (%v):\n%s", what, err, out)
+	}
+	for _, p := range procs {
+		if p.goSide {
+			p.Signal(syscall.SIGQUIT)
+		}
+	}
+	deadline := time.After(hangDumpWait)
+	for _, p := range procs {
+		if !p.goSide {
+			continue
+		}
+		select {
+		case <-p.done:
+		case <-deadline:
+			return
+		}
+	}
 }
 
 // FreePort returns a TCP port nothing listens on.
