@@ -267,7 +267,52 @@ func (r *perfRun) main(ctx context.Context) int {
 	if status != 0 {
 		return status
 	}
+	r.linger()
 	return r.close()
+}
+
+// perfLingerWait bounds linger's wait for the client to go.
+const perfLingerWait = 5 * time.Second
+
+// linger keeps a latency server's RC QPs until the client is gone (its
+// exchange socket closed, or its rdma_cm connections disconnected), at
+// most perfLingerWait. In write_lat and send_lat the server's last step
+// is to see the client's last message arrive, and the device places a
+// message before it acknowledges it: a server that destroyed its QP at
+// once could take the acknowledgement with it, and the client, whose
+// request then never completes, retransmits forever (rxe reads a retry
+// count of 7, perftest's default, as infinite). perftest's server has
+// that race, which CI caught with a perftest client hanging after
+// rdmago's server had finished.
+func (r *perfRun) linger() {
+	o := &r.o
+	if o.client() || o.conn != perfRC || o.test.tst != perfLat || (o.test.verb != perfWrite && o.test.verb != perfSend) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), perfLingerWait)
+	defer cancel()
+	if r.netConn != nil {
+		r.netConn.SetReadDeadline(time.Now().Add(perfLingerWait))
+		var b [64]byte
+		for {
+			if _, err := r.netConn.Read(b[:]); err != nil {
+				return
+			}
+		}
+	}
+	for _, id := range r.cmIDs {
+		for ctx.Err() == nil {
+			ev, err := id.Channel().GetEvent(ctx)
+			if err != nil {
+				return
+			}
+			t := ev.Type
+			ev.Ack()
+			if t == cm.EventDisconnected {
+				break
+			}
+		}
+	}
 }
 
 // stepFailf reports a failed exchange step: its own line, then msg.
@@ -1919,8 +1964,9 @@ func (r *perfRun) pollLat(ctx context.Context, duration bool, what string, scnt,
 // returning nil, when the time is over. A latency loop must not wait
 // beyond that for its last send's completion, which nothing measures: a
 // timed write_lat (rdmago against rdmago, and perftest's server against
-// rdmago) has been seen to spin forever on one, its peer finished; the
-// cause is not established.
+// rdmago) has been seen to spin forever on one, its peer finished. The
+// peer had destroyed its QP before acknowledging the send, and rxe
+// retransmits forever with a retry count of 7 (see linger).
 func (r *perfRun) pollTimed(ctx context.Context, cq *uverbs.CQ, duration bool) (*wr.Completion, error) {
 	if !duration {
 		return r.pollOne(ctx, cq)
