@@ -159,6 +159,14 @@ type test struct {
 	changed   *sync.Cond
 	started   [stepCount]int
 	completed [stepCount]int
+
+	// accepted holds the server's connections from their accept to their
+	// disconnect: package cm holds IDs only weakly, and a connection
+	// nothing holds is destroyed when the garbage collector finds it,
+	// which tore the server's connections down in the middle of the
+	// client's connect step, where cmtime's server does none of that
+	// work. Guarded by mu.
+	accepted map[*cm.ID]struct{}
 }
 
 // Main runs cmtime with args and returns its exit status: its return
@@ -579,6 +587,9 @@ func (t *test) request(id *cm.ID) {
 		t.perror("failure accepting", err)
 		id.DestroyQP()
 	} else {
+		t.mu.Lock()
+		t.accepted[id] = struct{}{}
+		t.mu.Unlock()
 		return
 	}
 	fmt.Fprintf(t.stdout, "failing connection request\n")
@@ -591,6 +602,9 @@ func (t *test) disconnect(id *cm.ID) {
 	id.Disconnect(t.ctx)
 	id.DestroyQP()
 	id.Close()
+	t.mu.Lock()
+	delete(t.accepted, id)
+	t.mu.Unlock()
 }
 
 func (t *test) runServer() int {
@@ -600,6 +614,7 @@ func (t *test) runServer() int {
 		stop()
 		wg.Wait()
 	}()
+	t.accepted = map[*cm.ID]struct{}{}
 	reqs, discs := newWorkQueue(), newWorkQueue()
 	wg.Add(2)
 	go func() { defer wg.Done(); reqs.run(ctx, t.request) }()
