@@ -345,14 +345,18 @@ func (r *idRes) release() (int, error) {
 // garbage collector keeps an event valid for as long as the program holds
 // it. Close waits only for an event of the ID that another goroutine's
 // GetEvent is processing. Events for the ID still queued in the kernel are
-// discarded. Closeing twice is not an error; every other method of a
+// discarded. Closing twice is not an error; every other method of a
 // destroyed ID returns ErrClosed.
 //
 // An ID dropped without Close is destroyed, as by Close, once the
 // garbage collector finds it unreachable, whatever its state: a connected
 // one disconnects, a listening one stops listening, and events still
 // queued for it are dropped. Close stays the way to release an ID at a
-// known time.
+// known time. Neither the channel nor the kernel's events keep an ID
+// reachable: a server that accepts a connection and means to find it
+// again only in its DISCONNECTED event must hold it meanwhile (a map of
+// live connections, say), or the collector may end the connection first,
+// as it did to rdmago cmtime's server past a few hundred connections.
 func (id *ID) Close() error {
 	_, err := id.destroy()
 	return err
