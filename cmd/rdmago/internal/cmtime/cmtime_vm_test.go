@@ -136,6 +136,38 @@ func TestDeviceCmtime(t *testing.T) {
 	}
 }
 
+// TestDeviceCmtimeServerHoldsConnections: rdmago's server, its garbage
+// collector running all the time (GOGC=1), keeps every connection until
+// the client disconnects it. A server that held its accepted IDs only
+// through package cm, which holds them weakly, lost them to the collector
+// mid-run; C's client then saw connections end before it had disconnected
+// them, and timed those disconnects as negative (its "min us").
+var figure = regexp.MustCompile(`-?[0-9]+\.[0-9]+`)
+
+func TestDeviceCmtimeServerHoldsConnections(t *testing.T) {
+	t.Setenv("GOGC", "1")
+	a := tooltest.VMAddr
+	cli, st, srv := serve(t, port, goSide, cSide, []string{"-b", a}, []string{"-s", a, "-c", "100"})
+	checkClient(t, cli, st, clientOK(false))
+	checkServer(t, srv)
+	for _, line := range tooltest.Lines(cli.Stdout.String()) {
+		name, figures, ok := strings.Cut(line, ":")
+		if !ok || strings.TrimSpace(name) != stepNames[stepDisconnect] {
+			continue
+		}
+		// "%11.2f" each: a wide negative figure runs into the one before.
+		f := figure.FindAllString(figures, -1)
+		if len(f) != 4 {
+			t.Fatalf("disconnect row %q: want 4 figures", line)
+		}
+		if strings.HasPrefix(f[2], "-") {
+			t.Errorf("disconnect row %q: a connection ended before the client disconnected it (min us negative)", line)
+		}
+		return
+	}
+	t.Errorf("no disconnect row in the client's output:\n%s", cli.Stdout.String())
+}
+
 // TestDeviceCmtimePort: -p, another port than cmtime's 7471, on both
 // sides; and a server bound to no address in particular.
 func TestDeviceCmtimePort(t *testing.T) {
