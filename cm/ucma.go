@@ -148,12 +148,31 @@ func (d *devFile) getEvent(ctx context.Context, b []byte) error {
 	return werr
 }
 
+// poll is unix.Poll; a test makes it fail with EINTR.
+var poll = unix.Poll
+
 func (d *devFile) waitReadable(ctx context.Context) error {
-	return d.waitLoop(ctx, func(fd uintptr) bool {
+	var perr error
+	err := d.waitLoop(ctx, func(fd uintptr) bool {
 		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-		n, err := unix.Poll(pfd, 0)
-		return err != nil || (n > 0 && pfd[0].Revents != 0)
+		for {
+			n, err := poll(pfd, 0)
+			if err == unix.EINTR {
+				// A signal, the runtime's preemption among them, ended
+				// the poll before it looked: it says nothing about the
+				// file. Taking it for readable sent a completion wait
+				// (ID.waitComp) to read an event that was not there, and
+				// wait for one forever.
+				continue
+			}
+			perr = err
+			return err != nil || (n > 0 && pfd[0].Revents != 0)
+		}
 	})
+	if err != nil {
+		return err
+	}
+	return perr
 }
 
 func (d *devFile) rawConn() syscall.RawConn { return d.rc }
