@@ -271,22 +271,26 @@ func (r *perfRun) main(ctx context.Context) int {
 	return r.close()
 }
 
-// perfLingerWait bounds linger's wait for the client to go.
+// perfLingerWait bounds linger's wait for the peer to go.
 const perfLingerWait = 5 * time.Second
 
-// linger keeps a latency server's RC QPs until the client is gone (its
-// exchange socket closed, or its rdma_cm connections disconnected), at
-// most perfLingerWait. In write_lat and send_lat the server's last step
-// is to see the client's last message arrive, and the device places a
-// message before it acknowledges it: a server that destroyed its QP at
-// once could take the acknowledgement with it, and the client, whose
-// request then never completes, retransmits forever (rxe reads a retry
-// count of 7, perftest's default, as infinite). perftest's server has
-// that race, which CI caught with a perftest client hanging after
-// rdmago's server had finished.
+// linger keeps the RC QPs of the side of a latency test that ends by
+// seeing the peer's last message (write_lat's server, send_lat's client:
+// the other side sends first) until the peer is gone, its exchange socket
+// closed or its rdma_cm connections disconnected, at most perfLingerWait.
+// A device places a message before it acknowledges it: a side that
+// destroyed its QP as soon as it saw the message could take the
+// acknowledgement with it, and the peer, whose request then never
+// completes, retransmits forever (rxe reads a retry count of 7,
+// perftest's default, as infinite). perftest has that race, which CI
+// caught with a perftest client hanging after rdmago's write_lat server
+// had finished.
 func (r *perfRun) linger() {
 	o := &r.o
-	if o.client() || o.conn != perfRC || o.test.tst != perfLat || (o.test.verb != perfWrite && o.test.verb != perfSend) {
+	if o.conn != perfRC || o.test.tst != perfLat {
+		return
+	}
+	if !(o.test.verb == perfWrite && !o.client() || o.test.verb == perfSend && o.client()) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), perfLingerWait)
