@@ -27,8 +27,11 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/rdmago/rdma/cm"
 	"github.com/rdmago/rdma/cmd/rdmago/internal/clib"
@@ -57,7 +60,11 @@ type perfRun struct {
 	stdout, stderr io.Writer
 	json           *perfJSONReport
 
-	netConn     net.Conn
+	netConn net.Conn
+	// netFD is netConn's descriptor, for peerGone's look at it without
+	// allocating; -1 without one.
+	netFD       int
+	peekBuf     [1]byte
 	conn        *perfConn
 	peerVersion string
 	// With -R: the exchange's rdma_cm connection and the test's IDs, one
@@ -502,6 +509,12 @@ func (r *perfRun) establish(ctx context.Context) int {
 		if err != nil {
 			fmt.Fprintf(r.stderr, "server accept: %v\naccept() failed\n", err)
 			return r.failf("Unable to open file descriptor for socket connection Unable to init the socket connection")
+		}
+	}
+	r.netFD = -1
+	if sc, ok := r.netConn.(syscall.Conn); ok {
+		if rc, err := sc.SyscallConn(); err == nil {
+			rc.Control(func(fd uintptr) { r.netFD = int(fd) })
 		}
 	}
 	r.conn = &perfConn{rw: r.netConn, client: o.client()}
@@ -1807,7 +1820,8 @@ func (r *perfRun) runLatWrite(ctx context.Context) error {
 			break
 		}
 		if ccnt < iters || duration {
-			if ok, err := r.pollLat(ctx, duration, "poll CQ", scnt, ccnt); !ok {
+			last := !duration && scnt == iters && ccnt+1 == iters
+			if ok, err := r.pollLat(ctx, duration, last, "poll CQ", scnt, ccnt); !ok {
 				return err // nil: a timed run's time is over
 			}
 			ccnt++
@@ -1839,7 +1853,7 @@ func (r *perfRun) runLat(ctx context.Context) error {
 		if duration && r.state() == perfEnd {
 			break
 		}
-		if ok, err := r.pollLat(ctx, duration, "poll CQ", scnt, scnt); !ok {
+		if ok, err := r.pollLat(ctx, duration, false, "poll CQ", scnt, scnt); !ok {
 			return err // nil: a timed run's time is over
 		}
 		r.sample(1)
@@ -1905,7 +1919,7 @@ func (r *perfRun) runLatSend(ctx context.Context) error {
 				return err
 			}
 			if poll {
-				if ok, err := r.pollLat(ctx, duration, "poll on Send CQ", scnt, scnt); !ok {
+				if ok, err := r.pollLat(ctx, duration, !duration && scnt == iters, "poll on Send CQ", scnt, scnt); !ok {
 					return err // nil: a timed run's time is over
 				}
 				w.Flags &^= wr.Signaled
@@ -1949,8 +1963,16 @@ func (r *perfRun) postLat(format string, scnt uint64) error {
 // reports false, with a nil error, when a timed run's time is over, and
 // false with the error when the poll (named what in the report) fails or
 // the completion has an error status (reported with the counts).
-func (r *perfRun) pollLat(ctx context.Context, duration bool, what string, scnt, ccnt uint64) (bool, error) {
-	c, err := r.pollTimed(ctx, r.sendCQ, duration)
+func (r *perfRun) pollLat(ctx context.Context, duration, last bool, what string, scnt, ccnt uint64) (bool, error) {
+	var c *wr.Completion
+	var err error
+	if last && r.o.conn == perfRC && !r.o.events {
+		if c, err = r.pollLast(ctx); err == nil && c == nil {
+			return true, nil // the peer took the message and left
+		}
+	} else {
+		c, err = r.pollTimed(ctx, r.sendCQ, duration)
+	}
 	if err != nil {
 		fmt.Fprintf(r.stderr, "%s failed %d\n", what, -1)
 		return false, err
@@ -1962,6 +1984,91 @@ func (r *perfRun) pollLat(ctx context.Context, duration bool, what string, scnt,
 		return false, r.compError(c, "client", fmt.Sprintf("scnt=%d, ccnt=%d", scnt, ccnt))
 	}
 	return true, nil
+}
+
+// perfPeerGoneGrace is how long pollLast still waits for the last
+// completion once the peer has gone.
+const perfPeerGoneGrace = 200 * time.Millisecond
+
+// perfLastLate is how long pollLast waits for the last completion before
+// it starts to look for the peer.
+const perfLastLate = 100 * time.Millisecond
+
+// pollLast waits for the completion of a latency loop's last send, and
+// returns nil without one when the peer has gone meanwhile. The peer
+// leaves only once it has seen that message, but the acknowledgement may
+// never come: perftest destroys its QP as soon as it sees the message
+// (see linger), and rxe retransmits to the QP that is gone forever. The
+// message's completion is not part of the figures, which come from the
+// posting times.
+func (r *perfRun) pollLast(ctx context.Context) (*wr.Completion, error) {
+	wc := r.wc[:1]
+	var start, gone time.Time
+	for spins := 1; ; spins++ {
+		n, err := r.sendCQ.Poll(wc)
+		if err != nil {
+			return nil, err
+		}
+		if n > 0 {
+			return &wc[0], nil
+		}
+		if spins%4096 != 0 {
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		// The peer is looked for only once the completion is late, so
+		// that a run that has it does not pay for the look.
+		if start.IsZero() {
+			start = time.Now()
+			continue
+		}
+		switch {
+		case time.Since(start) < perfLastLate:
+		case !gone.IsZero():
+			if time.Since(gone) > perfPeerGoneGrace {
+				return nil, nil
+			}
+		case r.peerGone():
+			gone = time.Now()
+		}
+	}
+}
+
+// peerGone reports, without waiting, whether the peer has left: its
+// exchange socket is at its end, or, with -R, one of the test's rdma_cm
+// connections reported DISCONNECTED. Over the socket it allocates
+// nothing; the socket stays open, netConn's, for the rest of the run.
+func (r *perfRun) peerGone() bool {
+	if r.netConn != nil {
+		if r.netFD < 0 {
+			return false
+		}
+		n, _, errno := unix.Syscall6(unix.SYS_RECVFROM, uintptr(r.netFD), uintptr(unsafe.Pointer(&r.peekBuf[0])), 1,
+			unix.MSG_PEEK|unix.MSG_DONTWAIT, 0, 0)
+		switch errno {
+		case 0:
+			return n == 0 // the peer's end of the stream
+		case unix.EAGAIN, unix.EINTR:
+			return false
+		}
+		return true // reset, or the like
+	}
+	for _, id := range r.cmIDs {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+		ev, err := id.Channel().GetEvent(ctx)
+		cancel()
+		if err != nil {
+			continue
+		}
+		t := ev.Type
+		ev.Ack()
+		if t == cm.EventDisconnected {
+			return true
+		}
+	}
+	return false
 }
 
 // pollTimed waits for one completion on cq; in a timed run it gives up,
