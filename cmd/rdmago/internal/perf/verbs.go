@@ -312,16 +312,24 @@ func (r *perfRun) linger() {
 		}
 	}
 	for _, id := range r.cmIDs {
-		for ctx.Err() == nil {
-			ev, err := id.Channel().GetEvent(ctx)
-			if err != nil {
-				return
-			}
-			t := ev.Type
-			ev.Ack()
-			if t == cm.EventDisconnected {
-				break
-			}
+		if !cmDisconnected(ctx, id) {
+			return
+		}
+	}
+}
+
+// cmDisconnected reads id's events, acknowledging them, until its
+// DISCONNECTED, and reports whether that came before ctx was done.
+func cmDisconnected(ctx context.Context, id *cm.ID) bool {
+	for {
+		ev, err := id.Channel().GetEvent(ctx)
+		if err != nil {
+			return false
+		}
+		t := ev.Type
+		ev.Ack()
+		if t == cm.EventDisconnected {
+			return true
 		}
 	}
 }
@@ -2057,14 +2065,9 @@ func (r *perfRun) peerGone() bool {
 	}
 	for _, id := range r.cmIDs {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
-		ev, err := id.Channel().GetEvent(ctx)
+		gone := cmDisconnected(ctx, id)
 		cancel()
-		if err != nil {
-			continue
-		}
-		t := ev.Type
-		ev.Ack()
-		if t == cm.EventDisconnected {
+		if gone {
 			return true
 		}
 	}
