@@ -24,6 +24,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/rdmago/rdma/cm"
 	"github.com/rdmago/rdma/cmd/rdmago/internal/clib"
 	"github.com/rdmago/rdma/cmd/rdmago/internal/cmacommon"
@@ -167,6 +169,16 @@ type test struct {
 	// client's connect step, where cmtime's server does none of that
 	// work. Guarded by mu.
 	accepted map[*cm.ID]struct{}
+
+	// cqs is the one CQ per device that all of the run's QPs share,
+	// made with the first QP (cqFor). cmtime's QPs share CQs too: its
+	// init_qp_attr is a global that rdma_create_qp writes the first
+	// connection's CQs back into, so every later rdma_create_qp reuses
+	// them (rdma-core's newer cmtime makes one CQ up front instead).
+	// Without sharing, each connection cost two CQs more to create and
+	// destroy than cmtime's, a third of the server's kernel work.
+	// Guarded by mu.
+	cqs map[*uverbs.Context]*uverbs.CQ
 }
 
 // Main runs cmtime with args and returns its exit status: its return
@@ -191,11 +203,14 @@ func Main(ctx context.Context, argv0 string, args []string, stdout, stderr io.Wr
 		// crashes (SIGSEGV) on a server's; rdmago exits with the status
 		// cmtime meant, its return value, and prints nothing more.
 		ret = t.runServer()
+		t.closeAccepted()
 		t.ch.Close()
+		t.closeCQs()
 		return int(uint8(ret))
 	}
 	t.cleanupNodes()
 	t.ch.Close()
+	t.closeCQs()
 	t.showPerf()
 	return int(uint8(ret))
 }
@@ -480,7 +495,7 @@ func (t *test) runClient() int {
 			continue
 		}
 		nd.times[stepCreateQP].start()
-		if err := nd.id.CreateQP(nil, t.qpAttr); err != nil {
+		if err := t.createQP(nd.id); err != nil {
 			fail(nd, "failure creating qp", err)
 			continue
 		}
@@ -533,6 +548,51 @@ func (t *test) unstart(step int) {
 	t.changed.Broadcast()
 }
 
+// createQP gives id its QP (rdma_create_qp with cmtime's
+// init_qp_attr), on the CQ the run's QPs share.
+func (t *test) createQP(id *cm.ID) error {
+	cq, err := t.cqFor(id)
+	if err != nil {
+		return err
+	}
+	attr := t.qpAttr
+	attr.SendCQ, attr.RecvCQ = cq, cq
+	return id.CreateQP(nil, attr)
+}
+
+// cqFor returns the shared CQ of id's device, made on first use with
+// one entry: cmtime's QPs never post, so nothing completes on it.
+func (t *test) cqFor(id *cm.ID) (*uverbs.CQ, error) {
+	ctx := id.Verbs()
+	if ctx == nil {
+		return nil, fmt.Errorf("create QP: the ID has no device: %w", unix.EINVAL)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if cq := t.cqs[ctx]; cq != nil {
+		return cq, nil
+	}
+	cq, err := ctx.CreateCQ(uverbs.CQAttr{CQE: 1})
+	if err != nil {
+		return nil, err
+	}
+	if t.cqs == nil {
+		t.cqs = map[*uverbs.Context]*uverbs.CQ{}
+	}
+	t.cqs[ctx] = cq
+	return cq, nil
+}
+
+// closeCQs closes the shared CQs, once the QPs on them are gone.
+func (t *test) closeCQs() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for ctx, cq := range t.cqs {
+		cq.Close()
+		delete(t.cqs, ctx)
+	}
+}
+
 // ---- server ----
 
 // workQueue hands IDs from the event loop to a worker (cmtime's
@@ -581,7 +641,7 @@ func (q *workQueue) run(ctx context.Context, do func(*cm.ID)) {
 // request accepts a connection request, with a QP on CQs package cm
 // makes (__req_handler).
 func (t *test) request(id *cm.ID) {
-	if err := id.CreateQP(nil, t.qpAttr); err != nil {
+	if err := t.createQP(id); err != nil {
 		t.perror("failure creating qp", err)
 	} else if err := id.Accept(t.ctx, nil); err != nil {
 		t.perror("failure accepting", err)
@@ -605,6 +665,21 @@ func (t *test) disconnect(id *cm.ID) {
 	t.mu.Lock()
 	delete(t.accepted, id)
 	t.mu.Unlock()
+}
+
+// closeAccepted destroys the connections still up when the server
+// stops, so that the CQ they share can go too.
+func (t *test) closeAccepted() {
+	t.mu.Lock()
+	ids := make([]*cm.ID, 0, len(t.accepted))
+	for id := range t.accepted {
+		ids = append(ids, id)
+	}
+	clear(t.accepted)
+	t.mu.Unlock()
+	for _, id := range ids {
+		id.Close()
+	}
 }
 
 func (t *test) runServer() int {
