@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"runtime"
+	"sync"
 	"syscall"
 	"unsafe"
 
@@ -53,6 +54,23 @@ type devFile struct {
 	// wait serializes the waiters: a read deadline is per file, so two
 	// waiters with different contexts would move each other's.
 	wait chan struct{}
+
+	// raw is f's descriptor, which write uses directly: a command is not
+	// a poller read, and going through rc.Control cost two allocations a
+	// command (the closure and its error). closeMu stands in for the
+	// guard Control gave: write holds it for reading across the system
+	// call and close for writing, so no command reaches a descriptor
+	// number close has released and the process may have reused.
+	raw     int
+	closeMu sync.RWMutex
+	closed  bool
+
+	// evOp is getEvent's poller operation, made once with the file, and
+	// evBuf and evErr its argument and result: getEvent holds the wait
+	// slot while it uses them. A closure per event cost two allocations.
+	evOp  func(fd uintptr) bool
+	evBuf []byte
+	evErr error
 }
 
 func openDevFile() (*devFile, error) {
@@ -66,29 +84,28 @@ func openDevFile() (*devFile, error) {
 		f.Close()
 		return nil, err
 	}
-	return &devFile{f: f, rc: rc, wait: make(chan struct{}, 1)}, nil
+	d := &devFile{f: f, rc: rc, wait: make(chan struct{}, 1), raw: fd}
+	d.evOp = d.tryGetEvent
+	return d, nil
 }
 
 func (d *devFile) write(b []byte) error {
-	var werr error
-	err := d.rc.Control(func(fd uintptr) {
-		for {
-			n, err := unix.Write(int(fd), b)
-			if err == unix.EINTR {
-				continue
-			}
-			if err == nil && n != len(b) {
-				// librdmacm's answer to a short write.
-				err = unix.ENODATA
-			}
-			werr = err
-			return
-		}
-	})
-	if err != nil {
-		return closedErr(err)
+	d.closeMu.RLock()
+	defer d.closeMu.RUnlock()
+	if d.closed {
+		return ErrClosed
 	}
-	return werr
+	for {
+		n, err := unix.Write(d.raw, b)
+		if err == unix.EINTR {
+			continue
+		}
+		if err == nil && n != len(b) {
+			// librdmacm's answer to a short write.
+			err = unix.ENODATA
+		}
+		return err
+	}
 }
 
 // lock takes the waiter slot, or gives up when ctx is done.
@@ -110,6 +127,11 @@ func (d *devFile) waitLoop(ctx context.Context, op func(fd uintptr) bool) error 
 		return err
 	}
 	defer d.unlock()
+	return d.waitLocked(ctx, op)
+}
+
+// waitLocked is waitLoop for a caller holding the waiter slot.
+func (d *devFile) waitLocked(ctx context.Context, op func(fd uintptr) bool) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -120,32 +142,53 @@ func (d *devFile) waitLoop(ctx context.Context, op func(fd uintptr) bool) error 
 		if cerr := pollctx.ReadErr(ctx, err); cerr != nil {
 			return cerr
 		}
+		if d.isClosed() {
+			// The poller says "use of closed file", which is not
+			// os.ErrClosed.
+			return ErrClosed
+		}
 		return closedErr(err)
 	}
 	return nil
 }
 
+func (d *devFile) isClosed() bool {
+	d.closeMu.RLock()
+	defer d.closeMu.RUnlock()
+	return d.closed
+}
+
 func (d *devFile) getEvent(ctx context.Context, b []byte) error {
-	var werr error
-	err := d.waitLoop(ctx, func(fd uintptr) bool {
-		for {
-			n, err := unix.Write(int(fd), b)
-			switch {
-			case err == unix.EINTR:
-				continue
-			case err == unix.EAGAIN:
-				return false
-			case err == nil && n != len(b):
-				err = unix.ENODATA
-			}
-			werr = err
-			return true
-		}
-	})
+	if err := d.lock(ctx); err != nil {
+		return err
+	}
+	defer d.unlock()
+	d.evBuf, d.evErr = b, nil
+	err := d.waitLocked(ctx, d.evOp)
+	werr := d.evErr
+	d.evBuf, d.evErr = nil, nil
 	if err != nil {
 		return err
 	}
 	return werr
+}
+
+// tryGetEvent is evOp: one non-blocking GET_EVENT of evBuf, false while
+// the kernel has no event.
+func (d *devFile) tryGetEvent(fd uintptr) bool {
+	for {
+		n, err := unix.Write(int(fd), d.evBuf)
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err == unix.EAGAIN:
+			return false
+		case err == nil && n != len(d.evBuf):
+			err = unix.ENODATA
+		}
+		d.evErr = err
+		return true
+	}
 }
 
 // poll is unix.Poll; a test makes it fail with EINTR.
@@ -184,6 +227,9 @@ func (d *devFile) fd() int {
 }
 
 func (d *devFile) close() error {
+	d.closeMu.Lock()
+	d.closed = true
+	d.closeMu.Unlock()
 	err := d.f.Close()
 	if errors.Is(err, os.ErrClosed) {
 		return nil

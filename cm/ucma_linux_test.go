@@ -50,3 +50,56 @@ func TestWaitReadableEINTR(t *testing.T) {
 		t.Fatalf("waitReadable with a byte in the pipe: %v", err)
 	}
 }
+
+// TestDevFileCommands: write and getEvent on a FIFO standing in for
+// rdma_cm. A command allocates nothing (each used to cost two, through
+// the poller's Control), getEvent waits while the file has nothing and
+// reads once it has, and a closed file answers ErrClosed.
+func TestDevFileCommands(t *testing.T) {
+	path := t.TempDir() + "/rdma_cm"
+	mustT(t, unix.Mkfifo(path, 0o600))
+	old := devPath
+	devPath = path
+	defer func() { devPath = old }()
+	d, err := openDevFile()
+	mustT(t, err)
+	defer d.close()
+
+	cmd := []byte{1, 2, 3, 4}
+	if n := testing.AllocsPerRun(100, func() {
+		if err := d.write(cmd); err != nil {
+			t.Fatal(err)
+		}
+		// Drain what write put in the FIFO, so it never fills.
+		var b [4]byte
+		if _, err := unix.Read(d.raw, b[:]); err != nil {
+			t.Fatal(err)
+		}
+	}); n != 0 {
+		t.Errorf("write: %v allocations a command, want 0", n)
+	}
+
+	// On a FIFO, GET_EVENT's write always has room: getEvent returns at
+	// once with what the write said.
+	if err := d.getEvent(ctxT(t), cmd); err != nil {
+		t.Fatalf("getEvent: %v", err)
+	}
+	if n := testing.AllocsPerRun(100, func() {
+		if err := d.getEvent(context.Background(), cmd); err != nil {
+			t.Fatal(err)
+		}
+		var b [4]byte
+		unix.Read(d.raw, b[:])
+	}); n != 0 {
+		t.Errorf("getEvent: %v allocations, want 0", n)
+	}
+
+	mustT(t, d.close())
+	if err := d.write(cmd); !errors.Is(err, ErrClosed) {
+		t.Fatalf("write after close: %v, want ErrClosed", err)
+	}
+	if err := d.getEvent(ctxT(t), cmd); !errors.Is(err, ErrClosed) {
+		t.Fatalf("getEvent after close: %v, want ErrClosed", err)
+	}
+	mustT(t, d.close())
+}

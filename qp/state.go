@@ -179,14 +179,14 @@ func Validate(t Type, cur, next State, mask AttrMask) error {
 	if _, ok := (perType{}).of(t); !ok {
 		return fmt.Errorf("qp: no transition rules for %s: %w", t, unix.EOPNOTSUPP)
 	}
-	e := &TransitionError{Type: t, Cur: cur, Next: next}
+	// The error is made only on failure: a modify that passes, the common
+	// case, allocates nothing here.
 	if cur > StateErr || next > StateErr || !table[cur][next].valid {
-		return e
+		return &TransitionError{Type: t, Cur: cur, Next: next}
 	}
 	tr := table[cur][next]
 	req, _ := tr.req.of(t)
 	opt, _ := tr.opt.of(t)
-	e.Valid = true
 	if cur != next {
 		req |= AttrState
 	}
@@ -197,11 +197,10 @@ func Validate(t Type, cur, next State, mask AttrMask) error {
 	if cur < StateRTR || cur > StateSQE {
 		allowed &^= AttrCurState
 	}
-	e.Required, e.Optional = req, opt
-	e.Missing = req &^ mask
-	e.Forbidden = mask &^ allowed
-	if e.Missing != 0 || e.Forbidden != 0 {
-		return e
+	missing, forbidden := req&^mask, mask&^allowed
+	if missing != 0 || forbidden != 0 {
+		return &TransitionError{Type: t, Cur: cur, Next: next, Valid: true,
+			Required: req, Optional: opt, Missing: missing, Forbidden: forbidden}
 	}
 	return nil
 }

@@ -241,3 +241,15 @@ func TestStrings(t *testing.T) {
 		}
 	}
 }
+
+// TestValidateAllocs: a modify that passes the table costs no allocation;
+// only a refusal builds its error.
+func TestValidateAllocs(t *testing.T) {
+	mask := AttrState | AttrPKeyIndex | AttrPort | AttrAccessFlags
+	if err := Validate(RC, StateReset, StateInit, mask); err != nil {
+		t.Fatal(err)
+	}
+	if n := testing.AllocsPerRun(100, func() { Validate(RC, StateReset, StateInit, mask) }); n != 0 {
+		t.Errorf("Validate of an allowed transition: %v allocations, want 0", n)
+	}
+}

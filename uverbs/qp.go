@@ -286,7 +286,7 @@ func (q *QP) modify(a *qp.Attr, mask qp.AttrMask) error {
 	// The extended command only adds the rate limit, which the state table
 	// allows for raw packet QPs alone: the base command carries the rest.
 	req := new(abi.IbUverbsExModifyQp)
-	*req = qpabi.EncodeModify(q.handle, a, mask)
+	qpabi.EncodeModifyTo(req, q.handle, a, mask)
 	if err := q.ctx.invokeWrite(abi.IB_USER_VERBS_CMD_MODIFY_QP,
 		unsafe.Pointer(&req.Base), int(unsafe.Sizeof(req.Base)), nil, 0, "modify QP"); err != nil {
 		return err

@@ -13,15 +13,24 @@ import (
 // takes the Base part alone, and cannot carry AttrRateLimit (rdma-core
 // refuses it there with EOPNOTSUPP).
 func EncodeModify(handle uint32, a *qp.Attr, mask qp.AttrMask) abi.IbUverbsExModifyQp {
-	var cmd abi.IbUverbsExModifyQp
+	cmd := new(abi.IbUverbsExModifyQp)
+	EncodeModifyTo(cmd, handle, a, mask)
+	return *cmd
+}
+
+// EncodeModifyTo is EncodeModify into cmd, which it overwrites: a caller
+// that sends the command from the heap builds it there, where a returned
+// copy would cost a second allocation (the field copiers take its address
+// through a function value, so even a local one escapes).
+func EncodeModifyTo(cmd *abi.IbUverbsExModifyQp, handle uint32, a *qp.Attr, mask qp.AttrMask) {
+	*cmd = abi.IbUverbsExModifyQp{}
 	cmd.Base.Qp_handle = handle
 	cmd.Base.Attr_mask = uint32(mask)
 	for _, f := range modifyFields {
 		if mask&f.bit != 0 {
-			f.copy(&cmd, a)
+			f.copy(cmd, a)
 		}
 	}
-	return cmd
 }
 
 // modifyFields says which fields of the modify command each mask bit
