@@ -43,6 +43,7 @@ func Commands() []*command.Command {
 		Run: func(args []string, stdout, stderr io.Writer) int {
 			return Main(context.Background(), "cmtime", args, stdout, stderr)
 		},
+		Usage: func(w io.Writer) { usage(w, "cmtime") },
 	}}
 }
 
@@ -71,8 +72,7 @@ func usage(w io.Writer, argv0 string) {
 // false when the program ends there, with status.
 func parse(argv0 string, args []string, stdout, stderr io.Writer) (o options, status int, run bool) {
 	o = options{port: "7471", connections: 100, retries: 2, timeoutMS: 2000}
-	help := false
-	msg, ok := getopt.Short(argv0, args, "s:b:c:p:r:t:h", func(opt byte, arg string) {
+	msg, ok := getopt.Short(argv0, args, "s:b:c:p:r:t:", func(opt byte, arg string) {
 		switch opt {
 		case 's':
 			o.dst = arg
@@ -86,16 +86,8 @@ func parse(argv0 string, args []string, stdout, stderr io.Writer) (o options, st
 			o.retries = clib.Atoi(arg)
 		case 't':
 			o.timeoutMS = clib.Atoi(arg)
-		case 'h':
-			help = true
 		}
 	})
-	if help {
-		// cmtime has no -h (its getopt refuses it); rdmago's commands
-		// answer it with their usage.
-		usage(stdout, argv0)
-		return o, 0, false
-	}
 	if !ok {
 		io.WriteString(stderr, msg)
 		usage(stdout, argv0)

@@ -42,8 +42,8 @@ func TestCmtimeBadOptions(t *testing.T) {
 	if b.String() != cUsage {
 		t.Errorf("usage:\n%s\nwant:\n%s", b.String(), cUsage)
 	}
-	// rdmago's -h, which cmtime lacks: the usage on stdout, status 0.
-	if o, e, st := tooltest.Run(Commands(), "cmtime", "-h"); st != 0 || o != cUsage || e != "" {
+	// -h, which cmtime lacks, is an invalid option, as there.
+	if o, e, st := tooltest.Run(Commands(), "cmtime", "-h"); st != 1 || o != cUsage || e != "cmtime: invalid option -- 'h'\n" {
 		t.Errorf("cmtime -h: status %d, stdout %q, stderr %q", st, o, e)
 	}
 }

@@ -224,6 +224,7 @@ func TestDeviceCmtimeAlone(t *testing.T) {
 		{[]string{"-s", a, "-c", "0"}, false},
 		{[]string{"-s", a, "-c", "-1"}, false},
 		{[]string{"-x"}, true},
+		{[]string{"-h"}, true},
 		{[]string{"--foo"}, true},
 		{[]string{"-s"}, true},
 		{[]string{"-c", "1", "-r"}, true},

@@ -15,9 +15,14 @@ type Command struct {
 	Summary string // one line for "rdmago help"
 	// Run runs the command with its arguments (those after its name) and
 	// returns the exit status. It writes only to stdout and stderr, so that
-	// tests can run it in-process; "-h" should print its usage to stdout
-	// and return 0.
+	// tests can run it in-process. "-h" prints the usage to stdout and
+	// returns 0, except in the ports of C tools that refuse -h: those
+	// answer it as their C tool does (an invalid option, the usage and its
+	// status), and have Usage.
 	Run func(args []string, stdout, stderr io.Writer) int
+	// Usage, when set, writes the usage for "rdmago help NAME", which
+	// otherwise runs the command with "-h".
+	Usage func(w io.Writer)
 }
 
 // Set holds subcommands by name, "help" among them, and dispatches
@@ -87,6 +92,10 @@ func (s Set) runHelp(args []string, stdout, stderr io.Writer) int {
 			s.WriteHelp(stdout)
 			return 0
 		}
+		if c.Usage != nil {
+			c.Usage(stdout)
+			return 0
+		}
 		return c.Run([]string{"-h"}, stdout, stderr)
 	}
 	fmt.Fprintf(stderr, "usage: rdmago help [command]\n")
@@ -108,6 +117,6 @@ func (s Set) WriteHelp(w io.Writer) {
 	for _, n := range names {
 		fmt.Fprintf(&b, "\t%-*s  %s\n", width, n, s[n].Summary)
 	}
-	b.WriteString("\nUse \"rdmago help <command>\" or \"rdmago <command> -h\" for more about a command.\n")
+	b.WriteString("\nUse \"rdmago help <command>\" for more about a command.\n")
 	io.WriteString(w, b.String())
 }

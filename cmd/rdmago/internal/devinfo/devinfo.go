@@ -26,7 +26,7 @@ import (
 // Commands are "rdmago devinfo".
 func Commands() []*command.Command {
 	return []*command.Command{
-		{Name: "devinfo", Summary: "print the attributes of RDMA devices (as ibv_devinfo)", Run: runDevinfo},
+		{Name: "devinfo", Summary: "print the attributes of RDMA devices (as ibv_devinfo)", Run: runDevinfo, Usage: devinfoUsage},
 	}
 }
 
@@ -153,14 +153,12 @@ func devinfoMain(b devinfoBackend, args []string, stdout, stderr io.Writer) int 
 		endList
 		endBadPort
 		endBadOption
-		endHelp
 	)
 	end := endNone
 	var o devinfoOpts
 
 	fs := flag.NewFlagSet("rdmago devinfo", flag.ContinueOnError)
-	var flagErrs bytes.Buffer
-	fs.SetOutput(&flagErrs)
+	fs.SetOutput(io.Discard)
 	fs.Usage = func() {} // printed below, once we know which case this is
 	dev := getopt.FuncValue{SetFunc: func(s string) error {
 		o.devName, o.devNameSet = s, true
@@ -202,17 +200,12 @@ func devinfoMain(b devinfoBackend, args []string, stdout, stderr io.Writer) int 
 
 	_, err := getopt.Parse(fs, args)
 	if err != nil && end == endNone {
+		// -h among them: ibv_devinfo has none.
 		end = endBadOption
-		if errors.Is(err, flag.ErrHelp) {
-			end = endHelp
-		}
 	}
 	switch end {
-	case endHelp:
-		devinfoUsage(stdout)
-		return 0
 	case endBadOption:
-		fmt.Fprintf(stderr, "%s", flagErrs.String())
+		io.WriteString(stderr, getopt.Message("rdmago devinfo", args, err))
 		devinfoUsage(stdout)
 		return devinfoExitFail
 	case endBadPort:

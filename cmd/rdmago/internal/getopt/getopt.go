@@ -9,6 +9,7 @@ package getopt
 // "-i1"), options after operands, and C's strtol for numbers.
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -170,6 +171,18 @@ func Option(argv0, long string, hasArg bool, set func(string) error, fail func(m
 
 // Message turns the flag package's complaint into glibc getopt's.
 func Message(argv0 string, args []string, err error) string {
+	if errors.Is(err, flag.ErrHelp) {
+		// The flag package's own -h, -help and --help, which a C tool
+		// without them refuses as any unknown option.
+		for _, a := range args {
+			switch a {
+			case "--help":
+				return fmt.Sprintf("%s: unrecognized option '%s'\n", argv0, a)
+			case "-h", "-help":
+				return fmt.Sprintf("%s: invalid option -- 'h'\n", argv0)
+			}
+		}
+	}
 	s := err.Error()
 	name := func(prefix string) string { return strings.TrimLeft(strings.TrimPrefix(s, prefix), "-") }
 	switch {

@@ -44,6 +44,7 @@ func Commands() []*command.Command {
 		Run: func(args []string, stdout, stderr io.Writer) int {
 			return Main(context.Background(), "mckey", args, stdout, stderr)
 		},
+		Usage: func(w io.Writer) { usage(w, "mckey") },
 	}}
 }
 
@@ -88,8 +89,7 @@ func usage(w io.Writer, argv0 string) {
 // when the program ends there, with status.
 func parse(argv0 string, args []string, stdout, stderr io.Writer) (o options, status int, run bool) {
 	o = options{connections: 1, count: 10, size: 100, ps: cm.PSUDP, loopback: true}
-	help := false
-	msg, ok := getopt.Short(argv0, args, "m:M:sb:c:C:S:p:olh", func(opt byte, arg string) {
+	msg, ok := getopt.Short(argv0, args, "m:M:sb:c:C:S:p:ol", func(opt byte, arg string) {
 		switch opt {
 		case 'm':
 			o.dst, o.dstSet = arg, true
@@ -112,16 +112,8 @@ func parse(argv0 string, args []string, stdout, stderr io.Writer) (o options, st
 			o.sendOnly = true
 		case 'l':
 			o.loopback = false
-		case 'h':
-			help = true
 		}
 	})
-	if help {
-		// mckey has no -h (its getopt refuses it); rdmago's commands
-		// answer it with their usage.
-		usage(stdout, argv0)
-		return o, 0, false
-	}
 	if !ok {
 		io.WriteString(stderr, msg)
 		usage(stdout, argv0)

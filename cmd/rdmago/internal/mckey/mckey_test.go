@@ -48,8 +48,8 @@ func TestMckeyBadOptions(t *testing.T) {
 	if b.String() != cUsage {
 		t.Errorf("usage:\n%s\nwant:\n%s", b.String(), cUsage)
 	}
-	// rdmago's -h, which mckey lacks: the usage on stdout, status 0.
-	if o, e, st := tooltest.Run(Commands(), "mckey", "-h"); st != 0 || o != cUsage || e != "" {
+	// -h, which mckey lacks, is an invalid option, as there.
+	if o, e, st := tooltest.Run(Commands(), "mckey", "-h"); st != 1 || o != cUsage || e != "mckey: invalid option -- 'h'\n" {
 		t.Errorf("mckey -h: status %d, stdout %q, stderr %q", st, o, e)
 	}
 }

@@ -63,6 +63,7 @@ func Commands() []*command.Command {
 			Run: func(args []string, stdout, stderr io.Writer) int {
 				return pingpongMain(context.Background(), name, k, args, stdout, stderr)
 			},
+			Usage: func(w io.Writer) { ppUsage(w, "rdmago "+name, k, false) },
 		})
 	}
 	return cs
@@ -293,7 +294,9 @@ func ppParseKind(argv0 string, k ppKind, withType bool, o ppOptions, args []stri
 		if stop.kind != ppGo {
 			return o, stop
 		}
-		if errors.Is(err, flag.ErrHelp) {
+		// -h is rdmago pingpong's own; ibv_*_pingpong call it an
+		// invalid option, and so do their ports.
+		if errors.Is(err, flag.ErrHelp) && withType {
 			return o, ppStop{kind: ppHelp}
 		}
 		return o, ppStop{kind: ppUsageErr, msg: getopt.Message(argv0, args, err)}

@@ -19,7 +19,6 @@ package rdmaserver
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strconv"
@@ -52,6 +51,7 @@ func Commands() []*command.Command {
 			Run: func(args []string, stdout, stderr io.Writer) int {
 				return rsMain(context.Background(), true, args, stdout, stderr)
 			},
+			Usage: func(w io.Writer) { rsUsage(w, "rdmago server") },
 		},
 		{
 			Name:    "client",
@@ -59,6 +59,7 @@ func Commands() []*command.Command {
 			Run: func(args []string, stdout, stderr io.Writer) int {
 				return rsMain(context.Background(), false, args, stdout, stderr)
 			},
+			Usage: func(w io.Writer) { rsUsage(w, "rdmago client") },
 		},
 	}...)
 }
@@ -92,7 +93,8 @@ func rsUsage(w io.Writer, argv0 string) {
 
 // rsParse parses args as the C programs' getopt("s:p:") loop does, with
 // getopt's messages; it adds -v. It returns the options and, unless run is
-// set, the exit status: 1 after a bad option (usage on stdout), 0 for -h.
+// set, the exit status: 1 after a bad option (usage on stdout), -h
+// among them, as in the C programs.
 func rsParse(argv0 string, server bool, args []string, stderr, stdout io.Writer) (o rsOptions, status int, run bool) {
 	o = rsOptions{server: server, addr: "127.0.0.1", port: "7471"}
 	if server {
@@ -109,10 +111,6 @@ func rsParse(argv0 string, server bool, args []string, stderr, stdout io.Writer)
 		return nil
 	}}, "v", "")
 	if _, err := getopt.Parse(fs, args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			rsUsage(stdout, argv0)
-			return o, 0, false
-		}
 		io.WriteString(stderr, getopt.Message(argv0, args, err))
 		rsUsage(stdout, argv0)
 		return o, 1, false

@@ -29,7 +29,8 @@ func TestServerClientOptions(t *testing.T) {
 			want: rsOptions{addr: "10.0.2.15", port: "7000", verbose: true}},
 		{server: true, args: []string{"-s10.0.5.1", "x", "-p", "1"}, run: true,
 			want: rsOptions{server: true, addr: "10.0.5.1", port: "1"}},
-		{server: true, args: []string{"-h"}, stdout: usage("rdmago server")},
+		{server: true, args: []string{"-h"}, status: 1, stdout: usage("rdmago server"),
+			stderr: "rdmago server: invalid option -- 'h'\n"}, // as rdma_server: it has no -h
 		{server: false, args: []string{"-x"}, status: 1, stdout: usage("rdmago client"),
 			stderr: "rdmago client: invalid option -- 'x'\n"},
 		{server: true, args: []string{"-p"}, status: 1, stdout: usage("rdmago server"),

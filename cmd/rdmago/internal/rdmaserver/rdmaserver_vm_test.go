@@ -102,6 +102,7 @@ func TestDeviceServerClientFailures(t *testing.T) {
 		{false, []string{"-s", tooltest.VMAddr, "-p", "no-such-service"}},
 		{true, []string{"-s", "10.0.3.99", "-p", port}}, // not a local address: rdma_create_ep fails
 		{false, []string{"-x"}},
+		{true, []string{"-h"}},
 		{true, []string{"-p"}},
 	} {
 		compareRsFailure(t, tc.server, tc.args)

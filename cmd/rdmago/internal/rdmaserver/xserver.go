@@ -46,6 +46,7 @@ func xCommands() []*command.Command {
 			Run: func(args []string, stdout, stderr io.Writer) int {
 				return xMain(context.Background(), true, args, stdout, stderr)
 			},
+			Usage: func(w io.Writer) { xUsage(w, "rdmago xserver", true) },
 		},
 		{
 			Name:    "xclient",
@@ -53,6 +54,7 @@ func xCommands() []*command.Command {
 			Run: func(args []string, stdout, stderr io.Writer) int {
 				return xMain(context.Background(), false, args, stdout, stderr)
 			},
+			Usage: func(w io.Writer) { xUsage(w, "rdmago xclient", false) },
 		},
 	}
 }
@@ -78,9 +80,8 @@ const xPortLen = 5
 // server adds -v. -c takes the first character of its value, in either
 // case: r for RC, x for XRC; anything else, the empty value included,
 // ends the loop with the usage and status 1, as a bad option does, and
-// options after it are never read. -h, which the C programs call an
-// invalid option, prints the usage with status 0, as every rdmago
-// command's. It returns the options and, unless run is set, the exit
+// options after it are never read. -h is an invalid option, as in the C
+// programs. It returns the options and, unless run is set, the exit
 // status.
 func xParse(argv0 string, server bool, args []string, stderr, stdout io.Writer) (o rsOptions, status int, run bool) {
 	o = rsOptions{server: server, addr: "127.0.0.1", port: "7471", tool: "rdma_xclient"}
@@ -119,9 +120,6 @@ func xParse(argv0 string, server bool, args []string, stderr, stdout io.Writer) 
 	case badType:
 		xUsage(stdout, argv0, server)
 		return o, 1, false
-	case !ok && msg == fmt.Sprintf("%s: invalid option -- 'h'\n", argv0):
-		xUsage(stdout, argv0, server)
-		return o, 0, false
 	case !ok:
 		io.WriteString(stderr, msg)
 		xUsage(stdout, argv0, server)

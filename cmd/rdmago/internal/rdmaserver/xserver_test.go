@@ -39,8 +39,9 @@ func TestXServerClientOptions(t *testing.T) {
 		{server: false, args: []string{"-c", "RC"}, run: true, want: cliDefault},
 		{server: true, args: []string{"-p", "123456789"}, run: true,
 			want: with(srvDefault, func(o *rsOptions) { o.port = "123456789" })},
-		{server: true, args: []string{"-h"}, stdout: usage(srv, true)},
-		{server: false, args: []string{"-h"}, stdout: usage(cli, false)},
+		// The C programs have no -h.
+		{server: true, args: []string{"-h"}, status: 1, stdout: usage(srv, true), stderr: srv + ": invalid option -- 'h'\n"},
+		{server: false, args: []string{"-h"}, status: 1, stdout: usage(cli, false), stderr: cli + ": invalid option -- 'h'\n"},
 		{server: true, args: []string{"-c", "q"}, status: 1, stdout: usage(srv, true)},
 		{server: false, args: []string{"-c", ""}, status: 1, stdout: usage(cli, false)},
 		{server: false, args: []string{"-c", "q", "-x"}, status: 1, stdout: usage(cli, false)},

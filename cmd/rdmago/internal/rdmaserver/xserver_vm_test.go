@@ -139,6 +139,8 @@ func TestDeviceXServerClientFailures(t *testing.T) {
 		// Bad options and types: the usage, status 1.
 		{false, []string{"-x"}, true},
 		{true, []string{"-x"}, true},
+		{false, []string{"-h"}, true},
+		{true, []string{"-h"}, true},
 		{true, []string{"-s", tooltest.VMAddr}, true}, // the server has no -s
 		{false, []string{"-p"}, true},
 		{true, []string{"-p"}, true},

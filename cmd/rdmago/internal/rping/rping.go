@@ -9,7 +9,6 @@ package rping
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -29,6 +28,7 @@ func Commands() []*command.Command {
 		Run: func(args []string, stdout, stderr io.Writer) int {
 			return rpingMain(context.Background(), args, stdout, stderr)
 		},
+		Usage: func(w io.Writer) { rpUsage(w) },
 	}}
 }
 
@@ -179,10 +179,8 @@ func rpParse(ctx context.Context, args []string, stdout, stderr io.Writer) (o rp
 	fs.Var(getopt.FuncValue{SetFunc: func(string) error { return errors.New("not handled") }}, "t", "")
 
 	if _, err := getopt.Parse(fs, args); err != nil {
+		// -h among them: rping has none.
 		rpUsage(stdout)
-		if errors.Is(err, flag.ErrHelp) {
-			return o, 0, false
-		}
 		return o, 22, false
 	}
 	if ret != 0 {

@@ -160,7 +160,7 @@ func TestRpingOptions(t *testing.T) {
 		check          func(o rpOptions) bool
 	}{
 		{args: nil, status: 22, stdout: usage.String()},
-		{args: []string{"-h"}, status: 0, stdout: usage.String()},
+		{args: []string{"-h"}, status: 22, stdout: usage.String()}, // rping has no -h
 		{args: []string{"-s"}, run: true, check: func(o rpOptions) bool {
 			return o.server == 1 && o.addr == netip.IPv4Unspecified() && o.port == 7174 && o.size == 64 && o.count == 0
 		}},
@@ -222,7 +222,7 @@ func TestRpingCommandStatuses(t *testing.T) {
 		stdout string // a substring
 	}{
 		{[]string{"rping"}, 22, "rdmago rping -s [-vVd] [-S size] [-C count] [-a addr] [-p port]\n"},
-		{[]string{"rping", "-h"}, 0, "\t-P\t\tpersistent server mode allowing multiple connections\n"},
+		{[]string{"rping", "-h"}, 22, "\t-P\t\tpersistent server mode allowing multiple connections\n"},
 		{[]string{"rping", "-c", "-a", "nosuch"}, 254, "getaddrinfo failed"},
 		{[]string{"help", "rping"}, 0, "\t-q\t\tuse self-created, self-modified QP\n"},
 	} {

@@ -227,12 +227,13 @@ func TestDeviceRpingFailures(t *testing.T) {
 		{"-s", "-a", "10.0.3.99", "-p", port},                // not a local address: rdma_bind_addr fails
 		{},                                                   // neither -s nor -c
 		{"-s", "-x"},                                         // an unknown option
+		{"-h"},                                               // rping has no -h
 		{"-s", "-t", "1"},                                    // known to getopt, not to rping
-		{"-c", "-S", "22", "-a", tooltest.VMAddr},            // -S too small, then -a: rping runs anyway ...
-		{"-c", "-S", "65536"},                                // too large
-		{"-s", "-C", "-3"},                                   // a negative count
+		{"-c", "-S", "22", "-a", tooltest.VMAddr}, // -S too small, then -a: rping runs anyway ...
+		{"-c", "-S", "65536"},                     // too large
+		{"-s", "-C", "-3"},                        // a negative count
 	} {
-		if len(args) > 0 && args[1] == "-S" && args[2] == "22" {
+		if len(args) > 2 && args[1] == "-S" && args[2] == "22" {
 			// ... with a 22-byte buffer, and fails to connect.
 			args = append(args, "-p", port)
 		}

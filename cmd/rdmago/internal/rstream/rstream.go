@@ -6,7 +6,6 @@ package rstream
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -27,6 +26,7 @@ func Commands() []*command.Command {
 		Run: func(args []string, stdout, stderr io.Writer) int {
 			return Main(context.Background(), args, stdout, stderr)
 		},
+		Usage: func(w io.Writer) { fmt.Fprintf(w, usage, "rdmago rstream") },
 	}}
 }
 
@@ -141,10 +141,9 @@ func parse(args []string, stdout, stderr io.Writer) (*options, int, bool) {
 	val("k", num(&o.keepAlive, false))
 	val("T", func(v string) error { return o.testOption(v) })
 	if _, err := getopt.Parse(fs, args); err != nil {
+		// -h among them: rstream has none.
+		io.WriteString(stderr, getopt.Message("rdmago rstream", args, err))
 		fmt.Fprintf(stdout, usage, "rdmago rstream")
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, 0, false
-		}
 		return nil, 1, false
 	}
 	return o, 0, true

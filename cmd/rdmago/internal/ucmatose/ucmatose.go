@@ -43,6 +43,7 @@ func Commands() []*command.Command {
 		Run: func(args []string, stdout, stderr io.Writer) int {
 			return Main(context.Background(), "ucmatose", args, stdout, stderr)
 		},
+		Usage: func(w io.Writer) { usage(w, "ucmatose") },
 	}}
 }
 
@@ -91,8 +92,7 @@ func usage(w io.Writer, argv0 string) {
 func parse(argv0 string, args []string, stdout, stderr io.Writer) (o options, status int, run bool) {
 	o = options{port: defaultPort, connections: 1, count: 10, size: 100}
 	o.hints.PortSpace = cm.PSTCP
-	help := false
-	msg, ok := getopt.Short(argv0, args, "s:b:f:P:c:C:S:t:p:a:mh", func(opt byte, arg string) {
+	msg, ok := getopt.Short(argv0, args, "s:b:f:P:c:C:S:t:p:a:m", func(opt byte, arg string) {
 		switch opt {
 		case 's':
 			o.dst = arg
@@ -123,16 +123,8 @@ func parse(argv0 string, args []string, stdout, stderr io.Writer) (o options, st
 		case 'a':
 			o.setTimeout = true
 			o.timeout = uint8(clib.Strtoul(arg))
-		case 'h':
-			help = true
 		}
 	})
-	if help {
-		// cmatose has no -h (its getopt refuses it); rdmago's commands
-		// answer it with their usage.
-		usage(stdout, argv0)
-		return o, 0, false
-	}
 	if !ok {
 		io.WriteString(stderr, msg)
 		usage(stdout, argv0)

@@ -53,8 +53,8 @@ func TestUcmatoseBadOptions(t *testing.T) {
 	if b.String() != cUsage {
 		t.Errorf("usage:\n%s\nwant:\n%s", b.String(), cUsage)
 	}
-	// rdmago's -h, which cmatose lacks: the usage on stdout, status 0.
-	if o, e, st := tooltest.Run(Commands(), "ucmatose", "-h"); st != 0 || o != cUsage || e != "" {
+	// -h, which cmatose lacks, is an invalid option, as there.
+	if o, e, st := tooltest.Run(Commands(), "ucmatose", "-h"); st != 1 || o != cUsage || e != "ucmatose: invalid option -- 'h'\n" {
 		t.Errorf("ucmatose -h: status %d, stdout %q, stderr %q", st, o, e)
 	}
 }

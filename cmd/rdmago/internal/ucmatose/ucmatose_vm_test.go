@@ -160,6 +160,7 @@ func TestDeviceUcmatoseAlone(t *testing.T) {
 		{"-b", "nosuchhost"},
 		{"-c", "-1"},
 		{"-x"},
+		{"-h"},
 		{"-r"},
 		{"--foo"},
 		{"-s"},

@@ -42,6 +42,7 @@ func Commands() []*command.Command {
 		Run: func(args []string, stdout, stderr io.Writer) int {
 			return Main(context.Background(), "udaddy", args, stdout, stderr)
 		},
+		Usage: func(w io.Writer) { usage(w, "udaddy") },
 	}}
 }
 
@@ -85,8 +86,7 @@ func usage(w io.Writer, argv0 string) {
 func parse(argv0 string, args []string, stdout, stderr io.Writer) (o options, status int, run bool) {
 	o = options{port: defaultPort, connections: 1, count: 10, size: 100}
 	o.hints.PortSpace = cm.PSUDP
-	help := false
-	msg, ok := getopt.Short(argv0, args, "s:b:c:C:S:t:p:P:f:h", func(opt byte, arg string) {
+	msg, ok := getopt.Short(argv0, args, "s:b:c:C:S:t:p:P:f:", func(opt byte, arg string) {
 		switch opt {
 		case 's':
 			o.dst = arg
@@ -113,16 +113,8 @@ func parse(argv0 string, args []string, stdout, stderr io.Writer) (o options, st
 			case !cmacommon.HasPrefixFold(arg, "udp"):
 				fmt.Fprintf(stderr, "Warning: unknown port space format\n")
 			}
-		case 'h':
-			help = true
 		}
 	})
-	if help {
-		// udaddy has no -h (its getopt refuses it); rdmago's commands
-		// answer it with their usage.
-		usage(stdout, argv0)
-		return o, 0, false
-	}
 	if !ok {
 		io.WriteString(stderr, msg)
 		usage(stdout, argv0)

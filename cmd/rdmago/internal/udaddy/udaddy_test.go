@@ -54,8 +54,8 @@ func TestUdaddyBadOptions(t *testing.T) {
 	if b.String() != cUsage {
 		t.Errorf("usage:\n%s\nwant:\n%s", b.String(), cUsage)
 	}
-	// rdmago's -h, which udaddy lacks: the usage on stdout, status 0.
-	if o, e, st := tooltest.Run(Commands(), "udaddy", "-h"); st != 0 || o != cUsage || e != "" {
+	// -h, which udaddy lacks, is an invalid option, as there.
+	if o, e, st := tooltest.Run(Commands(), "udaddy", "-h"); st != 1 || o != cUsage || e != "udaddy: invalid option -- 'h'\n" {
 		t.Errorf("udaddy -h: status %d, stdout %q, stderr %q", st, o, e)
 	}
 }

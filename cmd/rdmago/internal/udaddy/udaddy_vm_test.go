@@ -122,6 +122,7 @@ func TestDeviceUdaddyAlone(t *testing.T) {
 		{"-b", "nosuchhost"},
 		{"-c", "-1"},
 		{"-x"},
+		{"-h"},
 		{"--foo"},
 		{"-s"},
 	} {
