@@ -198,7 +198,7 @@ if [ "$set_" = death ]; then
 	# SURVIVORS, FAULTS and MODES choose a part of the set (all of it by
 	# default).
 	sv=${SURVIVORS:-c r k}
-	if [[ " $sv " = *" k "* ]] && ! "$R" rping -h 2>&1 | grep -q -- '-K'; then
+	if [[ " $sv " = *" k "* ]] && ! "$R" help rping 2>&1 | grep -q -- '-K'; then
 		echo "skip rdmago rping -K 2000: this bin/rdmago has no -K"
 		sv=${sv//k/}
 	fi
