@@ -231,6 +231,7 @@ func TestModelCQE128(t *testing.T) {
 			"SendRecv": TestModelSendRecv, "RDMAAndAtomics": TestModelRDMAAndAtomics, "RingWrap": TestModelRingWrap,
 			"Errors": TestModelErrors, "SRQ": TestModelSRQ, "UD": TestModelUD, "Arm": TestModelArm,
 			"DestroyCleansCQ": TestModelDestroyCleansCQ, "HotPathAllocs": TestModelHotPathAllocs,
+			"XRCSend": testModelXRCSend, "XRCRecv": testModelXRCRecv,
 		} {
 			t.Run(fmt.Sprintf("%s/v%d", name, map[bool]int{false: 1, true: 0}[old]), f)
 		}
@@ -244,7 +245,7 @@ func TestQPUdata(t *testing.T) {
 	h.dyn = false // the kernel picks the registers (TestDynamicUARs: the provider)
 	c := h.openContext()
 	if _, err := c.NewQP(provider.QPInitAttr{Type: 8, Caps: pairCaps}); !errors.Is(err, unix.EOPNOTSUPP) {
-		t.Errorf("XRC QP: %v", err)
+		t.Errorf("raw packet QP: %v", err)
 	}
 	if _, err := c.NewQP(provider.QPInitAttr{Type: qp.RC, Caps: qp.Caps{MaxSendWR: 1, MaxSendSGE: 30}}); !errors.Is(err, unix.EINVAL) {
 		t.Errorf("30 SGEs: %v", err)
@@ -463,7 +464,7 @@ func TestModelStaticUAR(t *testing.T) {
 		"SendRecv": TestModelSendRecv, "RDMAAndAtomics": TestModelRDMAAndAtomics, "RingWrap": TestModelRingWrap,
 		"BlueFlame": TestModelBlueFlame, "Errors": TestModelErrors, "SRQ": TestModelSRQ, "UD": TestModelUD,
 		"Arm": TestModelArm, "DestroyCleansCQ": TestModelDestroyCleansCQ, "Refusals": TestModelRefusals,
-		"HotPathAllocs": TestModelHotPathAllocs,
+		"HotPathAllocs": TestModelHotPathAllocs, "XRCRecv": testModelXRCRecv,
 	})
 }
 

@@ -191,19 +191,74 @@ func (cq *CQ) CQEvent() {
 func beWord64(v uint64) uint64 { return toBE64(v) }
 
 // clean removes the CQEs of a destroyed QP from the ring
-// (__mlx5_cq_clean): later CQEs move up over them, keeping the owner bits
-// of the entries they land in, and the consumer index skips the freed
-// entries. Receives on an SRQ give their WQEs back to it. With CQE
-// version 1 the QP's CQEs carry its user index (rsn) and its receives are
-// on its own SRQ; with version 0 they carry its number, and a receive on
-// an SRQ names the SRQ.
+// (__mlx5_cq_clean). Receives on an SRQ give their WQEs back to it. With
+// CQE version 1 the QP's CQEs carry its user index (rsn) and its receives
+// are on its own SRQ; with version 0 they carry its number, and a receive
+// on an SRQ names the SRQ.
 func (cq *CQ) clean(qp *QP) {
+	v1 := cq.ctx.cqeVersion == cqeVersion1
+	cq.remove(func(cqe64 unsafe.Pointer) bool {
+		srqnUidx := getBE32(at(cqe64, cqeOffSrqnUidx)) & cqeSrqnUidxMask
+		if v1 {
+			if srqnUidx != qp.rsn {
+				return false
+			}
+		} else if getBE32(at(cqe64, cqeOffSopDropQPN))&cqeQPNMask != qp.num {
+			return false
+		}
+		if isResponder(cqe64) {
+			var srq *SRQ
+			if v1 {
+				srq = qp.srq
+			} else if srqnUidx != 0 {
+				srq = cq.ctx.t.srqs.get(srqnUidx)
+			}
+			if srq != nil {
+				srq.release(getBE16(at(cqe64, cqeOffWQECounter)))
+			}
+		}
+		return true
+	})
+}
+
+// cleanXRC removes the receive completions of a destroyed XRC SRQ from
+// the ring. rdma-core leaves them (mlx5_destroy_srq cleans no CQ), and its
+// poll then fails on a user index it no longer knows, or, once a new QP
+// or SRQ took the index, completes the stale CQE as that one's. The XRC
+// receive QP the CQEs name may be another process's and outlive the SRQ,
+// so its destroy cannot clean them. Under CQE version 1 they name the SRQ
+// by user index (nothing else carries it), under version 0 by number.
+func (cq *CQ) cleanXRC(s *SRQ) {
+	v1 := cq.ctx.cqeVersion == cqeVersion1
+	cq.remove(func(cqe64 unsafe.Pointer) bool {
+		srqnUidx := getBE32(at(cqe64, cqeOffSrqnUidx)) & cqeSrqnUidxMask
+		if v1 {
+			return srqnUidx == s.uidx
+		}
+		return srqnUidx == s.num && isResponder(cqe64)
+	})
+}
+
+// isResponder reports whether a CQE completes a receive, successful or
+// not (rdma-core's is_responder, with the error opcode).
+func isResponder(cqe64 unsafe.Pointer) bool {
+	switch *(*uint8)(at(cqe64, cqeOffOpOwn)) >> cqeOpcodeShift {
+	case cqeRespWrImm, cqeRespSend, cqeRespSendIm, cqeRespSendIn, cqeRespErr:
+		return true
+	}
+	return false
+}
+
+// remove takes the software-owned CQEs mine picks out of the ring, as
+// __mlx5_cq_clean does: later CQEs move up over them, keeping the owner
+// bits of the entries they land in, and the consumer index skips the freed
+// entries.
+func (cq *CQ) remove(mine func(cqe64 unsafe.Pointer) bool) {
 	cq.mu.lock()
 	defer cq.mu.unlock()
 	if cq.mem == nil {
 		return
 	}
-	v1 := cq.ctx.cqeVersion == cqeVersion1
 	r := &cq.ring
 	prod := r.consIndex
 	for r.swOwned(prod) != nil {
@@ -217,27 +272,7 @@ func (cq *CQ) clean(qp *QP) {
 	for int32(prod-r.consIndex) > 0 {
 		prod--
 		cqe := r.entry(prod)
-		cqe64 := r.cqe64(cqe)
-		srqnUidx := getBE32(at(cqe64, cqeOffSrqnUidx)) & cqeSrqnUidxMask
-		var mine bool
-		if v1 {
-			mine = srqnUidx == qp.rsn
-		} else {
-			mine = getBE32(at(cqe64, cqeOffSopDropQPN))&cqeQPNMask == qp.num
-		}
-		if mine {
-			switch *(*uint8)(at(cqe64, cqeOffOpOwn)) >> cqeOpcodeShift {
-			case cqeRespWrImm, cqeRespSend, cqeRespSendIm, cqeRespSendIn, cqeRespErr:
-				var srq *SRQ
-				if v1 {
-					srq = qp.srq
-				} else if srqnUidx != 0 {
-					srq = cq.ctx.t.srqs.get(srqnUidx)
-				}
-				if srq != nil {
-					srq.release(getBE16(at(cqe64, cqeOffWQECounter)))
-				}
-			}
+		if mine(r.cqe64(cqe)) {
 			nfreed++
 		} else if nfreed > 0 {
 			dst := r.entry(prod + nfreed)
@@ -251,6 +286,17 @@ func (cq *CQ) clean(qp *QP) {
 		r.consIndex += nfreed
 		publishRecord(&cq.db[cqSetCI], r.consIndex&cqeConsIndexMask) // after the moved CQEs
 	}
+}
+
+// liveCQs returns the context's CQs, for cleaning outside its lock.
+func (c *Context) liveCQs() []*CQ {
+	c.cqMu.Lock()
+	defer c.cqMu.Unlock()
+	cqs := make([]*CQ, 0, len(c.cqs))
+	for cq := range c.cqs {
+		cqs = append(cqs, cq)
+	}
+	return cqs
 }
 
 // Close frees the buffer and the doorbell record, and gives back its

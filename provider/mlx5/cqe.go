@@ -115,8 +115,10 @@ func syndromeStatus(synd uint8) wr.Status {
 // resources finds the QP or SRQ a CQE names, remembering the last ones
 // found, as rdma-core's cur_rsc and cur_srq do within one poll. With CQE
 // version 1 a CQE names its QP by user index (srqn_uidx), and a receive on
-// an SRQ names the QP, whose SRQ holds the WQE; with version 0 it names
-// the QP by number and, for receives on an SRQ, the SRQ by number.
+// an SRQ names the QP, whose SRQ holds the WQE, except a receive through
+// an XRC SRQ, which names the SRQ by its own user index (the XRC receive
+// QP has none); with version 0 it names the QP by number and, for
+// receives on any SRQ, the SRQ by number.
 type resources struct {
 	t   *tables
 	v1  bool
@@ -141,6 +143,14 @@ func (r *resources) qpByRsn(rsn uint32) *QP {
 func (r *resources) srqByNum(srqn uint32) *SRQ {
 	if r.srq == nil || r.srq.num != srqn {
 		r.srq = r.t.srqs.get(srqn)
+	}
+	return r.srq
+}
+
+// xsrqByUidx finds an XRC SRQ by its user index (CQE version 1).
+func (r *resources) xsrqByUidx(uidx uint32) *SRQ {
+	if r.srq == nil || r.srq.uidx != uidx {
+		r.srq = r.t.xsrqs.get(uidx)
 	}
 	return r.srq
 }
@@ -272,8 +282,16 @@ func completeRecv(cqe unsafe.Pointer, c *wr.Completion, r *resources, qpn uint32
 	var qp *QP
 	if r.v1 {
 		// get_resp_ctx_v1: the QP by user index; its SRQ, if it has one.
+		// An index that names no QP may name an XRC SRQ: the user indexes
+		// of both come from one allocator, as rdma-core keeps both in
+		// one table (MLX5_RSC_TYPE_XSRQ).
 		if qp = r.qpByRsn(srqnUidx); qp == nil {
-			return false
+			srq := r.xsrqByUidx(srqnUidx)
+			if srq == nil {
+				return false
+			}
+			srq.complete(getBE16(at(cqe, cqeOffWQECounter)), c)
+			return true
 		}
 		if qp.srq != nil {
 			qp.srq.complete(getBE16(at(cqe, cqeOffWQECounter)), c)
@@ -335,11 +353,15 @@ func (t *table[T]) remove(n uint32, v *T) {
 }
 
 // tables are a context's QP and SRQ maps: QPs by number (CQE version 0)
-// or by user index (version 1), SRQs by number.
+// or by user index (version 1), SRQs by number, and XRC SRQs by user
+// index (version 1). rdma-core keeps QPs and XRC SRQs in one table of
+// typed resources; two tables over one index space keep a QP's lookup a
+// single load.
 type tables struct {
-	qps  table[QP]
-	uidx table[QP]
-	srqs table[SRQ]
+	qps   table[QP]
+	uidx  table[QP]
+	srqs  table[SRQ]
+	xsrqs table[SRQ]
 }
 
 // uidxAllocator hands out the 24-bit user indexes that QPs and SRQs carry

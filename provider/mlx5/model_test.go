@@ -672,7 +672,34 @@ func (h *hca) validUidx(u uint32) bool {
 			return false
 		}
 	}
+	for _, s := range h.srqs {
+		if s.xrc && s.uidx == u {
+			h.t.Errorf("user index %#x given twice (an XRC SRQ has it)", u)
+			return false
+		}
+	}
 	return true
+}
+
+// createXRCRecvQP is the kernel's create of an XRC_TGT QP in domain xrcd:
+// ib_create_qp_user hands mlx5_ib no udata for it, so the device QP has
+// no buffers and the default user index. The provider sends none.
+func (h *hca) createXRCRecvQP(c *Context, xrcd int) (*QP, *hwQP) {
+	h.t.Helper()
+	b, err := c.NewQP(provider.QPInitAttr{Type: qp.XRCRecv})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if in, out := b.Udata(); len(in) != 0 || len(out) != 0 {
+		h.t.Errorf("XRC receive QP sends %d bytes of driver data and wants %d back; the kernel passes it none", len(in), len(out))
+	}
+	hw := &hwQP{qpn: h.num(), typ: qp.XRCRecv, xrcd: xrcd, uidx: defaultUIDX}
+	p, err := b.Finish(provider.Created{Handle: hw.qpn, QPNum: hw.qpn})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.qps[hw.qpn] = hw
+	return p.(*QP), hw
 }
 
 // destroyQP is the kernel's destroy, then the provider's Close, in the
@@ -693,10 +720,12 @@ type hwSRQ struct {
 	db    *uint32
 	ci    uint32 // WQEs consumed
 	next  uint16 // the WQE the device takes next
-	// XRC: the domain the SRQ serves and the CQ of its receives, whose
-	// CQEs go nowhere when nil (the provider has no XRC SRQ yet).
+	// XRC: the domain the SRQ serves, the CQ of its receives and its user
+	// index, which its CQEs carry under CQE version 1.
+	xrc  bool
 	xrcd int
 	cq   *hwCQ
+	uidx uint32
 }
 
 func (h *hca) createSRQ(c *Context, attr provider.SRQInitAttr) (*SRQ, *hwSRQ) {
@@ -706,14 +735,17 @@ func (h *hca) createSRQ(c *Context, attr provider.SRQInitAttr) (*SRQ, *hwSRQ) {
 		h.t.Fatal(err)
 	}
 	cmd, resp := udataOf[abi.Mlx5IbCreateSrq, abi.Mlx5IbCreateSrqResp](h.t, b)
-	// create_srq_user: the kernel's own sizing of the buffer.
+	// create_srq_user: the kernel's own sizing of the buffer, the flags
+	// (no signature asked), the reserved words, and for an XRC SRQ
+	// get_srq_user_index (for a basic SRQ the kernel ignores the index).
 	desc := max(roundUpPow2(srqNextSegSize+attr.MaxSGE*dataSegSize), 32)
 	nwqe := roundUpPow2(attr.MaxWR + 1)
-	if cmd.Buf_addr%uint64(h.pageSize) != 0 || !h.validUidx(cmd.Uidx) || cmd.Flags != 0 {
+	if cmd.Buf_addr%uint64(h.pageSize) != 0 || !h.validUidx(cmd.Uidx) || cmd.Flags != 0 || cmd.Reserved0 != 0 || cmd.Reserved1 != 0 {
 		b.Abort()
 		h.t.Fatalf("create SRQ driver data %+v", cmd)
 	}
-	hw := &hwSRQ{srqn: h.num() & 0xffff, buf: userMem(cmd.Buf_addr), shift: ilog2(desc), nwqe: nwqe, db: (*uint32)(userMem(cmd.Db_addr))}
+	hw := &hwSRQ{srqn: h.num() & 0xffff, buf: userMem(cmd.Buf_addr), shift: ilog2(desc), nwqe: nwqe, db: (*uint32)(userMem(cmd.Db_addr)),
+		xrc: attr.XRC, uidx: cmd.Uidx}
 	resp.Srqn = hw.srqn
 	p, err := b.Finish(provider.Created{Handle: hw.srqn, Caps: qp.Caps{MaxRecvWR: nwqe - 1, MaxRecvSGE: attr.MaxSGE}})
 	if err != nil {
@@ -722,6 +754,36 @@ func (h *hca) createSRQ(c *Context, attr provider.SRQInitAttr) (*SRQ, *hwSRQ) {
 	hw.prov = p.(*SRQ)
 	h.srqs[hw.srqn] = hw
 	return p.(*SRQ), hw
+}
+
+// createXRCSRQ makes an XRC SRQ of domain xrcd whose receives complete
+// on cq.
+func (h *hca) createXRCSRQ(c *Context, attr provider.SRQInitAttr, cq *hwCQ, xrcd int) (*SRQ, *hwSRQ) {
+	h.t.Helper()
+	attr.XRC = true
+	p, hw := h.createSRQ(c, attr)
+	hw.xrcd, hw.cq = xrcd, cq
+	return p, hw
+}
+
+// destroySRQ is the kernel's destroy, then the provider's Close.
+func (h *hca) destroySRQ(p *SRQ, hw *hwSRQ) {
+	delete(h.srqs, hw.srqn)
+	if err := p.Close(); err != nil {
+		h.t.Error(err)
+	}
+}
+
+// flushXRC writes the flush error CQE of the next WQE of an XRC SRQ, as
+// the device does for a receive an XRC target QP had taken when it
+// went to the error state; the WQE is consumed.
+func (h *hca) flushXRC(dst *hwQP, s *hwSRQ) {
+	idx := s.next
+	s.next = srqNext(unsafe.Add(s.buf, uintptr(idx)<<s.shift))
+	s.ci++
+	t := *dst
+	t.srq, t.recvCQ = s, s.cq
+	h.respCQE(&t, nil, 0, syndWRFlushErr, idx, &sendOp{}, 0)
 }
 
 // createAH is mlx5_ib_create_ah: it answers the destination MAC on RoCE.
@@ -791,7 +853,9 @@ func (h *hca) run() {
 		h.checkArm(cq)
 	}
 	for _, q := range h.qps {
-		h.runSQ(q)
+		if q.db != nil { // an XRC target has no queues
+			h.runSQ(q)
+		}
 	}
 }
 
@@ -1053,7 +1117,7 @@ func (h *hca) perform(q *hwQP, op *sendOp) uint8 {
 			// SRQ of the target's domain the XRC segment names, and
 			// completes on that SRQ's CQ.
 			srq := h.srqs[op.srqn]
-			if srq == nil || srq.xrcd != dst.xrcd {
+			if srq == nil || !srq.xrc || srq.xrcd != dst.xrcd {
 				return syndRemoteInvalReqErr
 			}
 			t := *dst
@@ -1220,15 +1284,16 @@ func (h *hca) respCQE(dst, src *hwQP, respOp, synd uint8, srqIdx uint16, op *sen
 	if synd != 0 {
 		opcode = cqeRespErr
 	}
-	if dst.recvCQ == nil {
-		return // an XRC SRQ of the model's own, without a CQ
-	}
 	h.push(dst.recvCQ, func(c unsafe.Pointer) {
 		putBE32(at(c, cqeOffSopDropQPN), dst.qpn)
 		putBE32(at(c, cqeOffByteCnt), byteCnt)
 		switch {
+		case h.cqeVer == 1 && dst.typ == qp.XRCRecv:
+			// The XRC target QP has no user index; the CQE names the
+			// SRQ by its own.
+			putBE32(at(c, cqeOffSrqnUidx), dst.srq.uidx)
 		case h.cqeVer == 1:
-			putBE32(at(c, cqeOffSrqnUidx), dst.uidx) // the QP, even on an SRQ
+			putBE32(at(c, cqeOffSrqnUidx), dst.uidx) // the QP, even on a basic SRQ
 		case dst.srq != nil:
 			putBE32(at(c, cqeOffSrqnUidx), dst.srq.srqn)
 		}

@@ -36,10 +36,9 @@ type qpBuilder struct {
 func (c *Context) NewQP(attr provider.QPInitAttr) (provider.Builder[provider.QP], error) {
 	switch attr.Type {
 	case qp.RC, qp.UC, qp.UD, qp.XRCSend:
+	case qp.XRCRecv:
+		return xrcRecvBuilder{ctx: c}, nil
 	default:
-		// XRC receive QPs (and the XRC SRQs they feed, NewSRQ) are not
-		// written yet: their completions name the SRQ by a user index the
-		// CQ's tables do not know.
 		return nil, fmt.Errorf("mlx5: QP type %d: %w", attr.Type, unix.EOPNOTSUPP)
 	}
 	sq, err := calcSQ(&c.lim, attr.Type, attr.Caps)
@@ -172,6 +171,25 @@ func (b *qpBuilder) Finish(c provider.Created) (provider.QP, error) {
 	return qp, nil
 }
 
+// xrcRecvBuilder makes an XRC receive QP. The kernel creates an XRC_TGT
+// QP without the driver data (ib_create_qp_user passes mlx5_ib no udata,
+// so no buffer, doorbell record, UAR or user index reaches it), and the
+// device gives it none: what arrives lands in the XRC SRQ each message
+// names and completes on that SRQ's CQ, naming the SRQ. rdma-core
+// allocates queues of zero entries and a UAR register all the same, and
+// keeps the QP out of its tables (no user index; under CQE version 0 no
+// queue to store it for); here there is nothing to allocate, and the QP
+// is in no table either, so no CQE resolves to it and destroying it
+// cleans no CQ.
+type xrcRecvBuilder struct{ ctx *Context }
+
+func (xrcRecvBuilder) Udata() (in, out []byte) { return nil, nil }
+func (xrcRecvBuilder) Abort()                  {}
+
+func (b xrcRecvBuilder) Finish(c provider.Created) (provider.QP, error) {
+	return &QP{ctx: b.ctx, num: c.QPNum, rsn: c.QPNum, typ: qp.XRCRecv}, nil
+}
+
 // QP is an mlx5 queue pair.
 type QP struct {
 	ctx *Context
@@ -181,6 +199,8 @@ type QP struct {
 	rsn uint32
 	srq *SRQ // the SRQ its receives come from, or nil
 	typ qp.Type
+	// An XRC receive QP has no queues, no register (bf nil) and no
+	// memory; it posts nothing (EINVAL) and its Stop changes nothing.
 	mem []byte
 	// stopped: posts are refused (Stop, Close); set under both queues'
 	// locks.
@@ -448,18 +468,16 @@ func (qp *QP) setStopped(v bool) {
 // its memory, and gives back its register of a dynamic UAR. The core
 // calls it after the kernel destroyed the QP.
 func (qp *QP) Close() error {
+	if qp.bf == nil {
+		return nil // an XRC receive QP: nothing of its own (xrcRecvBuilder)
+	}
 	v1 := qp.ctx.cqeVersion == cqeVersion1
 	if v1 {
 		qp.ctx.t.uidx.remove(qp.rsn, qp)
 	} else {
 		qp.ctx.t.qps.remove(qp.num, qp)
 	}
-	qp.ctx.cqMu.Lock()
-	cqs := make([]*CQ, 0, len(qp.ctx.cqs))
-	for cq := range qp.ctx.cqs {
-		cqs = append(cqs, cq)
-	}
-	qp.ctx.cqMu.Unlock()
+	cqs := qp.ctx.liveCQs()
 	qp.sqMu.lock()
 	defer qp.sqMu.unlock()
 	qp.rqMu.lock()

@@ -17,19 +17,18 @@ import (
 type srqBuilder struct {
 	queueBuf
 	size srqSize
+	xrc  bool
 	cmd  abi.Mlx5IbCreateSrq
 	resp abi.Mlx5IbCreateSrqResp
 }
 
 // NewSRQ allocates the SRQ buffer with its WQEs linked into a free list
 // and a doorbell record, and returns the builder whose driver data
-// (struct mlx5_ib_create_srq) names them.
+// (struct mlx5_ib_create_srq) names them. An XRC SRQ is laid out as a
+// basic one (mlx5_create_srq_ex); under CQE version 1 the kernel requires
+// its user index (get_srq_user_index), which its receive completions
+// carry in place of a QP's.
 func (c *Context) NewSRQ(attr provider.SRQInitAttr) (provider.Builder[provider.SRQ], error) {
-	if attr.XRC {
-		// Not written yet: an XRC SRQ's CQEs name it by user index, which
-		// the CQ's lookup tables do not know (issue 13).
-		return nil, fmt.Errorf("mlx5: XRC SRQ: %w", unix.EOPNOTSUPP)
-	}
 	size, err := calcSRQ(&c.lim, attr)
 	if err != nil {
 		return nil, fmt.Errorf("mlx5: SRQ for %+v: %w", attr, err)
@@ -38,7 +37,7 @@ func (c *Context) NewSRQ(attr provider.SRQInitAttr) (provider.Builder[provider.S
 	if err != nil {
 		return nil, err
 	}
-	b := &srqBuilder{queueBuf: q, size: size}
+	b := &srqBuilder{queueBuf: q, size: size, xrc: attr.XRC}
 	b.cmd.Buf_addr = addrOf(q.mem)
 	b.cmd.Db_addr = uint64(uintptr(q.db))
 	b.cmd.Uidx = q.uidx
@@ -54,7 +53,7 @@ func (b *srqBuilder) Finish(c provider.Created) (provider.SRQ, error) {
 		b.Abort()
 		return nil, fmt.Errorf("mlx5: kernel answered SRQ number %#x: %w", b.resp.Srqn, unix.EPROTO)
 	}
-	s := &SRQ{ctx: b.ctx, num: b.resp.Srqn, uidx: b.cmd.Uidx, mem: b.mem, db: (*uint32)(b.db)}
+	s := &SRQ{ctx: b.ctx, num: b.resp.Srqn, uidx: b.cmd.Uidx, xrc: b.xrc, mem: b.mem, db: (*uint32)(b.db)}
 	s.ring = srqRing{
 		start:    unsafe.Pointer(&b.mem[0]),
 		wqeShift: b.size.wqeShift,
@@ -65,6 +64,9 @@ func (b *srqBuilder) Finish(c provider.Created) (provider.SRQ, error) {
 	}
 	s.ring.link()
 	b.ctx.t.srqs.set(s.num, s)
+	if s.xrc && s.uidx != defaultUIDX {
+		b.ctx.t.xsrqs.set(s.uidx, s)
+	}
 	return s, nil
 }
 
@@ -73,6 +75,7 @@ type SRQ struct {
 	ctx  *Context
 	num  uint32
 	uidx uint32 // its user index (CQE version 1), else MLX5_IB_DEFAULT_UIDX
+	xrc  bool   // an XRC SRQ: its receive CQEs name it, not a QP of ours
 	mu   spinLock
 	mem  []byte
 	db   *uint32 // doorbell record: WQEs posted (big-endian)
@@ -128,8 +131,20 @@ func (s *SRQ) release(wqeCounter uint16) {
 }
 
 // Close forgets the SRQ and frees its memory; the kernel destroyed it.
+// An XRC SRQ's receive completions still in the context's CQs go too
+// (CQ.cleanXRC): they would otherwise name an index or number the next
+// SRQ or QP may take. A basic SRQ's completions name QPs, which the
+// kernel refuses to outlive it, and went with them.
 func (s *SRQ) Close() error {
 	s.ctx.t.srqs.remove(s.num, s)
+	if s.xrc {
+		if s.uidx != defaultUIDX {
+			s.ctx.t.xsrqs.remove(s.uidx, s)
+		}
+		for _, cq := range s.ctx.liveCQs() {
+			cq.cleanXRC(s)
+		}
+	}
 	s.mu.lock()
 	defer s.mu.unlock()
 	if s.mem == nil {
