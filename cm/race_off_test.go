@@ -1,0 +1,5 @@
+//go:build !race
+
+package cm
+
+const raceEnabled = false
