@@ -181,7 +181,7 @@ check-generate-mlx5:
 bench-mlx5:
 	GO="$(GO)" hack/mlx5gen/bench.sh
 
-## test-pair: rping, rdma_server/rdma_client and rstream between two VMs (vm pair,
+## test-pair: rping, rdma_server/rdma_client, rstream and mckey between two VMs (vm pair,
 ## KERNEL for both): rdmago serving rdma-core's client, rdma-core's server
 ## serving rdmago, and rdmago on both sides. Each client waits 2 s for its
 ## server. Logged to bin/test-pair.log; exits non-zero on any failure.
@@ -234,7 +234,17 @@ test-pair: vm build
 	pair "rstream: rdmago server, rdmago client (64 B, verified)" \
 		"$$R rstream -S 64 -C 1000 -T v" "$$R rstream -s $$A -S 64 -C 1000 -T v" \
 		2 "$$rs"; \
-	echo "== test-pair ($(KERNEL)): 9 pairs, $$fails failed, $$(( $$(date +%s) - t0 )) s; full output in $$log"; \
+	mk='return status 0$$'; mg=239.1.1.1; \
+	pair "mckey: rdmago receiver, mckey sender" \
+		"$$R mckey -m $$mg -b $$A" "/usr/bin/mckey -m $$mg -b 10.0.5.2 -s" \
+		1 "^\[a\] $$mk" 1 "^\[b\] $$mk" 1 '^\[a\] data transfers complete$$'; \
+	pair "mckey: mckey receiver, rdmago sender" \
+		"/usr/bin/mckey -m $$mg -b $$A" "$$R mckey -m $$mg -b 10.0.5.2 -s" \
+		1 "^\[a\] $$mk" 1 "^\[b\] $$mk" 1 '^\[a\] data transfers complete$$'; \
+	pair "mckey: rdmago receiver, rdmago sender" \
+		"$$R mckey -m $$mg -b $$A" "$$R mckey -m $$mg -b 10.0.5.2 -s" \
+		1 "^\[a\] $$mk" 1 "^\[b\] $$mk" 1 '^\[a\] data transfers complete$$'; \
+	echo "== test-pair ($(KERNEL)): 12 pairs, $$fails failed, $$(( $$(date +%s) - t0 )) s; full output in $$log"; \
 	[ $$fails -eq 0 ]
 
 ## test-faults: RoCEv2 recovery between two VMs (vm pair, KERNEL for both)
