@@ -95,13 +95,18 @@ func (d *devFile) write(b []byte) error {
 	if d.closed {
 		return ErrClosed
 	}
+	return writeCmd(d.raw, b)
+}
+
+// writeCmd is one command's write(2), retried on EINTR; a short write is
+// librdmacm's ENODATA.
+func writeCmd(fd int, b []byte) error {
 	for {
-		n, err := unix.Write(d.raw, b)
+		n, err := unix.Write(fd, b)
 		if err == unix.EINTR {
 			continue
 		}
 		if err == nil && n != len(b) {
-			// librdmacm's answer to a short write.
 			err = unix.ENODATA
 		}
 		return err
@@ -176,19 +181,12 @@ func (d *devFile) getEvent(ctx context.Context, b []byte) error {
 // tryGetEvent is evOp: one non-blocking GET_EVENT of evBuf, false while
 // the kernel has no event.
 func (d *devFile) tryGetEvent(fd uintptr) bool {
-	for {
-		n, err := unix.Write(int(fd), d.evBuf)
-		switch {
-		case err == unix.EINTR:
-			continue
-		case err == unix.EAGAIN:
-			return false
-		case err == nil && n != len(d.evBuf):
-			err = unix.ENODATA
-		}
-		d.evErr = err
-		return true
+	err := writeCmd(int(fd), d.evBuf)
+	if err == unix.EAGAIN {
+		return false
 	}
+	d.evErr = err
+	return true
 }
 
 // poll is unix.Poll; a test makes it fail with EINTR.

@@ -8,7 +8,6 @@ package devinfo
 import (
 	"bytes"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -157,9 +156,9 @@ func devinfoMain(b devinfoBackend, args []string, stdout, stderr io.Writer) int 
 	end := endNone
 	var o devinfoOpts
 
-	fs := flag.NewFlagSet("rdmago devinfo", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fs.Usage = func() {} // printed below, once we know which case this is
+	// getopt's flag set prints nothing: the usage is printed below, once
+	// we know which case this is.
+	fs := getopt.NewFlagSet("rdmago devinfo")
 	dev := getopt.FuncValue{SetFunc: func(s string) error {
 		o.devName, o.devNameSet = s, true
 		return nil
