@@ -24,8 +24,6 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/rdmago/rdma/cm"
 	"github.com/rdmago/rdma/cmd/rdmago/internal/clib"
 	"github.com/rdmago/rdma/cmd/rdmago/internal/cmacommon"
@@ -553,11 +551,12 @@ func (t *test) createQP(id *cm.ID) error {
 }
 
 // cqFor returns the shared CQ of id's device, made on first use with
-// one entry: cmtime's QPs never post, so nothing completes on it.
+// one entry: cmtime's QPs never post, so nothing completes on it. An ID
+// on no device gets none, and CreateQP refuses it.
 func (t *test) cqFor(id *cm.ID) (*uverbs.CQ, error) {
 	ctx := id.Verbs()
 	if ctx == nil {
-		return nil, fmt.Errorf("create QP: the ID has no device: %w", unix.EINVAL)
+		return nil, nil
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
