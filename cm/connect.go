@@ -149,6 +149,13 @@ func (id *ID) connParamToKern(op string, dst *abi.RdmaUcmConnParam, src *ConnPar
 	return nil
 }
 
+// ibOrRoCE reports whether the ID is on an IB or RoCE device, where the
+// connection commands post a CM message and return (quickCmd). The
+// caller holds id.mu.
+func (id *ID) ibOrRoCE() bool {
+	return id.dev != nil && id.dev.transport() == uverbs.TransportIB
+}
+
 // qpNumOf returns the QP number and SRQ flag Connect and Accept announce.
 func (id *ID) qpNumOf(p *ConnParam) (uint32, bool) {
 	if q := id.qp.Load(); q != nil {
@@ -193,7 +200,7 @@ func (id *ID) Connect(ctx context.Context, param *ConnParam) error {
 		id.mu.Unlock()
 		return err
 	}
-	err = exec(f, c, nil)
+	err = execOn(f, c, nil, id.ibOrRoCE())
 	if err == nil {
 		id.connectData = nil
 		id.connectErr = false
@@ -248,7 +255,7 @@ func (id *ID) Accept(ctx context.Context, param *ConnParam) error {
 		id.mu.Unlock()
 		return err
 	}
-	if err := exec(f, c, nil); err != nil {
+	if err := execOn(f, c, nil, id.ibOrRoCE()); err != nil {
 		id.modifyQPErr()
 		id.mu.Unlock()
 		return wrapErr("accept", err)
@@ -285,7 +292,7 @@ func (id *ID) reject(privateData []byte, reason uint8) error {
 			return errf("reject", unix.EINVAL, "%d bytes of private data, more than %d (the length is one byte)", len(privateData), math.MaxUint8)
 		}
 		c.body.Private_data_len = uint8(copy(c.body.Private_data[:], privateData))
-		return wrapErr("reject", exec(f, c, nil))
+		return wrapErr("reject", execOn(f, c, nil, id.ibOrRoCE()))
 	})
 }
 
@@ -323,7 +330,7 @@ func (id *ID) establish() error {
 	}
 	c := newCmd[abi.RdmaUcmAccept](abi.RDMA_USER_CM_CMD_ACCEPT, 0)
 	c.body.Id = id.handle
-	if err := exec(f, c, nil); err != nil {
+	if err := execOn(f, c, nil, id.ibOrRoCE()); err != nil {
 		id.modifyQPErr()
 		return wrapErr("establish", err)
 	}
@@ -401,5 +408,5 @@ func (id *ID) Disconnect(ctx context.Context) error {
 func (id *ID) sendDisconnect(f ucmaFile) error {
 	c := newCmd[abi.RdmaUcmDisconnect](abi.RDMA_USER_CM_CMD_DISCONNECT, 0)
 	c.body.Id = id.handle
-	return exec(f, c, nil)
+	return execOn(f, c, nil, id.ibOrRoCE())
 }

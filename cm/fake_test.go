@@ -34,6 +34,7 @@ type fakeCmd struct {
 	Cmd     uint32
 	In, Out uint16
 	Body    []byte // a copy of the command struct
+	Quick   bool   // sent as a raw system call (quickCmd)
 	raw     []byte // the caller's command struct, for response pointers
 }
 
@@ -162,7 +163,7 @@ func respond[T any](p uint64, v T) {
 
 func userPtr(v uint64) unsafe.Pointer { return *(*unsafe.Pointer)(unsafe.Pointer(&v)) }
 
-func (f *fakeFile) write(b []byte) error {
+func (f *fakeFile) write(b []byte, quick bool) error {
 	if len(b) < 8 {
 		return unix.EINVAL
 	}
@@ -173,7 +174,7 @@ func (f *fakeFile) write(b []byte) error {
 		return ErrClosed
 	}
 	ne := binary.NativeEndian
-	c := fakeCmd{Cmd: ne.Uint32(b), In: ne.Uint16(b[4:]), Out: ne.Uint16(b[6:])}
+	c := fakeCmd{Cmd: ne.Uint32(b), In: ne.Uint16(b[4:]), Out: ne.Uint16(b[6:]), Quick: quick}
 	if int(c.In)+8 > len(b) {
 		return unix.EINVAL
 	}

@@ -34,8 +34,9 @@ var devPath = "/dev/infiniband/rdma_cm"
 // it, so unit tests replace the device with a fake that decodes and answers
 // each command (fake_test.go).
 type ucmaFile interface {
-	// write sends one command, header included.
-	write(b []byte) error
+	// write sends one command, header included; quick says that the
+	// kernel completes it with CPU work alone (quickCmd).
+	write(b []byte, quick bool) error
 	// getEvent sends GET_EVENT (b), waiting while the kernel has no event,
 	// until ctx is done or the file is closed.
 	getEvent(ctx context.Context, b []byte) error
@@ -89,11 +90,14 @@ func openDevFile() (*devFile, error) {
 	return d, nil
 }
 
-func (d *devFile) write(b []byte) error {
+func (d *devFile) write(b []byte, quick bool) error {
 	d.closeMu.RLock()
 	defer d.closeMu.RUnlock()
 	if d.closed {
 		return ErrClosed
+	}
+	if quick {
+		return writeQuick(d.raw, b)
 	}
 	return writeCmd(d.raw, b)
 }
@@ -111,6 +115,53 @@ func writeCmd(fd int, b []byte) error {
 		}
 		return err
 	}
+}
+
+// writeQuick is writeCmd as a raw system call, for the commands the
+// kernel completes with CPU work alone (quickCmd). It keeps the thread's
+// P: with the ordinary call, a command long enough to span the runtime
+// monitor's 20 µs tick made the monitor hand the P to another thread, and
+// any call woke the monitor from its sleep to tick every 20 µs while the
+// goroutine ran (docs/performance.md).
+func writeQuick(fd int, b []byte) error {
+	for {
+		n, _, e := unix.RawSyscall(unix.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(len(b)))
+		if e == unix.EINTR {
+			continue
+		}
+		if e != 0 {
+			return e
+		}
+		if int(n) != len(b) {
+			return unix.ENODATA
+		}
+		return nil
+	}
+}
+
+// quickCmd reports whether the kernel completes command op with CPU work
+// alone, waiting on no peer, no hardware, no I/O and no other thread's
+// work: creating, binding and querying IDs, starting address and route
+// resolution (whose answers come as events), the QP attributes, options,
+// and, on IB and RoCE (ibOrRoCE), connecting, accepting, rejecting and
+// disconnecting, which post a CM message and return. GET_EVENT is quick
+// too, the file being non-blocking (tryGetEvent). On iWARP the connection
+// commands drive a TCP connection, and destroying an ID, listening,
+// migrating and multicast joins and leaves may wait on other work; they
+// go through the runtime's system call path, which lets other goroutines
+// have the P meanwhile.
+func quickCmd(op uint32, ibOrRoCE bool) bool {
+	switch op {
+	case abi.RDMA_USER_CM_CMD_CREATE_ID, abi.RDMA_USER_CM_CMD_BIND, abi.RDMA_USER_CM_CMD_BIND_IP,
+		abi.RDMA_USER_CM_CMD_RESOLVE_IP, abi.RDMA_USER_CM_CMD_RESOLVE_ADDR, abi.RDMA_USER_CM_CMD_RESOLVE_ROUTE,
+		abi.RDMA_USER_CM_CMD_QUERY, abi.RDMA_USER_CM_CMD_QUERY_ROUTE, abi.RDMA_USER_CM_CMD_INIT_QP_ATTR,
+		abi.RDMA_USER_CM_CMD_NOTIFY, abi.RDMA_USER_CM_CMD_SET_OPTION, abi.RDMA_USER_CM_CMD_GET_EVENT:
+		return true
+	case abi.RDMA_USER_CM_CMD_CONNECT, abi.RDMA_USER_CM_CMD_ACCEPT, abi.RDMA_USER_CM_CMD_REJECT,
+		abi.RDMA_USER_CM_CMD_DISCONNECT:
+		return ibOrRoCE
+	}
+	return false
 }
 
 // lock takes the waiter slot, or gives up when ctx is done.
@@ -181,7 +232,7 @@ func (d *devFile) getEvent(ctx context.Context, b []byte) error {
 // tryGetEvent is evOp: one non-blocking GET_EVENT of evBuf, false while
 // the kernel has no event.
 func (d *devFile) tryGetEvent(fd uintptr) bool {
-	err := writeCmd(int(fd), d.evBuf)
+	err := writeQuick(int(fd), d.evBuf)
 	if err == unix.EAGAIN {
 		return false
 	}
@@ -267,12 +318,18 @@ func (c *ucmaCmd[T]) bytes() []byte {
 // the command carries in its response field: it is pinned for the call, as
 // the kernel writes it through a plain integer the collector cannot see.
 func exec[T any](f ucmaFile, c *ucmaCmd[T], resp unsafe.Pointer) error {
+	return execOn(f, c, resp, false)
+}
+
+// execOn is exec for a command on an ID whose device is IB or RoCE when
+// ibOrRoCE is true, which makes the connection commands quick (quickCmd).
+func execOn[T any](f ucmaFile, c *ucmaCmd[T], resp unsafe.Pointer, ibOrRoCE bool) error {
 	var pin runtime.Pinner
 	if resp != nil {
 		pin.Pin(resp)
 		defer pin.Unpin()
 	}
-	err := f.write(c.bytes())
+	err := f.write(c.bytes(), quickCmd(c.hdr.Cmd, ibOrRoCE))
 	runtime.KeepAlive(c)
 	return err
 }

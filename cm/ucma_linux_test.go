@@ -66,17 +66,19 @@ func TestDevFileCommands(t *testing.T) {
 	defer d.close()
 
 	cmd := []byte{1, 2, 3, 4}
-	if n := testing.AllocsPerRun(100, func() {
-		if err := d.write(cmd); err != nil {
-			t.Fatal(err)
+	for _, quick := range []bool{false, true} {
+		if n := testing.AllocsPerRun(100, func() {
+			if err := d.write(cmd, quick); err != nil {
+				t.Fatal(err)
+			}
+			// Drain what write put in the FIFO, so it never fills.
+			var b [4]byte
+			if _, err := unix.Read(d.raw, b[:]); err != nil || b != [4]byte{1, 2, 3, 4} {
+				t.Fatalf("quick %v: read %v, %v", quick, b, err)
+			}
+		}); n != 0 && !raceEnabled {
+			t.Errorf("write (quick %v): %v allocations a command, want 0", quick, n)
 		}
-		// Drain what write put in the FIFO, so it never fills.
-		var b [4]byte
-		if _, err := unix.Read(d.raw, b[:]); err != nil {
-			t.Fatal(err)
-		}
-	}); n != 0 && !raceEnabled {
-		t.Errorf("write: %v allocations a command, want 0", n)
 	}
 
 	// On a FIFO, GET_EVENT's write always has room: getEvent returns at
@@ -95,8 +97,10 @@ func TestDevFileCommands(t *testing.T) {
 	}
 
 	mustT(t, d.close())
-	if err := d.write(cmd); !errors.Is(err, ErrClosed) {
-		t.Fatalf("write after close: %v, want ErrClosed", err)
+	for _, quick := range []bool{false, true} {
+		if err := d.write(cmd, quick); !errors.Is(err, ErrClosed) {
+			t.Fatalf("write (quick %v) after close: %v, want ErrClosed", quick, err)
+		}
 	}
 	if err := d.getEvent(ctxT(t), cmd); !errors.Is(err, ErrClosed) {
 		t.Fatalf("getEvent after close: %v, want ErrClosed", err)

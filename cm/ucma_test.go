@@ -681,3 +681,61 @@ func TestEventErrorText(t *testing.T) {
 		t.Errorf("%q, want %q", got, want)
 	}
 }
+
+// Commands the kernel completes with CPU work alone are raw system calls
+// (quickCmd): on an IB or RoCE device the connection commands too;
+// listening and destroying are ordinary calls.
+func TestQuickCommands(t *testing.T) {
+	k := newFakeKernel(t)
+	k.withDevice(t)
+	ch, f := k.channelFile()
+	listen, err := CreateID(ch, nil, PSTCP)
+	mustT(t, err)
+	mustT(t, listen.BindAddr(vmTestAddr))
+	mustT(t, listen.Listen(0))
+	req := event(listen, EventConnectRequest, 0)
+	req.Id = 555
+	f.queue(req)
+	ev, err := ch.GetEvent(ctxT(t))
+	mustT(t, err)
+	mustT(t, ev.ID.Accept(ctxT(t), &ConnParam{QPNum: 9}))
+	mustT(t, ev.ID.Reject(nil))
+	mustT(t, ev.ID.Disconnect(ctxT(t)))
+	cli, err := CreateID(ch, nil, PSTCP)
+	mustT(t, err)
+	mustT(t, cli.BindAddr(vmTestAddr))
+	mustT(t, cli.Connect(ctxT(t), &ConnParam{QPNum: 12}))
+	for _, id := range []*ID{cli, ev.ID, listen} {
+		_, err := id.destroy()
+		mustT(t, err)
+	}
+
+	want := map[uint32]bool{
+		abi.RDMA_USER_CM_CMD_CREATE_ID: true, abi.RDMA_USER_CM_CMD_BIND: true,
+		abi.RDMA_USER_CM_CMD_QUERY_ROUTE: true, abi.RDMA_USER_CM_CMD_LISTEN: false,
+		abi.RDMA_USER_CM_CMD_ACCEPT: true, abi.RDMA_USER_CM_CMD_REJECT: true,
+		abi.RDMA_USER_CM_CMD_DISCONNECT: true, abi.RDMA_USER_CM_CMD_CONNECT: true,
+		abi.RDMA_USER_CM_CMD_DESTROY_ID: false,
+	}
+	k.mu.Lock()
+	seen := map[uint32]bool{}
+	for _, c := range k.cmds {
+		seen[c.Cmd] = true
+		if w, ok := want[c.Cmd]; ok && c.Quick != w {
+			t.Errorf("command %d: raw system call %v, want %v", c.Cmd, c.Quick, w)
+		}
+	}
+	k.mu.Unlock()
+	for c := range want {
+		if !seen[c] {
+			t.Errorf("command %d was not sent", c)
+		}
+	}
+	// On iWARP the connection commands drive TCP and are ordinary calls.
+	for _, c := range []uint32{abi.RDMA_USER_CM_CMD_CONNECT, abi.RDMA_USER_CM_CMD_ACCEPT,
+		abi.RDMA_USER_CM_CMD_REJECT, abi.RDMA_USER_CM_CMD_DISCONNECT} {
+		if quickCmd(c, false) || !quickCmd(c, true) {
+			t.Errorf("command %d: quick on iWARP %v, on IB %v", c, quickCmd(c, false), quickCmd(c, true))
+		}
+	}
+}

@@ -134,6 +134,20 @@ type Context interface {
 	Close() error
 }
 
+// CPUBound is implemented by the contexts of providers whose device is
+// software in the kernel (rxe): the kernel creates and modifies their
+// CQs, QPs, SRQs and AHs with CPU work alone, waiting on no hardware,
+// peer or I/O. The core sends those commands as raw system calls, which
+// keep the calling goroutine's P, as the runtime does for its own mmap:
+// with the ordinary call, each one long enough to span the runtime
+// monitor's 20 µs tick made the monitor hand the P to another thread,
+// and kept it waking every 20 µs (docs/performance.md). A hardware
+// provider's commands go to firmware that may take milliseconds, so they
+// keep the ordinary call; destroys and memory registration always do.
+type CPUBound interface {
+	CPUBound()
+}
+
 // CQAttr is what an extended CQ (ibv_create_cq_ex) asks of the provider
 // beyond its size: the completion fields that change its data path.
 type CQAttr struct {

@@ -39,7 +39,9 @@ type fakeCall struct {
 	Object, Method uint16
 	DriverID       uint32
 	Attrs          []fakeAttr
-	raw            []byte // the caller's attribute array, for write-back
+	// Quick: the call came as a raw system call (command.quick).
+	Quick bool
+	raw   []byte // the caller's attribute array, for write-back
 }
 
 func newFakeKernel(t testing.TB) *fakeKernel {
@@ -50,7 +52,11 @@ func (k *fakeKernel) handle(object, method uint16, h func(*fakeCall) error) {
 	k.handlers[[2]uint16{object, method}] = h
 }
 
-func (k *fakeKernel) ioctl(req uint, arg unsafe.Pointer) error {
+func (k *fakeKernel) ioctl(req uint, arg unsafe.Pointer) error { return k.ioctlAs(req, arg, false) }
+
+func (k *fakeKernel) quickIoctl(req uint, arg unsafe.Pointer) error { return k.ioctlAs(req, arg, true) }
+
+func (k *fakeKernel) ioctlAs(req uint, arg unsafe.Pointer, quick bool) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.closed {
@@ -67,6 +73,7 @@ func (k *fakeKernel) ioctl(req uint, arg unsafe.Pointer) error {
 		Object:   ne.Uint16(buf[2:]),
 		Method:   ne.Uint16(buf[4:]),
 		DriverID: ne.Uint32(buf[16:]),
+		Quick:    quick,
 	}
 	n := int(ne.Uint16(buf[6:]))
 	if length != ioctlHdrSize+n*ioctlAttrSize {

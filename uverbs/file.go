@@ -12,6 +12,9 @@ import (
 // tests replace the device with a fake that decodes and answers them.
 type cmdFile interface {
 	ioctl(req uint, arg unsafe.Pointer) error
+	// quickIoctl is ioctl for a command the kernel completes with CPU
+	// work alone (command.quick says which).
+	quickIoctl(req uint, arg unsafe.Pointer) error
 	write(b []byte) error
 	// fastWrite is write for commands the kernel runs without sleeping.
 	fastWrite(b []byte) error
@@ -46,6 +49,23 @@ func (f *devFile) ioctl(req uint, arg unsafe.Pointer) error {
 		return ErrClosed
 	}
 	_, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(f.raw), uintptr(req), uintptr(arg))
+	if e != 0 {
+		return e
+	}
+	return nil
+}
+
+// quickIoctl is ioctl as a raw system call, for the commands the kernel
+// completes with CPU work alone (command.quick): like fastWrite, it keeps
+// the thread's P, so the runtime's monitor neither wakes for the call nor
+// hands the P to another thread while it runs.
+func (f *devFile) quickIoctl(req uint, arg unsafe.Pointer) error {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if f.closed {
+		return ErrClosed
+	}
+	_, _, e := unix.RawSyscall(unix.SYS_IOCTL, uintptr(f.raw), uintptr(req), uintptr(arg))
 	if e != 0 {
 		return e
 	}

@@ -59,9 +59,16 @@ type command struct {
 	object   uint16
 	method   uint16
 	driverID uint32
-	attrs    [maxAttrs]attr
-	n        int
-	err      error
+	// quick marks a command the kernel completes with CPU work alone,
+	// waiting on no hardware, peer or I/O: creating and modifying the
+	// objects of a software device (Context.quick). It is sent as a raw
+	// system call. Everything else, destroys and memory registration
+	// among them, may wait and goes through the runtime's syscall path,
+	// which lets other goroutines have the P meanwhile.
+	quick bool
+	attrs [maxAttrs]attr
+	n     int
+	err   error
 	// buf is the wire image sent to the kernel; after the call it holds the
 	// kernel's updates (output flags, new handles and fds).
 	buf [ioctlHdrSize + maxAttrs*ioctlAttrSize]byte
@@ -210,7 +217,12 @@ func (c *command) execute(f cmdFile, op string) error {
 		return c.err
 	}
 	c.encode()
-	err := f.ioctl(abi.RDMA_VERBS_IOCTL, unsafe.Pointer(&c.buf[0]))
+	var err error
+	if c.quick {
+		err = f.quickIoctl(abi.RDMA_VERBS_IOCTL, unsafe.Pointer(&c.buf[0]))
+	} else {
+		err = f.ioctl(abi.RDMA_VERBS_IOCTL, unsafe.Pointer(&c.buf[0]))
+	}
 	// Keep every buffer the data words point at alive until the kernel is done.
 	runtime.KeepAlive(c)
 	if err != nil {

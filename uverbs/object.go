@@ -79,6 +79,7 @@ func (c *Context) createObject(cmd *command, h int, b interface {
 	Abort()
 }, kind objKind, id uint64, op string, deps ...any) (*object, error) {
 	cmd.udata(b.Udata())
+	cmd.quick = c.quick
 	if err := cmd.execute(c.f, op); err != nil {
 		b.Abort()
 		return nil, err

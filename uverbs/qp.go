@@ -287,8 +287,8 @@ func (q *QP) modify(a *qp.Attr, mask qp.AttrMask) error {
 	// allows for raw packet QPs alone: the base command carries the rest.
 	req := new(abi.IbUverbsExModifyQp)
 	qpabi.EncodeModifyTo(req, q.handle, a, mask)
-	if err := q.ctx.invokeWrite(abi.IB_USER_VERBS_CMD_MODIFY_QP,
-		unsafe.Pointer(&req.Base), int(unsafe.Sizeof(req.Base)), nil, 0, "modify QP"); err != nil {
+	if err := q.ctx.invokeWriteUdata(abi.IB_USER_VERBS_CMD_MODIFY_QP, q.ctx.quick,
+		unsafe.Pointer(&req.Base), int(unsafe.Sizeof(req.Base)), nil, 0, nil, nil, "modify QP"); err != nil {
 		return err
 	}
 	if mask&qp.AttrState != 0 {

@@ -146,7 +146,7 @@ func (s *SRQ) Modify(attr SRQAttr, mask SRQAttrMask) error {
 	if hasModifier {
 		in = m.ModifyUdata()
 	}
-	if err := s.ctx.invokeWriteUdata(abi.IB_USER_VERBS_CMD_MODIFY_SRQ, unsafe.Pointer(req), int(unsafe.Sizeof(*req)),
+	if err := s.ctx.invokeWriteUdata(abi.IB_USER_VERBS_CMD_MODIFY_SRQ, s.ctx.quick, unsafe.Pointer(req), int(unsafe.Sizeof(*req)),
 		nil, 0, in, nil, "modify SRQ"); err != nil {
 		return err
 	}
@@ -226,7 +226,7 @@ func (pd *PD) CreateAH(attr qp.AHAttr) (*AH, error) {
 		a.Grh.Traffic_class = attr.TrafficClass
 	}
 	resp := new(abi.IbUverbsCreateAhResp)
-	if err := c.invokeWriteUdata(abi.IB_USER_VERBS_CMD_CREATE_AH, unsafe.Pointer(req), int(unsafe.Sizeof(*req)),
+	if err := c.invokeWriteUdata(abi.IB_USER_VERBS_CMD_CREATE_AH, c.quick, unsafe.Pointer(req), int(unsafe.Sizeof(*req)),
 		unsafe.Pointer(resp), int(unsafe.Sizeof(*resp)), in, out, "create AH"); err != nil {
 		b.Abort()
 		return nil, err

@@ -97,7 +97,11 @@ type xrcKernel struct {
 	openQP   abi.IbUverbsOpenQp
 }
 
-func newXRCKernel(t *testing.T) (*xrcKernel, *Context) {
+func newXRCKernel(t *testing.T) (*xrcKernel, *Context) { return newTestKernel(t, xrcTestDriver) }
+
+// newTestKernel is newXRCKernel with a context for the test provider
+// registered under driver.
+func newTestKernel(t *testing.T, driver uint32) (*xrcKernel, *Context) {
 	k := &xrcKernel{fakeKernel: objectKernel(t), handles: 100, xrcds: map[uint32]bool{}}
 	pdWrite := k.handlers[[2]uint16{abi.UVERBS_OBJECT_DEVICE, abi.UVERBS_METHOD_INVOKE_WRITE}]
 	k.handle(abi.UVERBS_OBJECT_DEVICE, abi.UVERBS_METHOD_INVOKE_WRITE, func(c *fakeCall) error {
@@ -189,7 +193,7 @@ func newXRCKernel(t *testing.T) (*xrcKernel, *Context) {
 		})
 	}
 	dev := testDev
-	dev.Driver, dev.DriverID = "test", xrcTestDriver
+	dev.Driver, dev.DriverID = "test", driver
 	c, err := newContext(dev, k.fakeKernel)
 	if err != nil {
 		t.Fatal(err)

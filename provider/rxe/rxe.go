@@ -52,6 +52,10 @@ type Context struct{ k provider.Kernel }
 // Close releases nothing: every ring belongs to its object.
 func (c *Context) Close() error { return nil }
 
+// CPUBound says that rxe is software: the kernel creates and modifies its
+// objects with CPU work alone.
+func (c *Context) CPUBound() {}
+
 // response is what every rxe builder has: rxe sends no driver data and
 // allocates nothing before the create command, so a builder is the buffer
 // the kernel writes its driver response into (the rings' mmap offsets, an
@@ -198,6 +202,7 @@ func (cq *CQ) Close() error {
 var (
 	_ provider.Driver         = Driver{}
 	_ provider.Context        = (*Context)(nil)
+	_ provider.CPUBound       = (*Context)(nil)
 	_ provider.CQ             = (*CQ)(nil)
 	_ provider.QP             = (*QP)(nil)
 	_ provider.SRQ            = (*SRQ)(nil)
