@@ -349,6 +349,7 @@ func (k kernelPort) Doorbell(b []byte) error { return k.f.doorbell(b) }
 func (k kernelPort) Invoke(object, method uint16, attrs []provider.Attr) error {
 	op := fmt.Sprintf("driver method %#x of object %#x", method, object)
 	cmd := newCommand(object, method)
+	defer cmd.release()
 	cmd.driverID = k.driverID
 	for i := range attrs {
 		a := &attrs[i]
@@ -394,6 +395,7 @@ func (c *Context) getContext(uhwIn, uhwOut []byte) error {
 		coreSupport    uint64
 	})
 	cmd := newCommand(abi.UVERBS_OBJECT_DEVICE, abi.UVERBS_METHOD_GET_CONTEXT)
+	defer cmd.release()
 	cmd.driverID = c.dev.DriverID
 	cmd.ptrOut(abi.UVERBS_ATTR_GET_CONTEXT_NUM_COMP_VECTORS, unsafe.Pointer(&out.numCompVectors), 4)
 	cmd.ptrOut(abi.UVERBS_ATTR_GET_CONTEXT_CORE_SUPPORT, unsafe.Pointer(&out.coreSupport), 8)
@@ -444,6 +446,7 @@ func (c *Context) getContextWrite() error {
 // changes, QP and CQ errors) for this context.
 func (c *Context) allocAsyncFD() error {
 	cmd := newCommand(abi.UVERBS_OBJECT_ASYNC_EVENT, abi.UVERBS_METHOD_ASYNC_EVENT_ALLOC)
+	defer cmd.release()
 	cmd.driverID = c.dev.DriverID
 	i := cmd.fdNew(abi.UVERBS_ATTR_ASYNC_EVENT_ALLOC_FD_HANDLE)
 	if err := cmd.execute(c.f, "alloc async event fd"); err != nil {
@@ -637,6 +640,7 @@ func writeCmd[Resp, Req any](c *Context, cmdID uint32, req *Req, op string) (*Re
 // that is quick on this context (command.quick).
 func (c *Context) invokeWriteUdata(cmdID uint32, quick bool, req unsafe.Pointer, reqLen int, resp unsafe.Pointer, respLen int, uhwIn, uhwOut []byte, op string) error {
 	cmd := newCommand(abi.UVERBS_OBJECT_DEVICE, abi.UVERBS_METHOD_INVOKE_WRITE)
+	defer cmd.release()
 	cmd.driverID = c.dev.DriverID
 	cmd.quick = quick
 	cmd.constIn(abi.UVERBS_ATTR_WRITE_CMD, uint64(cmdID))
@@ -658,6 +662,7 @@ func (c *Context) QueryPort(port uint8) (PortAttr, error) {
 	}
 	resp := new(abi.IbUverbsQueryPortRespEx)
 	cmd := newCommand(abi.UVERBS_OBJECT_DEVICE, abi.UVERBS_METHOD_QUERY_PORT)
+	defer cmd.release()
 	cmd.driverID = c.dev.DriverID
 	cmd.constIn(abi.UVERBS_ATTR_QUERY_PORT_PORT_NUM, uint64(port))
 	cmd.ptrOut(abi.UVERBS_ATTR_QUERY_PORT_RESP, unsafe.Pointer(resp), int(unsafe.Sizeof(*resp)))
@@ -717,6 +722,7 @@ func (c *Context) QueryGIDTable() ([]GIDEntry, error) {
 	raw := make([]abi.IbUverbsGidEntry, max)
 	num := new(uint64)
 	cmd := newCommand(abi.UVERBS_OBJECT_DEVICE, abi.UVERBS_METHOD_QUERY_GID_TABLE)
+	defer cmd.release()
 	cmd.driverID = c.dev.DriverID
 	cmd.constIn(abi.UVERBS_ATTR_QUERY_GID_TABLE_ENTRY_SIZE, uint64(entrySize))
 	cmd.ptrOut(abi.UVERBS_ATTR_QUERY_GID_TABLE_RESP_ENTRIES, unsafe.Pointer(&raw[0]), entrySize*max)

@@ -456,6 +456,7 @@ func (c *Context) createCQ(attr CQAttr, kernelOnly bool) (*CQ, error) {
 	id := c.nextID.Add(1)
 	var respCQE uint32
 	cmd := newCommand(abi.UVERBS_OBJECT_CQ, abi.UVERBS_METHOD_CQ_CREATE)
+	defer cmd.release()
 	cmd.driverID = c.dev.DriverID
 	h := cmd.idrNew(abi.UVERBS_ATTR_CREATE_CQ_HANDLE)
 	cmd.u32In(abi.UVERBS_ATTR_CREATE_CQ_CQE, uint32(attr.CQE))

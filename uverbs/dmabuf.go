@@ -42,6 +42,7 @@ func (pd *PD) RegDMABufMR(offset, length, iova uint64, fd int, access wr.Access)
 	defer pd.done()
 	var lkey, rkey uint32
 	cmd := newCommand(abi.UVERBS_OBJECT_MR, abi.UVERBS_METHOD_REG_DMABUF_MR)
+	defer cmd.release()
 	cmd.driverID = pd.ctx.dev.DriverID
 	h := cmd.idrNew(abi.UVERBS_ATTR_REG_DMABUF_MR_HANDLE)
 	cmd.idrIn(abi.UVERBS_ATTR_REG_DMABUF_MR_PD_HANDLE, pd.handle)

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"runtime"
+	"sync"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -74,8 +75,27 @@ type command struct {
 	buf [ioctlHdrSize + maxAttrs*ioctlAttrSize]byte
 }
 
+// commands recycles commands: each is a kilobyte, most of what a
+// connection's setup allocated (a heap profile of cmtime's server: 7 of
+// 66 allocations and half the bytes per accepted connection).
+var commands = sync.Pool{New: func() any { return new(command) }}
+
+// newCommand returns an empty command for the method. The caller
+// releases it once it has read the results.
 func newCommand(object, method uint16) *command {
-	return &command{object: object, method: method}
+	c := commands.Get().(*command)
+	c.object, c.method = object, method
+	return c
+}
+
+// release returns c to the pool; c is not used after. It drops the
+// references to caller memory, which the pool must not keep alive, and
+// resets what the next command would otherwise inherit (encode rewrites
+// buf).
+func (c *command) release() {
+	clear(c.attrs[:c.n])
+	c.object, c.method, c.driverID, c.quick, c.n, c.err = 0, 0, 0, false, 0, nil
+	commands.Put(c)
 }
 
 func (c *command) next(id uint16) *attr {

@@ -236,6 +236,7 @@ func (o *object) destroyKernel() error {
 		return fmt.Errorf("uverbs: destroy of unknown object kind %d", o.kind)
 	}
 	cmd := newCommand(objType, method)
+	defer cmd.release()
 	cmd.driverID = o.ctx.dev.DriverID
 	cmd.idrIn(attr, o.handle)
 	if resp != nil {

@@ -121,6 +121,7 @@ func (pd *PD) AdviseMR(advice Advice, flags AdviseFlags, sges []wr.SGE) error {
 		list[i] = abi.IbUverbsSge{Addr: s.Addr, Length: s.Length, Lkey: s.LKey}
 	}
 	cmd := newCommand(abi.UVERBS_OBJECT_MR, abi.UVERBS_METHOD_ADVISE_MR)
+	defer cmd.release()
 	cmd.driverID = pd.ctx.dev.DriverID
 	cmd.idrIn(abi.UVERBS_ATTR_ADVISE_MR_PD_HANDLE, pd.handle)
 	cmd.constIn(abi.UVERBS_ATTR_ADVISE_MR_ADVICE, uint64(advice))

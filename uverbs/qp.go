@@ -191,6 +191,7 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 	qpNum := new(uint32)
 	flags := kernelQPCreateFlags(&attr)
 	cmd := newCommand(abi.UVERBS_OBJECT_QP, abi.UVERBS_METHOD_QP_CREATE)
+	defer cmd.release()
 	cmd.driverID = c.dev.DriverID
 	h := cmd.idrNew(abi.UVERBS_ATTR_CREATE_QP_HANDLE)
 	cmd.idrIn(abi.UVERBS_ATTR_CREATE_QP_PD_HANDLE, pd.handle)

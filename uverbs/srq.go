@@ -63,6 +63,7 @@ func (pd *PD) createSRQ(op string, attr SRQAttr, xrcd *XRCD, cq *CQ) (*SRQ, erro
 	id := c.nextID.Add(1)
 	resp := new(struct{ maxWR, maxSGE, num uint32 })
 	cmd := newCommand(abi.UVERBS_OBJECT_SRQ, abi.UVERBS_METHOD_SRQ_CREATE)
+	defer cmd.release()
 	cmd.driverID = c.dev.DriverID
 	h := cmd.idrNew(abi.UVERBS_ATTR_CREATE_SRQ_HANDLE)
 	cmd.idrIn(abi.UVERBS_ATTR_CREATE_SRQ_PD_HANDLE, pd.handle)

@@ -134,6 +134,7 @@ func (x *XRCD) CreateRecvQP() (*QP, error) {
 	capIn, capOut := new(abi.IbUverbsQpCap), new(abi.IbUverbsQpCap)
 	qpNum := new(uint32)
 	cmd := newCommand(abi.UVERBS_OBJECT_QP, abi.UVERBS_METHOD_QP_CREATE)
+	defer cmd.release()
 	cmd.driverID = c.dev.DriverID
 	h := cmd.idrNew(abi.UVERBS_ATTR_CREATE_QP_HANDLE)
 	// The kernel refuses a PD, CQs or an SRQ with an XRC_TGT QP: the
