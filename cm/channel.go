@@ -233,25 +233,16 @@ func (ch *EventChannel) GetEvent(ctx context.Context) (*Event, error) {
 // read reads one event from the kernel and processes it. It returns a nil
 // event for one that is dropped.
 func (ch *EventChannel) read(ctx context.Context) (*Event, error) {
-	resp := new(abi.RdmaUcmEventResp)
-	c := newCmd[abi.RdmaUcmGetEvent](abi.RDMA_USER_CM_CMD_GET_EVENT, int(unsafe.Sizeof(*resp)))
+	c := newCall[abi.RdmaUcmGetEvent, abi.RdmaUcmEventResp](abi.RDMA_USER_CM_CMD_GET_EVENT)
+	resp := &c.resp
 	c.body.Response = ptr(resp)
-	if err := getEvent(ctx, ch.f, c, resp); err != nil {
+	if err := ch.f.getEvent(ctx, c.bytes()); err != nil {
 		if errors.Is(err, ErrClosed) || ctx.Err() != nil {
 			return nil, err
 		}
 		return nil, wrapErr("get event", err)
 	}
 	return processEvent(ch, resp), nil
-}
-
-func getEvent(ctx context.Context, f ucmaFile, c *ucmaCmd[abi.RdmaUcmGetEvent], resp *abi.RdmaUcmEventResp) error {
-	var pin runtime.Pinner
-	pin.Pin(resp)
-	defer pin.Unpin()
-	err := f.getEvent(ctx, c.bytes())
-	runtime.KeepAlive(c)
-	return err
 }
 
 // The union in struct rdma_ucm_event_resp: rdma_ucm_conn_param or

@@ -23,7 +23,7 @@ func (id *ID) Listen(backlog int) error {
 		if backlog > 0 {
 			c.body.Backlog = uint32(min(backlog, 1<<31-1))
 		}
-		if err := exec(f, c, nil); err != nil {
+		if err := exec(f, c); err != nil {
 			return wrapErr("listen", err)
 		}
 		return id.queryRoute()
@@ -200,7 +200,7 @@ func (id *ID) Connect(ctx context.Context, param *ConnParam) error {
 		id.mu.Unlock()
 		return err
 	}
-	err = execOn(f, c, nil, id.ibOrRoCE())
+	err = execOn(f, c, id.ibOrRoCE())
 	if err == nil {
 		id.connectData = nil
 		id.connectErr = false
@@ -255,7 +255,7 @@ func (id *ID) Accept(ctx context.Context, param *ConnParam) error {
 		id.mu.Unlock()
 		return err
 	}
-	if err := execOn(f, c, nil, id.ibOrRoCE()); err != nil {
+	if err := execOn(f, c, id.ibOrRoCE()); err != nil {
 		id.modifyQPErr()
 		id.mu.Unlock()
 		return wrapErr("accept", err)
@@ -292,7 +292,7 @@ func (id *ID) reject(privateData []byte, reason uint8) error {
 			return errf("reject", unix.EINVAL, "%d bytes of private data, more than %d (the length is one byte)", len(privateData), math.MaxUint8)
 		}
 		c.body.Private_data_len = uint8(copy(c.body.Private_data[:], privateData))
-		return wrapErr("reject", execOn(f, c, nil, id.ibOrRoCE()))
+		return wrapErr("reject", execOn(f, c, id.ibOrRoCE()))
 	})
 }
 
@@ -330,7 +330,7 @@ func (id *ID) establish() error {
 	}
 	c := newCmd[abi.RdmaUcmAccept](abi.RDMA_USER_CM_CMD_ACCEPT, 0)
 	c.body.Id = id.handle
-	if err := execOn(f, c, nil, id.ibOrRoCE()); err != nil {
+	if err := execOn(f, c, id.ibOrRoCE()); err != nil {
 		id.modifyQPErr()
 		return wrapErr("establish", err)
 	}
@@ -345,7 +345,7 @@ func (id *ID) Notify(event uverbs.EventType) error {
 		c := newCmd[abi.RdmaUcmNotify](abi.RDMA_USER_CM_CMD_NOTIFY, 0)
 		c.body.Id = id.handle
 		c.body.Event = uint32(event)
-		return wrapErr("notify", exec(f, c, nil))
+		return wrapErr("notify", exec(f, c))
 	})
 }
 
@@ -408,5 +408,5 @@ func (id *ID) Disconnect(ctx context.Context) error {
 func (id *ID) sendDisconnect(f ucmaFile) error {
 	c := newCmd[abi.RdmaUcmDisconnect](abi.RDMA_USER_CM_CMD_DISCONNECT, 0)
 	c.body.Id = id.handle
-	return execOn(f, c, nil, id.ibOrRoCE())
+	return execOn(f, c, id.ibOrRoCE())
 }

@@ -7,7 +7,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 	"weak"
 
 	"golang.org/x/sys/unix"
@@ -198,13 +197,13 @@ func createID(ch *EventChannel, userContext any, ps PortSpace, qpType qp.Type) (
 			return nil, err
 		}
 	}
-	resp := new(abi.RdmaUcmCreateIdResp)
-	c := newCmd[abi.RdmaUcmCreateId](abi.RDMA_USER_CM_CMD_CREATE_ID, int(unsafe.Sizeof(*resp)))
+	c := newCall[abi.RdmaUcmCreateId, abi.RdmaUcmCreateIdResp](abi.RDMA_USER_CM_CMD_CREATE_ID)
+	resp := &c.resp
 	c.body.Uid = id.uid
 	c.body.Response = ptr(resp)
 	c.body.Ps = uint16(ps)
 	c.body.Qp_type = uint8(qpType)
-	if err := exec(id.ch.f, c, unsafe.Pointer(resp)); err != nil {
+	if err := exec(id.ch.f, &c.ucmaCmd); err != nil {
 		if id.sync {
 			id.ch.Close()
 		}
@@ -261,11 +260,11 @@ func locked[T any](id *ID, get func(*ID) T) T {
 // destroyKernID destroys the kernel's ID with handle h on f and returns how
 // many events the kernel reported for it.
 func destroyKernID(f ucmaFile, h uint32) (int, error) {
-	resp := new(abi.RdmaUcmDestroyIdResp)
-	c := newCmd[abi.RdmaUcmDestroyId](abi.RDMA_USER_CM_CMD_DESTROY_ID, int(unsafe.Sizeof(*resp)))
+	c := newCall[abi.RdmaUcmDestroyId, abi.RdmaUcmDestroyIdResp](abi.RDMA_USER_CM_CMD_DESTROY_ID)
+	resp := &c.resp
 	c.body.Response = ptr(resp)
 	c.body.Id = h
-	if err := exec(f, c, unsafe.Pointer(resp)); err != nil {
+	if err := exec(f, &c.ucmaCmd); err != nil {
 		return 0, err
 	}
 	return int(resp.Events_reported), nil
@@ -469,12 +468,12 @@ func (id *ID) migrate(ch *EventChannel) error {
 		}
 	}
 	fd := old.fd()
-	resp := new(abi.RdmaUcmMigrateResp)
-	c := newCmd[abi.RdmaUcmMigrateId](abi.RDMA_USER_CM_CMD_MIGRATE_ID, int(unsafe.Sizeof(*resp)))
+	c := newCall[abi.RdmaUcmMigrateId, abi.RdmaUcmMigrateResp](abi.RDMA_USER_CM_CMD_MIGRATE_ID)
+	resp := &c.resp
 	c.body.Response = ptr(resp)
 	c.body.Id = id.handle
 	c.body.Fd = uint32(fd)
-	if err := exec(ch.f, c, unsafe.Pointer(resp)); err != nil {
+	if err := exec(ch.f, &c.ucmaCmd); err != nil {
 		if sync {
 			ch.Close()
 		}

@@ -3,7 +3,6 @@ package cm
 import (
 	"context"
 	"net/netip"
-	"unsafe"
 	"weak"
 
 	"golang.org/x/sys/unix"
@@ -79,8 +78,8 @@ func (id *ID) JoinMulticast(ctx context.Context, addr netip.Addr, flags JoinFlag
 		return err
 	}
 	mc := &multicast{id: id.self, uid: newUID(), userData: userData, addr: addr, flags: flags}
-	resp := new(abi.RdmaUcmCreateIdResp)
-	c := newCmd[abi.RdmaUcmJoinMcast](abi.RDMA_USER_CM_CMD_JOIN_MCAST, int(unsafe.Sizeof(*resp)))
+	c := newCall[abi.RdmaUcmJoinMcast, abi.RdmaUcmCreateIdResp](abi.RDMA_USER_CM_CMD_JOIN_MCAST)
+	resp := &c.resp
 	c.body.Response = ptr(resp)
 	c.body.Uid = mc.uid
 	c.body.Id = id.handle
@@ -91,7 +90,7 @@ func (id *ID) JoinMulticast(ctx context.Context, addr netip.Addr, flags JoinFlag
 	}
 	// Registered first: the event may come before the write returns.
 	registerMulticast(mc)
-	if err := exec(f, c, unsafe.Pointer(resp)); err != nil {
+	if err := exec(f, &c.ucmaCmd); err != nil {
 		unregisterMulticast(mc)
 		id.mu.Unlock()
 		return wrapErr(op, err)
@@ -139,10 +138,9 @@ func (id *ID) LeaveMulticast(addr netip.Addr) error {
 		if q := id.qp.Load(); q != nil && mc.joined {
 			q.DetachMcast(mc.mgid, mc.mlid)
 		}
-		resp := new(abi.RdmaUcmDestroyIdResp)
-		c := newCmd[abi.RdmaUcmDestroyId](abi.RDMA_USER_CM_CMD_LEAVE_MCAST, int(unsafe.Sizeof(*resp)))
-		c.body.Response = ptr(resp)
+		c := newCall[abi.RdmaUcmDestroyId, abi.RdmaUcmDestroyIdResp](abi.RDMA_USER_CM_CMD_LEAVE_MCAST)
+		c.body.Response = ptr(&c.resp)
 		c.body.Id = mc.handle
-		return wrapErr(op, exec(f, c, unsafe.Pointer(resp)))
+		return wrapErr(op, exec(f, &c.ucmaCmd))
 	})
 }

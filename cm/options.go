@@ -2,7 +2,7 @@ package cm
 
 import (
 	"encoding/binary"
-	"unsafe"
+	"runtime"
 
 	"github.com/rdmago/rdma/internal/abi"
 )
@@ -23,7 +23,9 @@ const (
 // kernel reads them; the typed setters below are easier.
 func (id *ID) SetOption(level, name uint32, value []byte) error {
 	return id.withFile(func(f ucmaFile) error {
-		val := make([]byte, max(len(value), 1)) // heap memory, pinned below
+		// Heap memory, which the collector never moves; kept alive below
+		// until the kernel has read it.
+		val := make([]byte, max(len(value), 1))
 		copy(val, value)
 		c := newCmd[abi.RdmaUcmSetOption](abi.RDMA_USER_CM_CMD_SET_OPTION, 0)
 		c.body.Optval = ptr(&val[0])
@@ -31,7 +33,9 @@ func (id *ID) SetOption(level, name uint32, value []byte) error {
 		c.body.Level = level
 		c.body.Optname = name
 		c.body.Optlen = uint32(len(value))
-		return wrapErr("set option", exec(f, c, unsafe.Pointer(&val[0])))
+		err := exec(f, c)
+		runtime.KeepAlive(val)
+		return wrapErr("set option", err)
 	})
 }
 

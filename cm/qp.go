@@ -2,7 +2,6 @@ package cm
 
 import (
 	"fmt"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -472,12 +471,12 @@ func (id *ID) initQPAttr(state qp.State) (qp.Attr, qp.AttrMask, error) {
 	if err != nil {
 		return qp.Attr{}, 0, err
 	}
-	resp := new(abi.IbUverbsQpAttr)
-	c := newCmd[abi.RdmaUcmInitQpAttr](abi.RDMA_USER_CM_CMD_INIT_QP_ATTR, int(unsafe.Sizeof(*resp)))
+	c := newCall[abi.RdmaUcmInitQpAttr, abi.IbUverbsQpAttr](abi.RDMA_USER_CM_CMD_INIT_QP_ATTR)
+	resp := &c.resp
 	c.body.Response = ptr(resp)
 	c.body.Id = id.handle
 	c.body.Qp_state = uint32(state)
-	if err := exec(f, c, unsafe.Pointer(resp)); err != nil {
+	if err := exec(f, &c.ucmaCmd); err != nil {
 		return qp.Attr{}, 0, wrapErr(fmt.Sprintf("init QP attr %v", state), err)
 	}
 	a, mask := qpabi.DecodeUverbsAttr(resp)

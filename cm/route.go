@@ -70,13 +70,13 @@ func (id *ID) queryRoute() error {
 	if err != nil {
 		return err
 	}
-	resp := new(abi.RdmaUcmQueryRouteResp)
+	c := newCall[abi.RdmaUcmQuery, abi.RdmaUcmQueryRouteResp](abi.RDMA_USER_CM_CMD_QUERY_ROUTE)
+	resp := &c.resp
 	// Kernels that do not know ibdev_index leave it as it is.
 	resp.Ibdev_index = ^uint32(0)
-	c := newCmd[abi.RdmaUcmQuery](abi.RDMA_USER_CM_CMD_QUERY_ROUTE, int(unsafe.Sizeof(*resp)))
 	c.body.Response = ptr(resp)
 	c.body.Id = id.handle
-	if err := exec(f, c, unsafe.Pointer(resp)); err != nil {
+	if err := exec(f, &c.ucmaCmd); err != nil {
 		return wrapErr("query route", err)
 	}
 	r := &id.route
@@ -143,7 +143,7 @@ func (id *ID) BindAddr(addr netip.AddrPort) error {
 		if err := setSockaddr("bind addr", c.body.Addr.Anon0[:], &c.body.Addr_size, addr); err != nil {
 			return err
 		}
-		if err := exec(f, c, nil); err != nil {
+		if err := exec(f, c); err != nil {
 			return wrapErr("bind addr", err)
 		}
 		return id.queryRoute()
@@ -182,7 +182,7 @@ func (id *ID) ResolveAddr(ctx context.Context, src, dst netip.AddrPort, timeout 
 		if err := setSockaddr("resolve addr", c.body.Dst_addr.Anon0[:], &c.body.Dst_size, dst); err != nil {
 			return err
 		}
-		if err := exec(f, c, nil); err != nil {
+		if err := exec(f, c); err != nil {
 			return wrapErr("resolve addr", err)
 		}
 		id.route.DstAddr = dst
@@ -202,7 +202,7 @@ func (id *ID) ResolveRoute(ctx context.Context, timeout time.Duration) error {
 		c := newCmd[abi.RdmaUcmResolveRoute](abi.RDMA_USER_CM_CMD_RESOLVE_ROUTE, 0)
 		c.body.Id = id.handle
 		c.body.Timeout_ms = timeoutMS(timeout)
-		return wrapErr("resolve route", exec(f, c, nil))
+		return wrapErr("resolve route", exec(f, c))
 	})
 	if err != nil {
 		return err
