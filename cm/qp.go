@@ -190,14 +190,10 @@ func (id *ID) modifyQPRTR(respRes uint8) error {
 	if q == nil {
 		return nil
 	}
-	if err := id.modifyQPKern(q, qp.StateInit, nil); err != nil {
+	if err := id.modifyQPKern(q, qp.StateInit, keepDepth); err != nil {
 		return err
 	}
-	return id.modifyQPKern(q, qp.StateRTR, func(a *qp.Attr) {
-		if respRes != MaxRespRes {
-			a.MaxDestRdAtomic = respRes
-		}
-	})
+	return id.modifyQPKern(q, qp.StateRTR, respRes)
 }
 
 // modifyQPRTS moves the ID's QP, if any, to RTS with the kernel's
@@ -208,23 +204,31 @@ func (id *ID) modifyQPRTS(initDepth uint8) error {
 	if q == nil {
 		return nil
 	}
-	return id.modifyQPKern(q, qp.StateRTS, func(a *qp.Attr) {
-		if initDepth != MaxInitDepth {
-			a.MaxRdAtomic = initDepth
-		}
-	})
+	return id.modifyQPKern(q, qp.StateRTS, initDepth)
 }
 
+// keepDepth is modifyQPKern's depth that keeps the kernel's: MaxRespRes
+// and MaxInitDepth, the values that ask for the device's maximum.
+const keepDepth = MaxRespRes
+
 // modifyQPKern moves q to state with the attributes the kernel gives for
-// it (InitQPAttr), which adjust, if not nil, may change first. The caller
-// holds id.mu.
-func (id *ID) modifyQPKern(q *uverbs.QP, state qp.State, adjust func(*qp.Attr)) error {
+// it (InitQPAttr). A depth other than keepDepth replaces the kernel's read
+// depth of that state: the responder resources for RTR, the outstanding
+// reads for RTS. (A value, where a function adjusting the attributes made
+// them escape to the heap, one allocation per move.) The caller holds
+// id.mu.
+func (id *ID) modifyQPKern(q *uverbs.QP, state qp.State, depth uint8) error {
 	a, mask, err := id.initQPAttr(state)
 	if err != nil {
 		return err
 	}
-	if adjust != nil {
-		adjust(&a)
+	if depth != keepDepth {
+		switch state {
+		case qp.StateRTR:
+			a.MaxDestRdAtomic = depth
+		case qp.StateRTS:
+			a.MaxRdAtomic = depth
+		}
 	}
 	return q.Modify(&a, mask)
 }

@@ -639,11 +639,8 @@ func writeCmd[Resp, Req any](c *Context, cmdID uint32, req *Req, op string) (*Re
 // UVERBS_ATTR_UHW_IN and UVERBS_ATTR_UHW_OUT, and quick for a command
 // that is quick on this context (command.quick).
 func (c *Context) invokeWriteUdata(cmdID uint32, quick bool, req unsafe.Pointer, reqLen int, resp unsafe.Pointer, respLen int, uhwIn, uhwOut []byte, op string) error {
-	cmd := newCommand(abi.UVERBS_OBJECT_DEVICE, abi.UVERBS_METHOD_INVOKE_WRITE)
+	cmd := c.writeCommand(cmdID, quick)
 	defer cmd.release()
-	cmd.driverID = c.dev.DriverID
-	cmd.quick = quick
-	cmd.constIn(abi.UVERBS_ATTR_WRITE_CMD, uint64(cmdID))
 	if reqLen > 0 {
 		cmd.ptrIn(abi.UVERBS_ATTR_CORE_IN, req, reqLen)
 	}
@@ -652,6 +649,17 @@ func (c *Context) invokeWriteUdata(cmdID uint32, quick bool, req unsafe.Pointer,
 	}
 	cmd.udata(uhwIn, uhwOut)
 	return cmd.execute(c.f, op)
+}
+
+// writeCommand starts the ioctl that runs legacy write command cmdID
+// (UVERBS_METHOD_INVOKE_WRITE); the caller adds the request and response
+// and releases it.
+func (c *Context) writeCommand(cmdID uint32, quick bool) *command {
+	cmd := newCommand(abi.UVERBS_OBJECT_DEVICE, abi.UVERBS_METHOD_INVOKE_WRITE)
+	cmd.driverID = c.dev.DriverID
+	cmd.quick = quick
+	cmd.constIn(abi.UVERBS_ATTR_WRITE_CMD, uint64(cmdID))
+	return cmd
 }
 
 // QueryPort returns the attributes of port (numbered from 1).

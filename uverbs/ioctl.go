@@ -73,6 +73,31 @@ type command struct {
 	// buf is the wire image sent to the kernel; after the call it holds the
 	// kernel's updates (output flags, new handles and fds).
 	buf [ioctlHdrSize + maxAttrs*ioctlAttrSize]byte
+	// scratch holds the small request and response structs the pointer
+	// attributes name (scratchOf): they come and go with the pooled
+	// command instead of costing an allocation each.
+	scratch [scratchWords]uint64
+	used    int // words of scratch handed out
+}
+
+// scratchWords bounds scratchOf: the largest user, a QP modify request,
+// is 120 bytes.
+const scratchWords = 32
+
+// scratchOf returns a zeroed T in c's scratch space, or a new one when the
+// space is used up. T must hold no Go pointers: the collector does not
+// look for them in scratch. The memory is c's: it must not be used after
+// c's release.
+func scratchOf[T any](c *command) *T {
+	var zero T
+	n := (int(unsafe.Sizeof(zero)) + 7) / 8
+	if unsafe.Alignof(zero) > 8 || c.used+n > len(c.scratch) {
+		return new(T)
+	}
+	p := (*T)(unsafe.Pointer(&c.scratch[c.used]))
+	c.used += n
+	*p = zero
+	return p
 }
 
 // commands recycles commands: each is a kilobyte, most of what a
@@ -94,7 +119,7 @@ func newCommand(object, method uint16) *command {
 // buf).
 func (c *command) release() {
 	clear(c.attrs[:c.n])
-	c.object, c.method, c.driverID, c.quick, c.n, c.err = 0, 0, 0, false, 0, nil
+	c.object, c.method, c.driverID, c.quick, c.n, c.err, c.used = 0, 0, 0, false, 0, nil, 0
 	commands.Put(c)
 }
 

@@ -180,18 +180,17 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 	q := &QP{pd: pd, typ: attr.Type, sendCQ: attr.SendCQ, recvCQ: attr.RecvCQ, srq: attr.SRQ}
 	id := c.nextID.Add(1)
 
-	capIn := &abi.IbUverbsQpCap{
+	flags := kernelQPCreateFlags(&attr)
+	cmd := newCommand(abi.UVERBS_OBJECT_QP, abi.UVERBS_METHOD_QP_CREATE)
+	defer cmd.release()
+	capIn, capOut, qpNum := scratchOf[abi.IbUverbsQpCap](cmd), scratchOf[abi.IbUverbsQpCap](cmd), scratchOf[uint32](cmd)
+	*capIn = abi.IbUverbsQpCap{
 		Max_send_wr:     attr.Caps.MaxSendWR,
 		Max_recv_wr:     attr.Caps.MaxRecvWR,
 		Max_send_sge:    attr.Caps.MaxSendSGE,
 		Max_recv_sge:    attr.Caps.MaxRecvSGE,
 		Max_inline_data: attr.Caps.MaxInlineData,
 	}
-	capOut := new(abi.IbUverbsQpCap)
-	qpNum := new(uint32)
-	flags := kernelQPCreateFlags(&attr)
-	cmd := newCommand(abi.UVERBS_OBJECT_QP, abi.UVERBS_METHOD_QP_CREATE)
-	defer cmd.release()
 	cmd.driverID = c.dev.DriverID
 	h := cmd.idrNew(abi.UVERBS_ATTR_CREATE_QP_HANDLE)
 	cmd.idrIn(abi.UVERBS_ATTR_CREATE_QP_PD_HANDLE, pd.handle)
@@ -286,10 +285,12 @@ func (q *QP) Modify(a *qp.Attr, mask qp.AttrMask) error {
 func (q *QP) modify(a *qp.Attr, mask qp.AttrMask) error {
 	// The extended command only adds the rate limit, which the state table
 	// allows for raw packet QPs alone: the base command carries the rest.
-	req := new(abi.IbUverbsExModifyQp)
+	cmd := q.ctx.writeCommand(abi.IB_USER_VERBS_CMD_MODIFY_QP, q.ctx.quick)
+	defer cmd.release()
+	req := scratchOf[abi.IbUverbsExModifyQp](cmd)
 	qpabi.EncodeModifyTo(req, q.handle, a, mask)
-	if err := q.ctx.invokeWriteUdata(abi.IB_USER_VERBS_CMD_MODIFY_QP, q.ctx.quick,
-		unsafe.Pointer(&req.Base), int(unsafe.Sizeof(req.Base)), nil, 0, nil, nil, "modify QP"); err != nil {
+	cmd.ptrIn(abi.UVERBS_ATTR_CORE_IN, unsafe.Pointer(&req.Base), int(unsafe.Sizeof(req.Base)))
+	if err := cmd.execute(q.ctx.f, "modify QP"); err != nil {
 		return err
 	}
 	if mask&qp.AttrState != 0 {

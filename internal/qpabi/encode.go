@@ -23,48 +23,78 @@ func EncodeModify(handle uint32, a *qp.Attr, mask qp.AttrMask) abi.IbUverbsExMod
 // copy would cost a second allocation (the field copiers take its address
 // through a function value, so even a local one escapes).
 func EncodeModifyTo(cmd *abi.IbUverbsExModifyQp, handle uint32, a *qp.Attr, mask qp.AttrMask) {
+	// One test per mask bit, written out: a table of copy functions made
+	// a and cmd escape to the heap through the indirect calls, an
+	// allocation in every caller that builds a on its stack.
 	*cmd = abi.IbUverbsExModifyQp{}
 	cmd.Base.Qp_handle = handle
 	cmd.Base.Attr_mask = uint32(mask)
-	for _, f := range modifyFields {
-		if mask&f.bit != 0 {
-			f.copy(cmd, a)
-		}
+	if mask&qp.AttrState != 0 {
+		cmd.Base.Qp_state = uint8(a.State)
 	}
-}
-
-// modifyFields says which fields of the modify command each mask bit
-// names, and how each is copied from the attributes.
-var modifyFields = []struct {
-	bit  qp.AttrMask
-	copy func(c *abi.IbUverbsExModifyQp, a *qp.Attr)
-}{
-	{qp.AttrState, func(c *abi.IbUverbsExModifyQp, a *qp.Attr) { c.Base.Qp_state = uint8(a.State) }},
-	{qp.AttrCurState, func(c *abi.IbUverbsExModifyQp, a *qp.Attr) { c.Base.Cur_qp_state = uint8(a.CurState) }},
-	{qp.AttrEnSQDAsyncNotify, func(c *abi.IbUverbsExModifyQp, a *qp.Attr) { c.Base.En_sqd_async_notify = b2u(a.EnSQDAsyncNotify) }},
-	{qp.AttrAccessFlags, func(c *abi.IbUverbsExModifyQp, a *qp.Attr) { c.Base.Qp_access_flags = uint32(a.QPAccessFlags) }},
-	{qp.AttrPKeyIndex, func(c *abi.IbUverbsExModifyQp, a *qp.Attr) { c.Base.Pkey_index = a.PKeyIndex }},
-	{qp.AttrPort, func(c *abi.IbUverbsExModifyQp, a *qp.Attr) { c.Base.Port_num = a.PortNum }},
-	{qp.AttrQKey, func(c *abi.IbUverbsExModifyQp, a *qp.Attr) { c.Base.Qkey = a.QKey }},
-	{qp.AttrAV, func(c *abi.IbUverbsExModifyQp, a *qp.Attr) { c.Base.Dest = encodeDest(&a.AHAttr) }},
-	{qp.AttrPathMTU, func(c *abi.IbUverbsExModifyQp, a *qp.Attr) { c.Base.Path_mtu = uint8(a.PathMTU) }},
-	{qp.AttrTimeout, func(c *abi.IbUverbsExModifyQp, a *qp.Attr) { c.Base.Timeout = a.Timeout }},
-	{qp.AttrRetryCnt, func(c *abi.IbUverbsExModifyQp, a *qp.Attr) { c.Base.Retry_cnt = a.RetryCnt }},
-	{qp.AttrRNRRetry, func(c *abi.IbUverbsExModifyQp, a *qp.Attr) { c.Base.Rnr_retry = a.RNRRetry }},
-	{qp.AttrRQPSN, func(c *abi.IbUverbsExModifyQp, a *qp.Attr) { c.Base.Rq_psn = a.RQPSN }},
-	{qp.AttrMaxQPRdAtomic, func(c *abi.IbUverbsExModifyQp, a *qp.Attr) { c.Base.Max_rd_atomic = a.MaxRdAtomic }},
-	{qp.AttrAltPath, func(c *abi.IbUverbsExModifyQp, a *qp.Attr) {
-		c.Base.Alt_pkey_index = a.AltPKeyIndex
-		c.Base.Alt_port_num = a.AltPortNum
-		c.Base.Alt_timeout = a.AltTimeout
-		c.Base.Alt_dest = encodeDest(&a.AltAHAttr)
-	}},
-	{qp.AttrMinRNRTimer, func(c *abi.IbUverbsExModifyQp, a *qp.Attr) { c.Base.Min_rnr_timer = a.MinRNRTimer }},
-	{qp.AttrSQPSN, func(c *abi.IbUverbsExModifyQp, a *qp.Attr) { c.Base.Sq_psn = a.SQPSN }},
-	{qp.AttrMaxDestRdAtomic, func(c *abi.IbUverbsExModifyQp, a *qp.Attr) { c.Base.Max_dest_rd_atomic = a.MaxDestRdAtomic }},
-	{qp.AttrPathMigState, func(c *abi.IbUverbsExModifyQp, a *qp.Attr) { c.Base.Path_mig_state = uint8(a.PathMigState) }},
-	{qp.AttrDestQPN, func(c *abi.IbUverbsExModifyQp, a *qp.Attr) { c.Base.Dest_qp_num = a.DestQPNum }},
-	{qp.AttrRateLimit, func(c *abi.IbUverbsExModifyQp, a *qp.Attr) { c.Rate_limit = a.RateLimit }},
+	if mask&qp.AttrCurState != 0 {
+		cmd.Base.Cur_qp_state = uint8(a.CurState)
+	}
+	if mask&qp.AttrEnSQDAsyncNotify != 0 {
+		cmd.Base.En_sqd_async_notify = b2u(a.EnSQDAsyncNotify)
+	}
+	if mask&qp.AttrAccessFlags != 0 {
+		cmd.Base.Qp_access_flags = uint32(a.QPAccessFlags)
+	}
+	if mask&qp.AttrPKeyIndex != 0 {
+		cmd.Base.Pkey_index = a.PKeyIndex
+	}
+	if mask&qp.AttrPort != 0 {
+		cmd.Base.Port_num = a.PortNum
+	}
+	if mask&qp.AttrQKey != 0 {
+		cmd.Base.Qkey = a.QKey
+	}
+	if mask&qp.AttrAV != 0 {
+		cmd.Base.Dest = encodeDest(&a.AHAttr)
+	}
+	if mask&qp.AttrPathMTU != 0 {
+		cmd.Base.Path_mtu = uint8(a.PathMTU)
+	}
+	if mask&qp.AttrTimeout != 0 {
+		cmd.Base.Timeout = a.Timeout
+	}
+	if mask&qp.AttrRetryCnt != 0 {
+		cmd.Base.Retry_cnt = a.RetryCnt
+	}
+	if mask&qp.AttrRNRRetry != 0 {
+		cmd.Base.Rnr_retry = a.RNRRetry
+	}
+	if mask&qp.AttrRQPSN != 0 {
+		cmd.Base.Rq_psn = a.RQPSN
+	}
+	if mask&qp.AttrMaxQPRdAtomic != 0 {
+		cmd.Base.Max_rd_atomic = a.MaxRdAtomic
+	}
+	if mask&qp.AttrAltPath != 0 {
+		cmd.Base.Alt_pkey_index = a.AltPKeyIndex
+		cmd.Base.Alt_port_num = a.AltPortNum
+		cmd.Base.Alt_timeout = a.AltTimeout
+		cmd.Base.Alt_dest = encodeDest(&a.AltAHAttr)
+	}
+	if mask&qp.AttrMinRNRTimer != 0 {
+		cmd.Base.Min_rnr_timer = a.MinRNRTimer
+	}
+	if mask&qp.AttrSQPSN != 0 {
+		cmd.Base.Sq_psn = a.SQPSN
+	}
+	if mask&qp.AttrMaxDestRdAtomic != 0 {
+		cmd.Base.Max_dest_rd_atomic = a.MaxDestRdAtomic
+	}
+	if mask&qp.AttrPathMigState != 0 {
+		cmd.Base.Path_mig_state = uint8(a.PathMigState)
+	}
+	if mask&qp.AttrDestQPN != 0 {
+		cmd.Base.Dest_qp_num = a.DestQPNum
+	}
+	if mask&qp.AttrRateLimit != 0 {
+		cmd.Rate_limit = a.RateLimit
+	}
 }
 
 func encodeDest(ah *qp.AHAttr) abi.IbUverbsQpDest {
