@@ -233,7 +233,10 @@ func (ch *EventChannel) GetEvent(ctx context.Context) (*Event, error) {
 // read reads one event from the kernel and processes it. It returns a nil
 // event for one that is dropped.
 func (ch *EventChannel) read(ctx context.Context) (*Event, error) {
-	c := newCall[abi.RdmaUcmGetEvent, abi.RdmaUcmEventResp](abi.RDMA_USER_CM_CMD_GET_EVENT)
+	c := eventCalls.Get().(*eventCall)
+	defer eventCalls.Put(c)
+	// Zeroed: a kernel with a shorter response leaves the rest as it is.
+	c.resp = abi.RdmaUcmEventResp{}
 	resp := &c.resp
 	c.body.Response = ptr(resp)
 	if err := ch.f.getEvent(ctx, c.bytes()); err != nil {
@@ -242,8 +245,18 @@ func (ch *EventChannel) read(ctx context.Context) (*Event, error) {
 		}
 		return nil, wrapErr("get event", err)
 	}
+	// processEvent copies what it keeps out of resp.
 	return processEvent(ch, resp), nil
 }
+
+// eventCall is a GET_EVENT command with its response (352 bytes).
+type eventCall = ucmaCall[abi.RdmaUcmGetEvent, abi.RdmaUcmEventResp]
+
+// eventCalls recycles the GET_EVENT commands: a connection's events cost
+// an allocation of each otherwise.
+var eventCalls = sync.Pool{New: func() any {
+	return newCall[abi.RdmaUcmGetEvent, abi.RdmaUcmEventResp](abi.RDMA_USER_CM_CMD_GET_EVENT)
+}}
 
 // The union in struct rdma_ucm_event_resp: rdma_ucm_conn_param or
 // rdma_ucm_ud_param.
@@ -401,7 +414,8 @@ func processEvent(ch *EventChannel, r *abi.RdmaUcmEventResp) *Event {
 		id.peerGone = time.Now()
 		id.setState(stateDisconnected)
 		if q := id.qp.Load(); q != nil {
-			time.AfterFunc(peerGoneGrace, func() { id.flushPeerGone(q) })
+			id.stopPeerTimer()
+			id.peerTimer = time.AfterFunc(peerGoneGrace, func() { id.flushPeerGone(q) })
 		}
 	case EventUnreachable, EventConnectError, EventDeviceRemoval:
 		copyParams(ev, id, r)

@@ -97,7 +97,9 @@ type ID struct {
 	disconnected bool // Disconnect succeeded
 	// peerGone is when the peer's disconnect was processed; the QP is
 	// flushed a grace period later (see flushPeerGone), or by Disconnect.
-	peerGone time.Time
+	// peerTimer is that flush, stopped when the QP goes first.
+	peerGone  time.Time
+	peerTimer *time.Timer
 	// kaErr is why the keepalive declared the peer gone (SetKeepAlive).
 	kaErr          error
 	initiatorDepth uint8
@@ -278,6 +280,7 @@ func (id *ID) destroy() (int, error) {
 	if id.destroyed.Load() {
 		return 0, nil
 	}
+	id.stopPeerTimer()
 	if q := id.qp.Swap(nil); q != nil {
 		id.waitPosts()
 		q.Close()

@@ -260,6 +260,7 @@ func (id *ID) DestroyQP() error {
 // destroyVerbsLocked destroys the QP once no post is using it, then the
 // CQs and channels CreateQP made. The caller holds id.mu.
 func (id *ID) destroyVerbsLocked() error {
+	id.stopPeerTimer()
 	q := id.qp.Swap(nil)
 	id.waitPosts()
 	var err error

@@ -478,6 +478,17 @@ const connGoneGrace = time.Second
 // once turned such requests into WR_FLUSH_ERR.
 const peerGoneGrace = time.Second
 
+// stopPeerTimer stops the flush a DISCONNECTED started, for a QP that is
+// going: a server that destroys each connection when its peer leaves
+// would otherwise keep every ID for the grace period and start a goroutine
+// for each when it ends. The caller holds id.mu.
+func (id *ID) stopPeerTimer() {
+	if id.peerTimer != nil {
+		id.peerTimer.Stop()
+		id.peerTimer = nil
+	}
+}
+
 // flushPeerGone moves the ID's QP q to the error state a grace period
 // after the peer's DISCONNECTED, unless the ID or the QP is gone.
 func (id *ID) flushPeerGone(q *uverbs.QP) {
