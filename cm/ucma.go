@@ -326,8 +326,9 @@ func (c *ucmaCmd[T]) bytes() []byte {
 // on the heap, where the collector never moves it; the caller reads resp
 // after the call, which keeps it alive across the call. uverbs' commands
 // rely on the same two facts for the memory their pointer attributes
-// name. One allocation per command, and no pinning, which cost a tenth of
-// rdmago's own time in accepting a connection (docs/performance.md).
+// name. One allocation per command, and no pinning, which took about a
+// tenth of the user-space time of cmtime's server in accepting a
+// connection (perf samples, docs/performance.md).
 type ucmaCall[T, R any] struct {
 	ucmaCmd[T]
 	resp R

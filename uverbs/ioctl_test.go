@@ -98,3 +98,49 @@ func TestCommandErrno(t *testing.T) {
 		t.Fatalf("error %v does not name the operation", err)
 	}
 }
+
+// A released command keeps nothing of its use: no attribute (so no caller
+// memory stays reachable from the pool), error, flag or scratch space; and
+// scratchOf hands out zeroed space until it is used up, then heap memory.
+func TestCommandRelease(t *testing.T) {
+	c := newCommand(abi.UVERBS_OBJECT_QP, abi.UVERBS_METHOD_QP_CREATE)
+	c.driverID, c.quick = 3, true
+	buf := make([]byte, 8)
+	c.ptrIn(1, unsafe.Pointer(&buf[0]), len(buf))
+	scratchOf[abi.IbUverbsQpCap](c).Max_send_wr = 7
+	for i := 0; i <= maxAttrs; i++ {
+		c.constIn(uint16(i), 0)
+	}
+	if c.err == nil {
+		t.Fatal("no error for too many attributes")
+	}
+	n := c.n
+	// The test reads c after its release: nothing else in this package
+	// runs in parallel to take it from the pool.
+	c.release()
+	if c.n != 0 || c.err != nil || c.quick || c.driverID != 0 || c.used != 0 || c.object != 0 || c.method != 0 {
+		t.Errorf("released command: n %d err %v quick %v driver %d used %d object %d method %d",
+			c.n, c.err, c.quick, c.driverID, c.used, c.object, c.method)
+	}
+	for i := range n {
+		if c.attrs[i] != (attr{}) {
+			t.Fatalf("attribute %d survives the release: %+v", i, c.attrs[i])
+		}
+	}
+
+	if p := scratchOf[abi.IbUverbsQpCap](c); *p != (abi.IbUverbsQpCap{}) {
+		t.Errorf("scratch space not zeroed: %+v", *p)
+	}
+	lo := uintptr(unsafe.Pointer(&c.scratch[0]))
+	hi := lo + unsafe.Sizeof(c.scratch)
+	in := func(p unsafe.Pointer) bool { return uintptr(p) >= lo && uintptr(p) < hi }
+	for c.used < scratchWords {
+		if p := scratchOf[uint64](c); !in(unsafe.Pointer(p)) {
+			t.Fatal("scratch space handed out outside the command")
+		}
+	}
+	if p := scratchOf[uint64](c); in(unsafe.Pointer(p)) {
+		t.Fatal("scratch space handed out twice")
+	}
+	c.used = 0 // c is in the pool
+}

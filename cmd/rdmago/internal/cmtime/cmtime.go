@@ -10,11 +10,13 @@ package cmtime
 // destroy the QP), and destroy the IDs; the asynchronous steps end when
 // every ID's event has come. It prints each step's total time, the
 // slowest and fastest ID's, and the total per connection. The server
-// accepts every request, creating a QP with the CQs package cm makes for
-// it (rdma_create_qp without CQs), and disconnects and destroys each
+// accepts every request, creating a QP on a CQ its QPs share (as the C
+// program's do, through the init_qp_attr librdmacm writes the first
+// connection's CQs back into), and disconnects and destroys each
 // connection once the client disconnects: it runs until it is killed, as
-// the C program does. Its requests and disconnects are handled off the
-// event loop, one goroutine each, as the C program's two threads do.
+// the C program does. It handles requests and disconnects on its event
+// loop, where the C program hands them to two threads (runServer says
+// why).
 
 import (
 	"context"
