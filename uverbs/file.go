@@ -42,30 +42,26 @@ func openDevFile(path string) (*devFile, error) {
 	return &devFile{raw: fd}, nil
 }
 
-func (f *devFile) ioctl(req uint, arg unsafe.Pointer) error {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	if f.closed {
-		return ErrClosed
-	}
-	_, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(f.raw), uintptr(req), uintptr(arg))
-	if e != 0 {
-		return e
-	}
-	return nil
-}
+func (f *devFile) ioctl(req uint, arg unsafe.Pointer) error { return f.ioctlAs(req, arg, false) }
 
 // quickIoctl is ioctl as a raw system call, for the commands the kernel
 // completes with CPU work alone (command.quick): like fastWrite, it keeps
 // the thread's P, so the runtime's monitor neither wakes for the call nor
 // hands the P to another thread while it runs.
-func (f *devFile) quickIoctl(req uint, arg unsafe.Pointer) error {
+func (f *devFile) quickIoctl(req uint, arg unsafe.Pointer) error { return f.ioctlAs(req, arg, true) }
+
+func (f *devFile) ioctlAs(req uint, arg unsafe.Pointer, quick bool) error {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	if f.closed {
 		return ErrClosed
 	}
-	_, _, e := unix.RawSyscall(unix.SYS_IOCTL, uintptr(f.raw), uintptr(req), uintptr(arg))
+	var e unix.Errno
+	if quick {
+		_, _, e = unix.RawSyscall(unix.SYS_IOCTL, uintptr(f.raw), uintptr(req), uintptr(arg))
+	} else {
+		_, _, e = unix.Syscall(unix.SYS_IOCTL, uintptr(f.raw), uintptr(req), uintptr(arg))
+	}
 	if e != 0 {
 		return e
 	}
