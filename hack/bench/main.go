@@ -23,7 +23,8 @@
 // (-T s) for reference, for 64 B, 4 KiB and 64 KiB transfers.
 //
 // cmtime: librdmacm's cmtime client connecting 100 connections to
-// cmtime's server and to `rdmago cmtime`'s.
+// cmtime's server and to `rdmago cmtime`'s, with the client at normal
+// priority and under nice 19, and the servers' CPU time.
 package main
 
 import (
