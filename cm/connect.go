@@ -18,7 +18,7 @@ import (
 // CONNECT_REQUEST events, or through GetRequest on a synchronous ID.
 func (id *ID) Listen(backlog int) error {
 	return id.withFile(func(f ucmaFile) error {
-		c := newCmd[abi.RdmaUcmListen](abi.RDMA_USER_CM_CMD_LISTEN, 0)
+		c := newCmd[abi.RdmaUcmListen](abi.RDMA_USER_CM_CMD_LISTEN)
 		c.body.Id = id.handle
 		if backlog > 0 {
 			c.body.Backlog = uint32(min(backlog, 1<<31-1))
@@ -193,7 +193,7 @@ func (id *ID) Connect(ctx context.Context, param *ConnParam) error {
 	} else {
 		id.respRes = id.dev.maxRespRes
 	}
-	c := newCmd[abi.RdmaUcmConnect](abi.RDMA_USER_CM_CMD_CONNECT, 0)
+	c := newCmd[abi.RdmaUcmConnect](abi.RDMA_USER_CM_CMD_CONNECT)
 	c.body.Id = id.handle
 	n, srq := id.qpNumOf(param)
 	if err := id.connParamToKern("connect", &c.body.Conn_param, param, n, srq); err != nil {
@@ -247,7 +247,7 @@ func (id *ID) Accept(ctx context.Context, param *ConnParam) error {
 			return wrapErr("accept", err)
 		}
 	}
-	c := newCmd[abi.RdmaUcmAccept](abi.RDMA_USER_CM_CMD_ACCEPT, 0)
+	c := newCmd[abi.RdmaUcmAccept](abi.RDMA_USER_CM_CMD_ACCEPT)
 	c.body.Id = id.handle
 	c.body.Uid = id.uid
 	n, srq := id.qpNumOf(param)
@@ -285,7 +285,7 @@ func (id *ID) RejectECE(privateData []byte) error {
 
 func (id *ID) reject(privateData []byte, reason uint8) error {
 	return id.withFile(func(f ucmaFile) error {
-		c := newCmd[abi.RdmaUcmReject](abi.RDMA_USER_CM_CMD_REJECT, 0)
+		c := newCmd[abi.RdmaUcmReject](abi.RDMA_USER_CM_CMD_REJECT)
 		c.body.Id = id.handle
 		c.body.Reason = reason
 		if len(privateData) > math.MaxUint8 {
@@ -328,7 +328,7 @@ func (id *ID) establish() error {
 	if err != nil {
 		return err
 	}
-	c := newCmd[abi.RdmaUcmAccept](abi.RDMA_USER_CM_CMD_ACCEPT, 0)
+	c := newCmd[abi.RdmaUcmAccept](abi.RDMA_USER_CM_CMD_ACCEPT)
 	c.body.Id = id.handle
 	if err := execOn(f, c, id.ibOrRoCE()); err != nil {
 		id.modifyQPErr()
@@ -342,7 +342,7 @@ func (id *ID) establish() error {
 // ESTABLISHED event.
 func (id *ID) Notify(event uverbs.EventType) error {
 	return id.withFile(func(f ucmaFile) error {
-		c := newCmd[abi.RdmaUcmNotify](abi.RDMA_USER_CM_CMD_NOTIFY, 0)
+		c := newCmd[abi.RdmaUcmNotify](abi.RDMA_USER_CM_CMD_NOTIFY)
 		c.body.Id = id.handle
 		c.body.Event = uint32(event)
 		return wrapErr("notify", exec(f, c))
@@ -406,7 +406,7 @@ func (id *ID) Disconnect(ctx context.Context) error {
 // the kernel sends the DREQ, or the DREP to a peer's. The caller holds
 // id.mu.
 func (id *ID) sendDisconnect(f ucmaFile) error {
-	c := newCmd[abi.RdmaUcmDisconnect](abi.RDMA_USER_CM_CMD_DISCONNECT, 0)
+	c := newCmd[abi.RdmaUcmDisconnect](abi.RDMA_USER_CM_CMD_DISCONNECT)
 	c.body.Id = id.handle
 	return execOn(f, c, id.ibOrRoCE())
 }

@@ -27,7 +27,7 @@ func (id *ID) SetOption(level, name uint32, value []byte) error {
 		// until the kernel has read it.
 		val := make([]byte, max(len(value), 1))
 		copy(val, value)
-		c := newCmd[abi.RdmaUcmSetOption](abi.RDMA_USER_CM_CMD_SET_OPTION, 0)
+		c := newCmd[abi.RdmaUcmSetOption](abi.RDMA_USER_CM_CMD_SET_OPTION)
 		c.body.Optval = ptr(&val[0])
 		c.body.Id = id.handle
 		c.body.Level = level

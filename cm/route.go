@@ -138,7 +138,7 @@ func bytesOf[T any](v *T) []byte {
 // picks a free port (SrcAddr tells which).
 func (id *ID) BindAddr(addr netip.AddrPort) error {
 	return id.withFile(func(f ucmaFile) error {
-		c := newCmd[abi.RdmaUcmBind](abi.RDMA_USER_CM_CMD_BIND, 0)
+		c := newCmd[abi.RdmaUcmBind](abi.RDMA_USER_CM_CMD_BIND)
 		c.body.Id = id.handle
 		if err := setSockaddr("bind addr", c.body.Addr.Anon0[:], &c.body.Addr_size, addr); err != nil {
 			return err
@@ -171,7 +171,7 @@ func timeoutMS(d time.Duration) uint32 {
 // ID should then be destroyed).
 func (id *ID) ResolveAddr(ctx context.Context, src, dst netip.AddrPort, timeout time.Duration) error {
 	err := id.withFile(func(f ucmaFile) error {
-		c := newCmd[abi.RdmaUcmResolveAddr](abi.RDMA_USER_CM_CMD_RESOLVE_ADDR, 0)
+		c := newCmd[abi.RdmaUcmResolveAddr](abi.RDMA_USER_CM_CMD_RESOLVE_ADDR)
 		c.body.Id = id.handle
 		c.body.Timeout_ms = timeoutMS(timeout)
 		if src.Addr().IsValid() {
@@ -199,7 +199,7 @@ func (id *ID) ResolveAddr(ctx context.Context, src, dst netip.AddrPort, timeout 
 // waits for the outcome, or until ctx is done.
 func (id *ID) ResolveRoute(ctx context.Context, timeout time.Duration) error {
 	err := id.withFile(func(f ucmaFile) error {
-		c := newCmd[abi.RdmaUcmResolveRoute](abi.RDMA_USER_CM_CMD_RESOLVE_ROUTE, 0)
+		c := newCmd[abi.RdmaUcmResolveRoute](abi.RDMA_USER_CM_CMD_RESOLVE_ROUTE)
 		c.body.Id = id.handle
 		c.body.Timeout_ms = timeoutMS(timeout)
 		return wrapErr("resolve route", exec(f, c))

@@ -96,36 +96,26 @@ func (d *devFile) write(b []byte, quick bool) error {
 	if d.closed {
 		return ErrClosed
 	}
-	if quick {
-		return writeQuick(d.raw, b)
-	}
-	return writeCmd(d.raw, b)
+	return writeCmd(d.raw, b, quick)
 }
 
 // writeCmd is one command's write(2), retried on EINTR; a short write is
-// librdmacm's ENODATA.
-func writeCmd(fd int, b []byte) error {
+// librdmacm's ENODATA. A quick command (quickCmd) is a raw system call,
+// which keeps the thread's P: with the ordinary call, a command long
+// enough to span the runtime monitor's 20 µs tick made the monitor hand
+// the P to another thread, and any call woke the monitor from its sleep
+// to tick every 20 µs while the goroutine ran (docs/performance.md). Each
+// branch converts b's address in the system call itself, the form that
+// keeps b alive and in place for the call.
+func writeCmd(fd int, b []byte, quick bool) error {
 	for {
-		n, err := unix.Write(fd, b)
-		if err == unix.EINTR {
-			continue
+		var n uintptr
+		var e unix.Errno
+		if quick {
+			n, _, e = unix.RawSyscall(unix.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(len(b)))
+		} else {
+			n, _, e = unix.Syscall(unix.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(len(b)))
 		}
-		if err == nil && n != len(b) {
-			err = unix.ENODATA
-		}
-		return err
-	}
-}
-
-// writeQuick is writeCmd as a raw system call, for the commands the
-// kernel completes with CPU work alone (quickCmd). It keeps the thread's
-// P: with the ordinary call, a command long enough to span the runtime
-// monitor's 20 µs tick made the monitor hand the P to another thread, and
-// any call woke the monitor from its sleep to tick every 20 µs while the
-// goroutine ran (docs/performance.md).
-func writeQuick(fd int, b []byte) error {
-	for {
-		n, _, e := unix.RawSyscall(unix.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(len(b)))
 		if e == unix.EINTR {
 			continue
 		}
@@ -238,7 +228,7 @@ func (d *devFile) getEvent(ctx context.Context, b []byte) error {
 // tryGetEvent is evOp: one non-blocking GET_EVENT of evBuf, false while
 // the kernel has no event.
 func (d *devFile) tryGetEvent(fd uintptr) bool {
-	err := writeQuick(int(fd), d.evBuf)
+	err := writeCmd(int(fd), d.evBuf, true)
 	if err == unix.EAGAIN {
 		return false
 	}
@@ -307,12 +297,12 @@ type ucmaCmd[T any] struct {
 	body T
 }
 
-// newCmd builds command op with body size in and a response of out bytes.
-func newCmd[T any](op uint32, out int) *ucmaCmd[T] {
+// newCmd builds command op with body T and no response; one with a
+// response is a ucmaCall (newCall).
+func newCmd[T any](op uint32) *ucmaCmd[T] {
 	c := new(ucmaCmd[T])
 	c.hdr.Cmd = op
 	c.hdr.In = uint16(unsafe.Sizeof(c.body))
-	c.hdr.Out = uint16(out)
 	return c
 }
 

@@ -53,7 +53,7 @@ func TestCommandHeader(t *testing.T) {
 			t.Errorf("%s: %d bytes, want %d", tc.name, tc.in, tc.want)
 		}
 	}
-	c := newCmd[abi.RdmaUcmCreateId](abi.RDMA_USER_CM_CMD_CREATE_ID, 4)
+	c := newCall[abi.RdmaUcmCreateId, abi.RdmaUcmCreateIdResp](abi.RDMA_USER_CM_CMD_CREATE_ID)
 	b := c.bytes()
 	if len(b) != 8+abi.SizeofRdmaUcmCreateId {
 		t.Fatalf("command is %d bytes", len(b))
