@@ -125,6 +125,24 @@ type Builder[T any] interface {
 	Abort()
 }
 
+// CapsSizer is implemented by QP builders whose provider sizes the
+// queues itself and tells the kernel what it computed: the core sends
+// KernelCaps instead of the user's caps in the create command, as libmlx5
+// writes its inline-data size into the attributes before libibverbs sends
+// them.
+type CapsSizer interface {
+	KernelCaps(requested qp.Caps) qp.Caps
+}
+
+// CQESizer is implemented by CQ builders whose provider sizes the ring
+// itself: the core asks the kernel for KernelCQE entries instead of the
+// user's count, as libmlx5 asks for its power-of-two ring less one. The
+// kernel rounds both to the same ring; the command then carries what
+// rdma-core's would.
+type CQESizer interface {
+	KernelCQE() uint32
+}
+
 // Context is the provider's per-device-context state.
 type Context interface {
 	NewCQ(cqe int) (Builder[CQ], error)
@@ -258,6 +276,16 @@ type SendBatcher interface {
 	AddToBatch(w *wr.SendWR) error
 	EndBatch() (int, error)
 	AbortBatch()
+}
+
+// QueueSizer is implemented by the QPs of providers that size their
+// queues themselves, as libmlx5 does: a send ring is a power of two in
+// bytes and often holds more requests, and more inline data, than were
+// asked for. The provider lets the user post all of it, and the core
+// reports these sizes as the QP's caps instead of the kernel's response,
+// as ibv_create_qp reports what libmlx5 writes back into its attributes.
+type QueueSizer interface {
+	GrantedCaps() qp.Caps
 }
 
 // ErrStopped is what a stopped QP's posts return (QP.Stop); the core

@@ -733,6 +733,7 @@ func (c *Context) QueryGIDTable() ([]GIDEntry, error) {
 	defer cmd.release()
 	cmd.driverID = c.dev.DriverID
 	cmd.constIn(abi.UVERBS_ATTR_QUERY_GID_TABLE_ENTRY_SIZE, uint64(entrySize))
+	cmd.constIn(abi.UVERBS_ATTR_QUERY_GID_TABLE_FLAGS, 0) // as libibverbs sends it
 	cmd.ptrOut(abi.UVERBS_ATTR_QUERY_GID_TABLE_RESP_ENTRIES, unsafe.Pointer(&raw[0]), entrySize*max)
 	cmd.ptrOut(abi.UVERBS_ATTR_QUERY_GID_TABLE_RESP_NUM_ENTRIES, unsafe.Pointer(num), 8)
 	err = cmd.execute(c.f, "query GID table")

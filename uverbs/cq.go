@@ -459,7 +459,11 @@ func (c *Context) createCQ(attr CQAttr, kernelOnly bool) (*CQ, error) {
 	defer cmd.release()
 	cmd.driverID = c.dev.DriverID
 	h := cmd.idrNew(abi.UVERBS_ATTR_CREATE_CQ_HANDLE)
-	cmd.u32In(abi.UVERBS_ATTR_CREATE_CQ_CQE, uint32(attr.CQE))
+	kernelCQE := uint32(attr.CQE)
+	if s, ok := b.(provider.CQESizer); ok {
+		kernelCQE = s.KernelCQE()
+	}
+	cmd.u32In(abi.UVERBS_ATTR_CREATE_CQ_CQE, kernelCQE)
 	cmd.constIn(abi.UVERBS_ATTR_CREATE_CQ_USER_HANDLE, id)
 	cmd.u32In(abi.UVERBS_ATTR_CREATE_CQ_COMP_VECTOR, uint32(attr.CompVector))
 	if flags != 0 {

@@ -184,12 +184,16 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 	cmd := newCommand(abi.UVERBS_OBJECT_QP, abi.UVERBS_METHOD_QP_CREATE)
 	defer cmd.release()
 	capIn, capOut, qpNum := scratchOf[abi.IbUverbsQpCap](cmd), scratchOf[abi.IbUverbsQpCap](cmd), scratchOf[uint32](cmd)
+	kcaps := attr.Caps
+	if s, ok := b.(provider.CapsSizer); ok {
+		kcaps = s.KernelCaps(kcaps)
+	}
 	*capIn = abi.IbUverbsQpCap{
-		Max_send_wr:     attr.Caps.MaxSendWR,
-		Max_recv_wr:     attr.Caps.MaxRecvWR,
-		Max_send_sge:    attr.Caps.MaxSendSGE,
-		Max_recv_sge:    attr.Caps.MaxRecvSGE,
-		Max_inline_data: attr.Caps.MaxInlineData,
+		Max_send_wr:     kcaps.MaxSendWR,
+		Max_recv_wr:     kcaps.MaxRecvWR,
+		Max_send_sge:    kcaps.MaxSendSGE,
+		Max_recv_sge:    kcaps.MaxRecvSGE,
+		Max_inline_data: kcaps.MaxInlineData,
 	}
 	cmd.driverID = c.dev.DriverID
 	h := cmd.idrNew(abi.UVERBS_ATTR_CREATE_QP_HANDLE)
@@ -206,7 +210,11 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 	cmd.constIn(abi.UVERBS_ATTR_CREATE_QP_USER_HANDLE, id)
 	cmd.ptrIn(abi.UVERBS_ATTR_CREATE_QP_CAP, unsafe.Pointer(capIn), int(unsafe.Sizeof(*capIn)))
 	cmd.constIn(abi.UVERBS_ATTR_CREATE_QP_TYPE, uint64(attr.Type))
-	cmd.constIn(abi.UVERBS_ATTR_CREATE_QP_FLAGS, flags)
+	if flags != 0 {
+		// Only when asked for, as libibverbs sends it: the kernel reads
+		// an absent attribute as no flags.
+		cmd.constIn(abi.UVERBS_ATTR_CREATE_QP_FLAGS, flags)
+	}
 	if c.asyncFD >= 0 {
 		cmd.fdIn(abi.UVERBS_ATTR_CREATE_QP_EVENT_FD, c.asyncFD)
 	}
@@ -230,6 +238,9 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 	q.single = attr.SingleThreaded
 	if err := finishCreate(&q.prov, q.object, b, provider.Created{Handle: q.handle, QPNum: q.num, Caps: q.caps}, "create QP", q.single); err != nil {
 		return nil, err
+	}
+	if s, ok := q.prov.(provider.QueueSizer); ok {
+		q.caps = s.GrantedCaps()
 	}
 	q.rxe, q.mlx5 = concrete[*rxe.QP, *mlx5.QP](q.prov)
 	if err := registered(registerQP(c, q), q.object, "create QP"); err != nil {

@@ -143,7 +143,6 @@ func (x *XRCD) CreateRecvQP() (*QP, error) {
 	cmd.constIn(abi.UVERBS_ATTR_CREATE_QP_USER_HANDLE, id)
 	cmd.ptrIn(abi.UVERBS_ATTR_CREATE_QP_CAP, unsafe.Pointer(capIn), int(unsafe.Sizeof(*capIn)))
 	cmd.constIn(abi.UVERBS_ATTR_CREATE_QP_TYPE, abi.IB_UVERBS_QPT_XRC_TGT)
-	cmd.constIn(abi.UVERBS_ATTR_CREATE_QP_FLAGS, 0)
 	if c.asyncFD >= 0 {
 		cmd.fdIn(abi.UVERBS_ATTR_CREATE_QP_EVENT_FD, c.asyncFD)
 	}

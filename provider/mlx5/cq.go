@@ -75,6 +75,11 @@ func (c *Context) NewCQEx(attr provider.CQAttr) (provider.Builder[provider.CQ], 
 
 func (b *cqBuilder) Udata() (in, out []byte) { return bytesOf(&b.cmd), bytesOf(&b.resp) }
 
+// KernelCQE is the entry count mlx5_create_cq sends: the ring less one
+// (provider.CQESizer). mlx5_ib rounds count+1 up to a power of two, so the
+// kernel makes the ring the buffer was sized for.
+func (b *cqBuilder) KernelCQE() uint32 { return b.ncqe - 1 }
+
 func (b *cqBuilder) Abort() {
 	b.free()
 	if b.uar != nil {

@@ -196,8 +196,8 @@ func TestModelRingWrap(t *testing.T) {
 	caps := qp.Caps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 4, MaxRecvSGE: 1, MaxInlineData: 100}
 	p := newRCPair(t, caps, 3)
 	// Room for 100 bytes inline makes the largest WQE 320 bytes: 6 fit in
-	// 32 BBs, of which the kernel's grant allows 4.
-	if p.a.sq.wqeCnt != 32 || p.a.sq.maxPost != 4 {
+	// 32 BBs, and all 6 may be posted, as libmlx5 allows.
+	if p.a.sq.wqeCnt != 32 || p.a.sq.maxPost != 6 {
 		t.Fatalf("send queue of %d BBs, %d requests", p.a.sq.wqeCnt, p.a.sq.maxPost)
 	}
 	local, remote := make([]byte, 1024), make([]byte, 1024)
@@ -623,11 +623,15 @@ func TestModelRefusals(t *testing.T) {
 		pollN(t, p.cqa, 1)
 		pollN(t, p.cqb, 1)
 	}
-	// The depth is what the kernel granted: 3, not the 4 the ring holds.
+	// The depth is what the ring holds, as libmlx5 grants it: 3 were
+	// asked for, and 4 of the 256-byte WQEs fit in the 1 KiB ring.
+	if c := p.a.GrantedCaps(); c != (qp.Caps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 2, MaxRecvSGE: 1, MaxInlineData: 60}) {
+		t.Errorf("granted %+v", c)
+	}
 	w := wr.SendWR{Opcode: wr.OpRDMAWrite, SGList: sge, RemoteAddr: a, RKey: k}
-	n, err := p.a.PostSend([]wr.SendWR{w, w, w, w})
-	if n != 3 || !errors.Is(err, unix.ENOMEM) {
-		t.Errorf("posting 4 on a depth of 3: %d, %v", n, err)
+	n, err := p.a.PostSend([]wr.SendWR{w, w, w, w, w})
+	if n != 4 || !errors.Is(err, unix.ENOMEM) {
+		t.Errorf("posting 5 on a depth of 4: %d, %v", n, err)
 	}
 	if n, err := p.a.PostSend([]wr.SendWR{w}); n != 0 || !errors.Is(err, unix.ENOMEM) {
 		t.Errorf("posting on a full queue: %d, %v", n, err)
@@ -638,10 +642,11 @@ func TestModelRefusals(t *testing.T) {
 	if n, err := p.a.PostSend([]wr.SendWR{w}); n != 0 || !errors.Is(err, unix.ENOMEM) {
 		t.Errorf("posting before polling: %d, %v", n, err)
 	}
-	// Receive queue: depth 2, one SGE.
+	// Receive queue: 2 asked for, one SGE; the ring is at least a 64-byte
+	// block, so 4 of the 16-byte WQEs.
 	r := wr.RecvWR{SGList: []wr.SGE{{Addr: a, Length: 8, LKey: k}}}
-	if n, err := p.b.PostRecv([]wr.RecvWR{r, r, r}); n != 2 || !errors.Is(err, unix.ENOMEM) {
-		t.Errorf("3 receives on a depth of 2: %d, %v", n, err)
+	if n, err := p.b.PostRecv([]wr.RecvWR{r, r, r, r, r}); n != 4 || !errors.Is(err, unix.ENOMEM) {
+		t.Errorf("5 receives on a depth of 4: %d, %v", n, err)
 	}
 	if n, err := p.a.PostRecv([]wr.RecvWR{{SGList: make([]wr.SGE, 2)}}); n != 0 || !errors.Is(err, unix.EINVAL) {
 		t.Errorf("2 SGEs on a 1-SGE receive queue: %d, %v", n, err)

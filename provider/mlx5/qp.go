@@ -105,6 +105,17 @@ func limit(computed, granted uint32) uint32 {
 	return computed
 }
 
+// KernelCaps is what mlx5_create_qp sends the kernel
+// (provider.CapsSizer): the caps asked for, but the inline-data size that
+// calc_sq_size computed from the WQE's stride, which it writes into the
+// attributes before the command.
+func (b *qpBuilder) KernelCaps(c qp.Caps) qp.Caps {
+	if b.sq.wqeCnt > 0 {
+		c.MaxInlineData = b.sq.maxInline
+	}
+	return c
+}
+
 func (b *qpBuilder) Finish(c provider.Created) (provider.QP, error) {
 	// With dynamic UARs the kernel answers MLX5_IB_INVALID_BFREG: the
 	// register is the one the provider named.
@@ -138,9 +149,9 @@ func (b *qpBuilder) Finish(c provider.Created) (provider.QP, error) {
 			start:    base,
 			wqeCnt:   b.rq.wqeCnt,
 			wqeShift: b.rq.wqeShift,
-			maxPost:  limit(b.rq.maxPost, c.Caps.MaxRecvWR),
+			maxPost:  b.rq.maxPost,
 			maxGS:    b.rq.maxGS,
-			limitGS:  limit(b.rq.maxGS, c.Caps.MaxRecvSGE),
+			limitGS:  b.rq.maxGS,
 			wrid:     make([]uint64, b.rq.wqeCnt),
 		}
 	}
@@ -150,9 +161,9 @@ func (b *qpBuilder) Finish(c provider.Created) (provider.QP, error) {
 			start:   start,
 			qend:    unsafe.Add(start, uintptr(b.sq.wqeCnt)<<sendWQEShift),
 			wqeCnt:  b.sq.wqeCnt,
-			maxPost: limit(b.sq.maxPost, c.Caps.MaxSendWR),
-			maxGS:   limit(b.sq.maxGS, c.Caps.MaxSendSGE),
-			maxInl:  limit(b.sq.maxInline, c.Caps.MaxInlineData),
+			maxPost: b.sq.maxPost,
+			maxGS:   b.sq.maxGS,
+			maxInl:  b.sq.maxInline,
 			qpn:     c.QPNum,
 			typ:     b.attr.Type,
 			wrid:    make([]uint64, b.sq.wqeCnt),
@@ -161,6 +172,12 @@ func (b *qpBuilder) Finish(c provider.Created) (provider.QP, error) {
 		if b.attr.SignalAll {
 			qp.sq.sigBits = ctrlCQUpdate
 		}
+	}
+	if qp.sq != nil {
+		qp.caps.MaxSendWR, qp.caps.MaxSendSGE, qp.caps.MaxInlineData = qp.sq.maxPost, qp.sq.maxGS, qp.sq.maxInl
+	}
+	if qp.rq != nil {
+		qp.caps.MaxRecvWR, qp.caps.MaxRecvSGE = qp.rq.maxPost, qp.rq.maxGS
 	}
 	if b.ctx.cqeVersion == cqeVersion1 {
 		qp.rsn = b.cmd.Uidx
@@ -220,6 +237,11 @@ type QP struct {
 	rqMu spinLock
 	rq   *recvQueue
 
+	// caps are the queues' sizes as libmlx5 reports them
+	// (provider.QueueSizer): the requests and SGEs the rings hold, and the
+	// inline data a WQE of the ring's stride holds.
+	caps qp.Caps
+
 	// batch is the open batch (provider.SendBatcher), under sqMu.
 	batch struct {
 		n       uint32         // requests written
@@ -239,6 +261,13 @@ type QP struct {
 // The register's two halves are used alternately. (rdma-core stores the
 // record before taking a shared register's lock; here the record store
 // joins the doorbell in one call, under the lock, which orders the same.)
+// GrantedCaps returns the queues' sizes as libmlx5's mlx5_create_qp
+// writes them back into ibv_qp_init_attr: max_send_wr is what the send
+// ring holds of the largest WQE, max_inline_data what that WQE holds
+// after its overhead, and the receive queue's count and SGEs are its
+// power-of-two shape's.
+func (qp *QP) GrantedCaps() qp.Caps { return qp.caps }
+
 func (qp *QP) PostSend(wrs []wr.SendWR) (int, error) {
 	sq := qp.sq
 	if sq == nil {

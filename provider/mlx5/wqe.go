@@ -288,7 +288,7 @@ func (sq *sendQueue) write(w *wr.SendWR, av *addressVector, nreq uint32) (ctrl u
 // completion and solicited event, and the queue's signalling.
 func (sq *sendQueue) fmCeSe(flags wr.SendFlags) uint32 {
 	f := uint32(sq.sigBits)
-	if flags&wr.Fence != 0 {
+	if flags&wr.Fence != 0 && !mutant {
 		f |= ctrlFence
 	}
 	if flags&wr.Signaled != 0 {
