@@ -17,7 +17,7 @@ STATICCHECK_VERSION ?= v0.8.2
 export CGO_ENABLED := 0
 SHELL := /bin/bash
 
-.PHONY: all build vm testlog deps test test-unit test-fuzz test-race fuzz stress test-vm test-device test-nodevice test-kernels demo bench generate check-generate lint vet clean
+.PHONY: all build vm testlog deps test test-mlx5cmp test-unit test-fuzz test-race fuzz stress test-vm test-device test-nodevice test-kernels demo bench generate check-generate lint vet clean
 
 all: build
 
@@ -38,10 +38,16 @@ deps: vm testlog
 ## test: host unit tests, a short run of every fuzz target, the ABI
 ## check, every package in the VM on the default kernel, the device tests
 ## on the other kernels, and the race detector's runs.
-test: vet test-unit test-fuzz check-generate test-vm test-device test-nodevice test-race
+test: vet test-unit test-fuzz check-generate test-mlx5cmp test-vm test-device test-nodevice test-race
 
 test-unit:
 	$(GOTEST) ./...
+
+## test-mlx5cmp: rdma-core's libmlx5 and rdmago's mlx5 provider against one
+## fake mlx5_ib kernel (hack/mlx5cmp): the scenarios' transcripts compared
+## byte for byte, and a deliberately broken provider caught (docs/mlx5.md).
+test-mlx5cmp: deps
+	RDMAGO_MLX5CMP=1 $(GOTEST) -run '^(TestCompare|TestSupervisor)' ./hack/mlx5cmp
 
 # The fuzz targets, found in the source: ./pkg:FuzzName for every
 # func FuzzName in a test file, committed or new.

@@ -1,0 +1,707 @@
+//go:build linux && amd64
+
+package main
+
+// The device side of the fake adapter. The kernel side (package fake)
+// answers commands; this file acts as the HCA does between them: when the
+// scenario says it has posted, it reads what the driver wrote (the new
+// WQEs, the doorbell record, the stores to the UAR pages) and records it;
+// when the scenario asks for completion, it executes the posted requests
+// on the target's memory and writes CQEs as the PRM lays them out. Both
+// drivers meet the same device, so any difference in the transcript is a
+// difference in what the drivers wrote or how they read what was written.
+
+import (
+	"encoding/binary"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+var be = binary.BigEndian
+
+// Objects as the device sees them, taken from the fake kernel's tables.
+type dQP struct {
+	key            string // q0, q1, ... in creation order
+	qpn, uidx      uint32
+	typ            string // "rc", "uc", "ud"
+	sq, rq         uint64 // ring start addresses in the target
+	sqCnt, rqCnt   uint32 // WQEBBs; receive WQEs
+	rqShift        uint   // log2 of a receive WQE's size
+	db             uint64 // doorbell record
+	sendCQ, recvCQ *dCQ
+	peer           uint32 // RC/UC: the destination QP number
+	srq            bool
+	sqSeen, sqDone uint32 // WQEBB counters: recorded, executed
+	rqSeen, rqDone uint32 // receive counters
+	pendingErr     uint8  // the next executed request fails with this syndrome
+	failed         bool
+}
+
+type dCQ struct {
+	key  string
+	cqn  uint32
+	buf  uint64
+	size uint32 // CQE size: 64 or 128
+	ncqe uint32 // entries, a power of two
+	db   uint64
+	pi   uint32 // the device's producer counter
+}
+
+type dMR struct {
+	addr, length uint64
+	lkey, rkey   uint32
+}
+
+// PRM constants (the mlx5 Programmer's Reference Manual, as mlx5dv.h and
+// the kernel's mlx5_ib use them).
+const (
+	wqeBB = 64
+
+	opNop          = 0x00
+	opRDMAWrite    = 0x08
+	opRDMAWriteImm = 0x09
+	opSend         = 0x0a
+	opSendImm      = 0x0b
+	opSendInval    = 0x01
+	opRDMARead     = 0x10
+	opAtomicCS     = 0x11
+	opAtomicFA     = 0x12
+
+	ctrlFence     = 0x80 // fm (fence mode) bits 7:5; any value is a fence here
+	ctrlCQUpdate  = 0x08
+	ctrlSolicited = 0x02
+
+	inlineBit   = 0x80000000
+	invalidLKey = 0x100
+
+	cqeReq         = 0x0
+	cqeRespWrImm   = 0x1
+	cqeRespSend    = 0x2
+	cqeRespSendIm  = 0x3
+	cqeRespSendInv = 0x4
+	cqeReqErr      = 0xd
+	cqeRespErr     = 0xe
+	cqeInvalid     = 0xf
+
+	syndLocalLengthErr    = 0x01
+	syndLocalQPOpErr      = 0x02
+	syndLocalProtErr      = 0x04
+	syndWRFlushErr        = 0x05
+	syndRemoteInvalReqErr = 0x10
+	syndRemoteAccessErr   = 0x11
+	syndRemoteOpErr       = 0x12
+	syndRNRRetryErr       = 0x16
+
+	vendorSynd = 0x32 // what the device reports beside a syndrome; a constant of this model
+
+	// The 64-byte CQE (struct mlx5_cqe64 and mlx5_err_cqe in mlx5dv.h).
+	cqeOffFlagsRQPN    = 24 // flags_rqpn
+	cqeOffSrqnUidx     = 32 // srqn_uidx: CQE version 1 puts the QP's user index here
+	cqeOffImmInvalPkey = 36
+	cqeOffByteCnt      = 44
+	cqeOffTimestamp    = 48
+	cqeOffSopDropQPN   = 56
+	cqeOffWQECounter   = 60
+	cqeOffOpOwn        = 63
+	errOffVendorSynd   = 54
+	errOffSyndrome     = 55
+)
+
+type device struct {
+	kern  kernelTables
+	out   *transcript
+	names *regions
+	qps   map[uint32]*dQP // by QPN
+	cqs   map[uint32]*dCQ
+	clock uint64
+	uh    map[uint64]string // user handles by order of appearance
+	fds   map[uint64]string // descriptor numbers by order of appearance
+}
+
+// kernelTables is what the device reads of the kernel's objects.
+type kernelTables interface {
+	qps() []*dQP
+	cqs() []*dCQ
+	mrs() []dMR
+	uarPages() []uarPage // the UAR pages of every open device file, in allocation order
+}
+
+// uarPage is one UAR page as the supervisor's mapping of the device file
+// shows it.
+type uarPage struct {
+	name string
+	mem  []byte
+}
+
+func (d *device) sync() {
+	for _, c := range d.kern.cqs() {
+		if old, ok := d.cqs[c.cqn]; ok && old.buf == c.buf {
+			continue
+		}
+		d.cqs[c.cqn] = c
+	}
+	for _, q := range d.kern.qps() {
+		if old, ok := d.qps[q.qpn]; ok && old.sq == q.sq {
+			old.peer = q.peer
+			continue
+		}
+		q.sendCQ, q.recvCQ = d.cqs[q.sendCQ.cqn], d.cqs[q.recvCQ.cqn]
+		d.qps[q.qpn] = q
+	}
+}
+
+// posted records what the driver wrote since the last snapshot: for each
+// QP whose doorbell record moved, the new WQEs decoded; the doorbell
+// record; the stores to the UAR pages.
+func (d *device) posted(mem remoteMem, out *transcript) error {
+	d.sync()
+	for _, q := range d.sortedQPs() {
+		var rec [8]byte
+		if err := mem.ReadAt(rec[:], q.db); err != nil {
+			return fmt.Errorf("QP %#x doorbell record: %w", q.qpn, err)
+		}
+		rcv, snd := be.Uint32(rec[0:]), be.Uint32(rec[4:])
+		if uint16(rcv) != uint16(q.rqSeen) {
+			out.line("%s dbrec.recv %#x", q.key, rcv)
+			for uint16(q.rqSeen) != uint16(rcv) {
+				w := make([]byte, 1<<q.rqShift)
+				idx := q.rqSeen & (q.rqCnt - 1)
+				if err := mem.ReadAt(w, q.rq+uint64(idx)<<q.rqShift); err != nil {
+					return err
+				}
+				out.line("%s rwqe[%d] %s", q.key, idx, d.renderRecv(w))
+				q.rqSeen++
+			}
+		}
+		if uint16(snd) != uint16(q.sqSeen) {
+			out.line("%s dbrec.send %#x", q.key, snd)
+			for uint16(q.sqSeen) != uint16(snd) {
+				w, err := d.readWQE(mem, q, q.sqSeen)
+				if err != nil {
+					return err
+				}
+				idx := q.sqSeen & (q.sqCnt - 1)
+				out.line("%s wqe[%d] %s", q.key, idx, d.renderWQE(q, w))
+				q.sqSeen += uint32(len(w)+wqeBB-1) / wqeBB
+			}
+		}
+	}
+	// The stores to the UAR pages since the last snapshot. A register is
+	// write-only to the driver, so clearing the page after reading it
+	// changes nothing the driver can see and makes every store visible.
+	for _, p := range d.kern.uarPages() {
+		d.renderUAR(p, out)
+		clear(p.mem)
+	}
+	return nil
+}
+
+// renderUAR records the stores to one UAR page: each run of written
+// 64-byte blocks once. A run whose first word is a control segment of a
+// known QP and that holds more than that word is a BlueFlame copy, decoded
+// as the WQE it copies (its addresses named); a lone first word is the
+// doorbell; anything else is shown word by word.
+func (d *device) renderUAR(p uarPage, out *transcript) {
+	const block = 64
+	nonzero := func(b []byte) bool {
+		for _, c := range b {
+			if c != 0 {
+				return true
+			}
+		}
+		return false
+	}
+	for off := 0; off < len(p.mem); {
+		if !nonzero(p.mem[off : off+block]) {
+			off += block
+			continue
+		}
+		end := off + block
+		for end < len(p.mem) && nonzero(p.mem[end:end+block]) {
+			end += block
+		}
+		run := p.mem[off:end]
+		w1 := be.Uint32(run[4:])
+		_, known := d.qps[w1>>8]
+		ds := int(w1&0x3f) * 16
+		switch {
+		case known && !nonzero(run[8:]):
+			out.line("%s+%#x doorbell %x", p.name, off, run[:8])
+		case known && ds > 0 && ds <= len(run):
+			out.line("%s+%#x bf %s", p.name, off, d.renderWQE(d.qps[w1>>8], run[:ds]))
+			if nonzero(run[ds:]) {
+				out.line("%s+%#x bf-tail %x", p.name, off+ds, run[ds:])
+			}
+		default:
+			for i := 0; i < len(run); i += 8 {
+				if nonzero(run[i : i+8]) {
+					out.line("%s+%#x %x", p.name, off+i, run[i:i+8])
+				}
+			}
+		}
+		off = end
+	}
+}
+
+func le64(b []byte) uint64 { return binary.LittleEndian.Uint64(b) }
+
+// readWQE gathers the WQE at WQEBB counter c, following the ring past its
+// end, by the size its control segment gives.
+func (d *device) readWQE(mem remoteMem, q *dQP, c uint32) ([]byte, error) {
+	idx := c & (q.sqCnt - 1)
+	var ctrl [16]byte
+	if err := mem.ReadAt(ctrl[:], q.sq+uint64(idx)*wqeBB); err != nil {
+		return nil, err
+	}
+	ds := be.Uint32(ctrl[4:]) & 0x3f
+	if ds == 0 {
+		ds = 1
+	}
+	out := make([]byte, ds*16)
+	end := uint64(q.sqCnt) * wqeBB
+	for off := uint64(0); off < uint64(len(out)); off += 16 {
+		pos := (uint64(idx)*wqeBB + off) % end
+		if err := mem.ReadAt(out[off:off+16], q.sq+pos); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// renderWQE decodes a send WQE segment by segment. Addresses are named by
+// region; everything else is shown as the driver wrote it.
+func (d *device) renderWQE(q *dQP, w []byte) string {
+	var sb strings.Builder
+	w0, w1 := be.Uint32(w[0:]), be.Uint32(w[4:])
+	opcode := uint8(w0)
+	fmt.Fprintf(&sb, "ctrl{opmod=%#x idx=%d op=%#x qpn=%s ds=%d sig=%#x dci=%#x fm_ce_se=%#x imm=%#x}",
+		w0>>24, uint16(w0>>8), opcode, d.qpName(w1>>8), w1&0x3f, w[8], be.Uint16(w[9:]), w[11], be.Uint32(w[12:]))
+	rest := w[16:]
+	if q.typ == "rc" || q.typ == "uc" {
+		switch opcode {
+		case opRDMAWrite, opRDMAWriteImm, opRDMARead:
+			if len(rest) >= 16 {
+				fmt.Fprintf(&sb, " raddr{%s rkey=%s rsvd=%x}", d.names.addr(be.Uint64(rest)), d.names.key(be.Uint32(rest[8:])), rest[12:16])
+				rest = rest[16:]
+			}
+		case opAtomicCS, opAtomicFA:
+			if len(rest) >= 32 {
+				fmt.Fprintf(&sb, " raddr{%s rkey=%s rsvd=%x} atomic{%#x %#x}", d.names.addr(be.Uint64(rest)), d.names.key(be.Uint32(rest[8:])), rest[12:16],
+					be.Uint64(rest[16:]), be.Uint64(rest[24:]))
+				rest = rest[32:]
+			}
+		}
+	}
+	if q.typ == "ud" && len(rest) >= 48 {
+		fmt.Fprintf(&sb, " av{%x}", rest[:48])
+		rest = rest[48:]
+	}
+	if len(rest) >= 4 && be.Uint32(rest)&inlineBit != 0 {
+		n := be.Uint32(rest) &^ inlineBit
+		fmt.Fprintf(&sb, " inline{n=%d", n)
+		if int(n)+4 <= len(rest) {
+			fmt.Fprintf(&sb, " %x", rest[4:4+n])
+			fmt.Fprintf(&sb, " pad=%x", rest[4+n:])
+		} else {
+			fmt.Fprintf(&sb, " truncated %x", rest[4:])
+		}
+		sb.WriteString("}")
+		return sb.String()
+	}
+	for ; len(rest) >= 16; rest = rest[16:] {
+		fmt.Fprintf(&sb, " data{n=%d lkey=%s %s}", be.Uint32(rest), d.names.key(be.Uint32(rest[4:])), d.names.addr(be.Uint64(rest[8:])))
+	}
+	if len(rest) > 0 {
+		fmt.Fprintf(&sb, " tail{%x}", rest)
+	}
+	return sb.String()
+}
+
+func (d *device) renderRecv(w []byte) string {
+	var sb strings.Builder
+	for ; len(w) >= 16; w = w[16:] {
+		n, key, addr := be.Uint32(w), be.Uint32(w[4:]), be.Uint64(w[8:])
+		if key == invalidLKey {
+			fmt.Fprintf(&sb, "end{n=%d addr=%#x}", n, addr)
+			break
+		}
+		fmt.Fprintf(&sb, "data{n=%d lkey=%s %s} ", n, d.names.key(key), d.names.addr(addr))
+	}
+	return strings.TrimSpace(sb.String())
+}
+
+func (d *device) qpName(qpn uint32) string {
+	if q, ok := d.qps[qpn]; ok {
+		return q.key
+	}
+	return fmt.Sprintf("%#x", qpn)
+}
+
+func (d *device) sortedQPs() []*dQP {
+	var out []*dQP
+	for _, q := range d.kern.qps() {
+		if dq, ok := d.qps[q.qpn]; ok {
+			out = append(out, dq)
+		}
+	}
+	return out
+}
+
+// complete executes every recorded request (or n of them) and writes the
+// completions. "error=SYND" makes the next request fail with that
+// syndrome.
+func (d *device) complete(mem remoteMem, args string, out *transcript) error {
+	d.sync()
+	limit := -1
+	var synd uint8
+	for _, f := range strings.Fields(args) {
+		k, v, _ := strings.Cut(f, "=")
+		n, err := strconv.ParseUint(v, 0, 32)
+		if err != nil {
+			return fmt.Errorf("complete %s: %w", args, err)
+		}
+		switch k {
+		case "n":
+			limit = int(n)
+		case "error":
+			synd = uint8(n)
+		default:
+			return fmt.Errorf("complete: unknown argument %q", f)
+		}
+	}
+	for _, q := range d.sortedQPs() {
+		if synd != 0 {
+			q.pendingErr = synd
+		}
+		for q.sqDone != q.sqSeen && limit != 0 {
+			w, err := d.readWQE(mem, q, q.sqDone)
+			if err != nil {
+				return err
+			}
+			q.sqDone += uint32(len(w)+wqeBB-1) / wqeBB
+			if err := d.execute(mem, q, w); err != nil {
+				return err
+			}
+			if limit > 0 {
+				limit--
+			}
+		}
+	}
+	return nil
+}
+
+// sendOp is a parsed send WQE.
+type sendOp struct {
+	opcode       uint8
+	fmCeSe       uint8
+	imm          uint32
+	wqeIdx       uint16
+	raddr        uint64
+	rkey         uint32
+	swapAdd, cmp uint64
+	inline       []byte
+	gather       [][3]uint64 // length, lkey, addr
+}
+
+func parseWQE(q *dQP, w []byte) sendOp {
+	op := sendOp{opcode: uint8(be.Uint32(w)), wqeIdx: uint16(be.Uint32(w) >> 8), fmCeSe: w[11], imm: be.Uint32(w[12:])}
+	rest := w[16:]
+	if q.typ == "rc" || q.typ == "uc" {
+		switch op.opcode {
+		case opRDMAWrite, opRDMAWriteImm, opRDMARead:
+			op.raddr, op.rkey = be.Uint64(rest), be.Uint32(rest[8:])
+			rest = rest[16:]
+		case opAtomicCS, opAtomicFA:
+			op.raddr, op.rkey = be.Uint64(rest), be.Uint32(rest[8:])
+			op.swapAdd, op.cmp = be.Uint64(rest[16:]), be.Uint64(rest[24:])
+			rest = rest[32:]
+		}
+	}
+	if q.typ == "ud" && len(rest) >= 48 {
+		rest = rest[48:]
+	}
+	if len(rest) >= 4 && be.Uint32(rest)&inlineBit != 0 {
+		n := be.Uint32(rest) &^ inlineBit
+		if int(n)+4 <= len(rest) {
+			op.inline = rest[4 : 4+n]
+		}
+		op.inline = append([]byte{}, op.inline...)
+		return op
+	}
+	for ; len(rest) >= 16; rest = rest[16:] {
+		op.gather = append(op.gather, [3]uint64{uint64(be.Uint32(rest)), uint64(be.Uint32(rest[4:])), be.Uint64(rest[8:])})
+	}
+	return op
+}
+
+// mr finds the region a key names that holds [addr, addr+n).
+func (d *device) mr(key uint32, addr, n uint64, remote bool) bool {
+	for _, m := range d.kern.mrs() {
+		k := m.lkey
+		if remote {
+			k = m.rkey
+		}
+		if k == key && addr >= m.addr && addr+n <= m.addr+m.length {
+			return true
+		}
+	}
+	return false
+}
+
+func (d *device) gatherData(mem remoteMem, op *sendOp) ([]byte, uint8, error) {
+	if op.inline != nil {
+		return op.inline, 0, nil
+	}
+	var data []byte
+	for _, g := range op.gather {
+		if !d.mr(uint32(g[1]), g[2], g[0], false) {
+			return nil, syndLocalProtErr, nil
+		}
+		b := make([]byte, g[0])
+		if err := mem.ReadAt(b, g[2]); err != nil {
+			return nil, 0, err
+		}
+		data = append(data, b...)
+	}
+	return data, 0, nil
+}
+
+func (d *device) execute(mem remoteMem, q *dQP, w []byte) error {
+	op := parseWQE(q, w)
+	if q.failed {
+		return d.reqCQE(mem, q, &op, 0, syndWRFlushErr)
+	}
+	if q.pendingErr != 0 {
+		s := q.pendingErr
+		q.pendingErr = 0
+		q.failed = true
+		return d.reqCQE(mem, q, &op, 0, s)
+	}
+	synd, n, err := d.perform(mem, q, &op)
+	if err != nil {
+		return err
+	}
+	if synd != 0 {
+		q.failed = true
+		return d.reqCQE(mem, q, &op, 0, synd)
+	}
+	if op.fmCeSe&ctrlCQUpdate != 0 {
+		return d.reqCQE(mem, q, &op, n, 0)
+	}
+	return nil
+}
+
+// perform moves the data of one request and returns an error syndrome (0
+// for success) and the byte count a requester CQE reports.
+func (d *device) perform(mem remoteMem, q *dQP, op *sendOp) (uint8, uint32, error) {
+	switch op.opcode {
+	case opSend, opSendImm:
+		data, synd, err := d.gatherData(mem, op)
+		if err != nil || synd != 0 {
+			return synd, 0, err
+		}
+		dst := d.qps[q.peer]
+		if dst == nil {
+			return syndRemoteOpErr, 0, nil
+		}
+		resp := uint8(cqeRespSend)
+		if op.opcode == opSendImm {
+			resp = cqeRespSendIm
+		}
+		s, err := d.deliver(mem, q, dst, data, resp, op)
+		return s, 0, err
+	case opRDMAWrite, opRDMAWriteImm:
+		data, synd, err := d.gatherData(mem, op)
+		if err != nil || synd != 0 {
+			return synd, 0, err
+		}
+		if !d.mr(op.rkey, op.raddr, uint64(len(data)), true) {
+			return syndRemoteAccessErr, 0, nil
+		}
+		if err := mem.WriteAt(data, op.raddr); err != nil {
+			return 0, 0, err
+		}
+		if op.opcode == opRDMAWriteImm {
+			dst := d.qps[q.peer]
+			if dst == nil {
+				return syndRemoteOpErr, 0, nil
+			}
+			s, err := d.deliver(mem, q, dst, nil, cqeRespWrImm, op)
+			return s, 0, err
+		}
+		return 0, 0, nil
+	case opRDMARead:
+		var n uint64
+		for _, g := range op.gather {
+			n += g[0]
+		}
+		if !d.mr(op.rkey, op.raddr, n, true) {
+			return syndRemoteAccessErr, 0, nil
+		}
+		src := make([]byte, n)
+		if err := mem.ReadAt(src, op.raddr); err != nil {
+			return 0, 0, err
+		}
+		for _, g := range op.gather {
+			if !d.mr(uint32(g[1]), g[2], g[0], false) {
+				return syndLocalProtErr, 0, nil
+			}
+			if err := mem.WriteAt(src[:g[0]], g[2]); err != nil {
+				return 0, 0, err
+			}
+			src = src[g[0]:]
+		}
+		return 0, uint32(n), nil
+	case opAtomicCS, opAtomicFA:
+		if len(op.gather) != 1 || op.gather[0][0] != 8 {
+			return syndLocalLengthErr, 0, nil
+		}
+		if !d.mr(uint32(op.gather[0][1]), op.gather[0][2], 8, false) {
+			return syndLocalProtErr, 0, nil
+		}
+		if op.raddr&7 != 0 || !d.mr(op.rkey, op.raddr, 8, true) {
+			return syndRemoteAccessErr, 0, nil
+		}
+		var remote [8]byte
+		if err := mem.ReadAt(remote[:], op.raddr); err != nil {
+			return 0, 0, err
+		}
+		// Remote memory holds big-endian words: the model's choice.
+		old := be.Uint64(remote[:])
+		if err := mem.WriteAt(remote[:], op.gather[0][2]); err != nil {
+			return 0, 0, err
+		}
+		nv, write := old+op.swapAdd, true
+		if op.opcode == opAtomicCS {
+			nv, write = op.swapAdd, old == op.cmp
+		}
+		if write {
+			be.PutUint64(remote[:], nv)
+			if err := mem.WriteAt(remote[:], op.raddr); err != nil {
+				return 0, 0, err
+			}
+		}
+		return 0, 8, nil
+	}
+	return syndLocalQPOpErr, 0, nil
+}
+
+// deliver lands a message on dst's receive queue: its next receive WQE's
+// scatter list takes the data, and a responder CQE reports it.
+func (d *device) deliver(mem remoteMem, src, dst *dQP, data []byte, respOp uint8, op *sendOp) (uint8, error) {
+	if dst.srq {
+		return syndRemoteOpErr, nil // SRQs are not modelled yet
+	}
+	var rec [4]byte
+	if err := mem.ReadAt(rec[:], dst.db); err != nil {
+		return 0, err
+	}
+	if uint16(be.Uint32(rec[:])) == uint16(dst.rqDone) {
+		return syndRNRRetryErr, nil
+	}
+	idx := dst.rqDone & (dst.rqCnt - 1)
+	w := make([]byte, 1<<dst.rqShift)
+	if err := mem.ReadAt(w, dst.rq+uint64(idx)<<dst.rqShift); err != nil {
+		return 0, err
+	}
+	dst.rqDone++
+	left := data
+	for seg := w; len(seg) >= 16 && len(left) > 0; seg = seg[16:] {
+		n, key, addr := be.Uint32(seg), be.Uint32(seg[4:]), be.Uint64(seg[8:])
+		if key == invalidLKey {
+			break
+		}
+		k := min(uint64(n), uint64(len(left)))
+		if !d.mr(key, addr, k, false) {
+			return syndRemoteOpErr, d.respCQE(mem, dst, src, cqeRespErr, syndLocalProtErr, op, 0)
+		}
+		if err := mem.WriteAt(left[:k], addr); err != nil {
+			return 0, err
+		}
+		left = left[k:]
+	}
+	if len(left) > 0 {
+		return syndRemoteInvalReqErr, d.respCQE(mem, dst, src, cqeRespErr, syndLocalLengthErr, op, 0)
+	}
+	n := uint32(len(data))
+	if respOp == cqeRespWrImm {
+		n = 0
+		for _, g := range op.gather {
+			n += uint32(g[0])
+		}
+		if op.inline != nil {
+			n = uint32(len(op.inline))
+		}
+	}
+	return 0, d.respCQE(mem, dst, src, respOp, 0, op, n)
+}
+
+func (d *device) reqCQE(mem remoteMem, q *dQP, op *sendOp, byteCnt uint32, synd uint8) error {
+	opcode := uint8(cqeReq)
+	if synd != 0 {
+		opcode = cqeReqErr
+	}
+	return d.push(mem, q.sendCQ, opcode, func(c []byte) {
+		be.PutUint32(c[cqeOffSopDropQPN:], uint32(op.opcode)<<24|q.qpn)
+		be.PutUint32(c[cqeOffSrqnUidx:], q.uidx)
+		be.PutUint16(c[cqeOffWQECounter:], op.wqeIdx)
+		be.PutUint32(c[cqeOffByteCnt:], byteCnt)
+		if synd != 0 {
+			c[errOffSyndrome] = synd
+			c[errOffVendorSynd] = vendorSynd
+		}
+	})
+}
+
+func (d *device) respCQE(mem remoteMem, dst, src *dQP, opcode, synd uint8, op *sendOp, byteCnt uint32) error {
+	return d.push(mem, dst.recvCQ, opcode, func(c []byte) {
+		be.PutUint32(c[cqeOffSopDropQPN:], dst.qpn)
+		be.PutUint32(c[cqeOffSrqnUidx:], dst.uidx)
+		be.PutUint32(c[cqeOffByteCnt:], byteCnt)
+		if synd != 0 {
+			c[errOffSyndrome] = synd
+			c[errOffVendorSynd] = vendorSynd
+			return
+		}
+		be.PutUint32(c[cqeOffFlagsRQPN:], src.qpn)
+		if opcode == cqeRespSendIm || opcode == cqeRespWrImm {
+			be.PutUint32(c[cqeOffImmInvalPkey:], op.imm)
+		}
+	})
+}
+
+// push writes one CQE at the CQ's producer counter: the body first, then
+// the op_own byte with the owner bit of the pass, as the device does. It
+// refuses to overrun the ring: the consumer counter is the CQ's doorbell
+// record's.
+func (d *device) push(mem remoteMem, cq *dCQ, opcode uint8, fill func([]byte)) error {
+	var rec [4]byte
+	if err := mem.ReadAt(rec[:], cq.db); err != nil {
+		return err
+	}
+	ci := be.Uint32(rec[:]) & 0xffffff
+	if (cq.pi-ci)&0xffffff >= cq.ncqe {
+		return fmt.Errorf("%s overrun: producer %d, consumer %d, %d entries", cq.key, cq.pi, ci, cq.ncqe)
+	}
+	e := make([]byte, cq.size)
+	c := e[cq.size-64:]
+	d.clock += 1000
+	be.PutUint64(c[cqeOffTimestamp:], d.clock)
+	fill(c)
+	var owner uint8
+	if cq.pi&cq.ncqe != 0 {
+		owner = 1
+	}
+	c[cqeOffOpOwn] = opcode<<4 | owner
+	addr := cq.buf + uint64(cq.pi&(cq.ncqe-1))*uint64(cq.size)
+	// The body, then the byte that hands the entry to the driver.
+	if err := mem.WriteAt(e[:cq.size-1], addr); err != nil {
+		return err
+	}
+	if err := mem.WriteAt(e[cq.size-1:], addr+uint64(cq.size-1)); err != nil {
+		return err
+	}
+	cq.pi++
+	return nil
+}

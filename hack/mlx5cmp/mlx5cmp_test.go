@@ -1,0 +1,244 @@
+//go:build linux && amd64
+
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// The comparison runs when RDMAGO_MLX5CMP=1 (make test sets it, and then a
+// missing prerequisite fails the test); otherwise it skips, since it needs
+// root or user namespaces, gcc and rdma-core's libibverbs-dev.
+func requireCompare(t *testing.T) {
+	t.Helper()
+	if os.Getenv("RDMAGO_MLX5CMP") != "1" {
+		t.Skip("set RDMAGO_MLX5CMP=1 to compare libmlx5 with rdmago's provider (make test-mlx5cmp)")
+	}
+}
+
+const profile = "testdata/cx6.json"
+
+// build compiles the scenario programs and this command once per test
+// binary into a temporary directory.
+var build = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "mlx5cmp-test-")
+	if err != nil {
+		return "", err
+	}
+	steps := [][]string{
+		{"gcc", "-O2", "-Wall", "-Wextra", "-Werror", "-o", filepath.Join(dir, "scenario-c"), "scenario/rc.c", "-libverbs"},
+		{"go", "build", "-o", filepath.Join(dir, "scenario-go"), "./scenario/goscen"},
+		{"go", "build", "-tags", "mlx5cmp_mutant", "-o", filepath.Join(dir, "scenario-go-mutant"), "./scenario/goscen"},
+		{"go", "build", "-o", filepath.Join(dir, "mlx5cmp"), "."},
+	}
+	for _, s := range steps {
+		cmd := exec.Command(s[0], s[1:]...)
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return "", fmt.Errorf("%s: %v\n%s", strings.Join(s, " "), err, out)
+		}
+	}
+	return dir, nil
+})
+
+// transcriptOf runs one scenario program under the supervisor.
+func transcriptOf(t *testing.T, prog string, args ...string) []string {
+	t.Helper()
+	dir, err := build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), filepath.Base(prog)+".txt")
+	cmd := exec.Command(filepath.Join(dir, "mlx5cmp"), append([]string{"run", "-profile", profile, "-o", out, "--", filepath.Join(dir, prog)}, args...)...)
+	b, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", prog, strings.Join(args, " "), err, b)
+	}
+	lines, err := readTranscript(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(lines) == 0 || lines[len(lines)-1] != "end" {
+		t.Fatalf("%s: the transcript does not reach the scenario's end:\n%s", prog, strings.Join(lines, "\n"))
+	}
+	return lines
+}
+
+// loadDivergences reads testdata/divergences.txt: blocks of
+//
+//	side: c|go|both
+//	step: REGEXP (optional)
+//	match: REGEXP (optional)
+//	line: REGEXP
+//	replace: TEXT (optional)
+//	count: N (optional)
+//	why: TEXT
+//
+// separated by blank lines.
+func loadDivergences(path string) ([]divergence, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []divergence
+	var cur divergence
+	flush := func() error {
+		if cur.Side == "" && cur.Line == nil {
+			return nil
+		}
+		if (cur.Side != "c" && cur.Side != "go" && cur.Side != "both") || cur.Line == nil || cur.Reason == "" {
+			return fmt.Errorf("%s: a divergence needs side (c, go or both), line and why: %+v", path, cur)
+		}
+		out = append(out, cur)
+		cur = divergence{}
+		return nil
+	}
+	sc := bufio.NewScanner(f)
+	for n := 1; sc.Scan(); n++ {
+		l := sc.Text()
+		if strings.HasPrefix(l, "#") {
+			continue
+		}
+		if strings.TrimSpace(l) == "" {
+			if err := flush(); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		k, v, ok := strings.Cut(l, ": ")
+		if !ok {
+			return nil, fmt.Errorf("%s:%d: want KEY: VALUE", path, n)
+		}
+		switch k {
+		case "side":
+			cur.Side = v
+		case "step", "match", "line":
+			re, err := regexp.Compile(v)
+			if err != nil {
+				return nil, fmt.Errorf("%s:%d: %w", path, n, err)
+			}
+			switch k {
+			case "step":
+				cur.Step = re
+			case "match":
+				cur.Match = re
+			default:
+				cur.Line = re
+			}
+		case "count":
+			c, err := strconv.Atoi(v)
+			if err != nil || c < 1 {
+				return nil, fmt.Errorf("%s:%d: count %q", path, n, v)
+			}
+			cur.Count = c
+		case "replace":
+			r := v
+			cur.Replace = &r
+		case "why":
+			cur.Reason = v
+		default:
+			return nil, fmt.Errorf("%s:%d: unknown key %q", path, n, k)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	return out, flush()
+}
+
+// TestCompareRC runs the RC scenarios on libmlx5 and on rdmago's provider
+// against the same fake device and requires the transcripts to be equal
+// but for the divergences docs/mlx5.md documents.
+func TestCompareRC(t *testing.T) {
+	requireCompare(t)
+	divs, err := loadDivergences("testdata/divergences.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := transcriptOf(t, "scenario-c", "all")
+	g := transcriptOf(t, "scenario-go", "all")
+	used := map[int]bool{}
+	if d := diffWith(c, g, divs, used); d != "" {
+		t.Errorf("libmlx5 (-) and rdmago (+) differ:\n%s", d)
+	}
+	for i, d := range divs {
+		if !used[i] {
+			t.Errorf("divergence %q (%s side, line %s) no longer occurs: remove it here and in docs/mlx5.md", d.Reason, d.Side, d.Line)
+		}
+	}
+	if n := countWQEs(c); n < 100 {
+		t.Errorf("the C transcript holds %d WQEs; the scenarios post more than 200", n)
+	}
+}
+
+// TestCompareCatchesMutant is the comparison's own test: a Go provider
+// built with one field of its control segment wrong (the mlx5cmp_mutant
+// tag drops the fence bit) must make the transcripts differ, in the step
+// that fences and nowhere else.
+func TestCompareCatchesMutant(t *testing.T) {
+	requireCompare(t)
+	divs, err := loadDivergences("testdata/divergences.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := transcriptOf(t, "scenario-c", "all")
+	m := transcriptOf(t, "scenario-go-mutant", "all")
+	d := diffWith(c, m, divs, nil)
+	if d == "" {
+		t.Fatal("the mutant provider's transcript equals libmlx5's: the comparison cannot see a wrong fence bit")
+	}
+	var steps []string
+	for _, l := range strings.Split(d, "\n") {
+		if s, ok := strings.CutPrefix(l, "step "); ok && strings.HasSuffix(s, ":") {
+			steps = append(steps, strings.TrimSuffix(s, ":"))
+		}
+	}
+	if len(steps) != 1 || steps[0] != "rc.fence" {
+		t.Errorf("the mutant differs in steps %q, want only rc.fence:\n%s", steps, d)
+	}
+}
+
+func countWQEs(lines []string) int {
+	n := 0
+	for _, l := range lines {
+		if strings.Contains(l, " wqe[") {
+			n++
+		}
+	}
+	return n
+}
+
+// TestSupervisorNoDevice: a program that opens nothing runs under the
+// supervisor unchanged, and its transcript is empty.
+func TestSupervisorPassThrough(t *testing.T) {
+	requireCompare(t)
+	dir, err := build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "t.txt")
+	cmd := exec.Command(filepath.Join(dir, "mlx5cmp"), "run", "-profile", profile, "-o", out, "--", "/bin/sh", "-c",
+		"cat /sys/class/infiniband_verbs/uverbs0/ibdev && test -c /dev/infiniband/uverbs0 && ls /sys/class/infiniband")
+	b, err := cmd.CombinedOutput()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			t.Fatalf("exit %d:\n%s", ee.ExitCode(), b)
+		}
+		t.Fatal(err)
+	}
+	if got := string(b); got != "mlx5_0\nmlx5_0\n" {
+		t.Errorf("output %q, want the fake sysfs's ibdev and class listing", got)
+	}
+}

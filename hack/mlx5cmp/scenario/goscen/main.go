@@ -1,0 +1,793 @@
+// Command goscen is the Go half of mlx5cmp's RC scenario. It runs rdmago's
+// mlx5 provider, through the module's public packages only (uverbs, qp, wr,
+// mr), through a fixed sequence of verbs on mlx5_0, under mlx5cmp's fake
+// mlx5 kernel, and tells the supervisor where it is with markers written to
+// descriptor 899 (see mark below).
+//
+// Its C twin is hack/mlx5cmp/scenario/rc.c: the two must perform the SAME
+// calls in the SAME order with the SAME arguments and print the same
+// markers, so their transcripts can be diffed line by line. Change one and
+// you must change the other; the functions have the same names (in Go
+// case) and order in both files so they can be compared by eye.
+//
+//	CGO_ENABLED=0 go build -o bin/mlx5cmp/scenario-go ./hack/mlx5cmp/scenario/goscen
+//	mlx5cmp run -profile hack/mlx5cmp/testdata/cx6.json -o /tmp/go.txt -- bin/mlx5cmp/scenario-go all
+//
+// Usage: scenario-go SCENARIO, SCENARIO one of the names in scenarios below
+// or "all". Outside the supervisor the first marker fails with EBADF and
+// the program exits 2; without the device it exits 2 too.
+//
+// Conventions shared with the C side:
+//   - wr_id = step id << 16 | index; receives use index 0x8000 + i.
+//   - every number in a marker is printed as decimal or as "0x%x" (never
+//     "%#x": C prints 0 as "0", Go as "0x0").
+//   - wc lines print ibv_wc's fields with ibv_wc's numeric values (wcStatus,
+//     wcOpcode, wcFlags map wr's types to them; rc.c checks the same numbers
+//     against verbs.h with _Static_assert); the completion array is zeroed
+//     before every poll, as the C side zeroes its ibv_wc array, so fields a
+//     provider does not write print as 0 on both sides.
+//   - imm is printed as ibv_wc carries it: the raw __be32 imm_data read as
+//     a host uint32 (so, on a little-endian host, immediate 0x12345678
+//     prints as 0x78563412). wr.Completion.Imm is host order, so wcImm
+//     converts it back. An invalidated rkey (WCWithInv) is host order in
+//     ibv_wc too and printed as is.
+//   - "ret NAME=N" is an errno (0 for success), except the cap.* lines of
+//     the setup step, which carry the queue sizes the create granted.
+package main
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"syscall"
+
+	"github.com/rdmago/rdma/mr"
+	"github.com/rdmago/rdma/qp"
+	"github.com/rdmago/rdma/uverbs"
+	"github.com/rdmago/rdma/wr"
+)
+
+const (
+	markFD    = 899
+	bufSize   = 64 * 1024
+	cqSize    = 256
+	pollBatch = 16
+	maxPolls  = 100
+	ibPort    = 1
+	gidIndex  = 1
+	wrapBatch = 10
+	// 1100 one-SGE writes: the QP's send queue is not 64 WQE basic
+	// blocks. With max_send_sge 4 and max_inline_data 128, libmlx5 (and
+	// provider/mlx5's calcSQ) sizes an RC WQE at 384 bytes (192 of
+	// overhead for a bind, then 132 bytes of inline data) and the ring at
+	// roundup_pow2(64 * 384) = 32 KiB = 512 BBs, granting max_send_wr 85.
+	// A one-SGE write takes one BB, so it takes more than 1024 of them to
+	// wrap the ring twice (150 would not wrap it once).
+	wrapWrites = 1100
+)
+
+// ETIMEDOUT, as rc.c checks it against <errno.h>.
+const eTIMEDOUT = 110
+
+// Step ids: the high bits of wr_id.
+const (
+	idSendSGE1    = 1
+	idSendImm     = 2
+	idWriteSGE0   = 3
+	idWriteSGE1   = 4
+	idWriteSGE2   = 5
+	idWriteSGE4   = 6
+	idWriteImm    = 7
+	idRead        = 8
+	idAtomicCAS   = 9
+	idAtomicFAdd  = 10
+	idInlineSend  = 11 // + index of the length in inlineLens
+	idInlineWrite = 16 // + index of the length in inlineLens
+	idUnsignaled  = 21
+	idFence       = 22
+	idSolicited   = 23
+	idWrap        = 24
+	idFull        = 25
+	idError       = 26
+)
+
+func wrid(id, index uint64) uint64 { return id<<16 | index }
+
+func recvid(id, i uint64) uint64 { return wrid(id, 0x8000+i) }
+
+// The objects of the common setup.
+var (
+	ctx        *uverbs.Context
+	pd         *uverbs.PD
+	buf0, buf1 []byte
+	mr0, mr1   *mr.Region
+	cq         *uverbs.CQ
+	q          *uverbs.QP
+	caps       qp.Caps // as granted
+)
+
+// ---- markers ----
+
+// mark writes one marker line to markFD. Outside mlx5cmp the descriptor
+// does not exist: say so and exit 2.
+func mark(format string, args ...any) {
+	line := fmt.Sprintf(format, args...)
+	n, err := syscall.Write(markFD, []byte(line))
+	if err != nil || n != len(line) {
+		if err == syscall.EBADF {
+			fmt.Fprintf(os.Stderr, "scenario-go: marker descriptor %d does not exist: run me under mlx5cmp (mlx5cmp run ... -- scenario-go SCENARIO)\n", markFD)
+		} else {
+			fmt.Fprintf(os.Stderr, "scenario-go: marker write: %v (%d of %d bytes)\n", err, n, len(line))
+		}
+		os.Exit(2)
+	}
+}
+
+// errnoOf returns the errno err wraps: 0 for nil, -1 for an error that
+// wraps none.
+func errnoOf(err error) int {
+	if err == nil {
+		return 0
+	}
+	var e syscall.Errno
+	if errors.As(err, &e) {
+		return int(e)
+	}
+	return -1
+}
+
+// fail reports an unexpected failure of call name with err, then exits 1.
+func fail(name string, err error) {
+	mark("ret %s=%d", name, errnoOf(err))
+	fmt.Fprintf(os.Stderr, "scenario-go: %s: %v\n", name, err)
+	os.Exit(1)
+}
+
+// ---- completions ----
+
+// wcStatus maps a status to enum ibv_wc_status's value. wr's values are
+// already ibv_wc's, but the mapping is spelled out so that a change in wr
+// shows here, against the literals rc.c asserts.
+func wcStatus(s wr.Status) int {
+	switch s {
+	case wr.Success:
+		return 0 // IBV_WC_SUCCESS
+	case wr.LocLenErr:
+		return 1
+	case wr.LocQPOpErr:
+		return 2
+	case wr.LocEECOpErr:
+		return 3
+	case wr.LocProtErr:
+		return 4
+	case wr.WRFlushErr:
+		return 5 // IBV_WC_WR_FLUSH_ERR
+	case wr.MWBindErr:
+		return 6
+	case wr.BadRespErr:
+		return 7
+	case wr.LocAccessErr:
+		return 8
+	case wr.RemInvReqErr:
+		return 9
+	case wr.RemAccessErr:
+		return 10
+	case wr.RemOpErr:
+		return 11
+	case wr.RetryExcErr:
+		return 12
+	case wr.RNRRetryExcErr:
+		return 13
+	case wr.LocRDDViolErr:
+		return 14
+	case wr.RemInvRdReqErr:
+		return 15
+	case wr.RemAbortErr:
+		return 16
+	case wr.InvEECNErr:
+		return 17
+	case wr.InvEECStateErr:
+		return 18
+	case wr.FatalErr:
+		return 19
+	case wr.RespTimeoutErr:
+		return 20
+	case wr.GeneralErr:
+		return 21 // IBV_WC_GENERAL_ERR
+	case wr.TMErr:
+		return 22
+	case wr.TMRndvIncomplete:
+		return 23
+	}
+	return 1000 + int(s) // no ibv_wc_status: shows as a difference
+}
+
+// wcOpcode maps a completion opcode to enum ibv_wc_opcode's value.
+// (IBV_WC_ATOMIC_WRITE = 9, the tag-matching and driver opcodes have no
+// wr counterpart; this scenario produces none of them.)
+func wcOpcode(o wr.WCOpcode) int {
+	switch o {
+	case wr.WCSend:
+		return 0 // IBV_WC_SEND
+	case wr.WCRDMAWrite:
+		return 1
+	case wr.WCRDMARead:
+		return 2
+	case wr.WCCompSwap:
+		return 3
+	case wr.WCFetchAdd:
+		return 4
+	case wr.WCBindMW:
+		return 5
+	case wr.WCLocalInv:
+		return 6
+	case wr.WCTSO:
+		return 7
+	case wr.WCRecv:
+		return 128 // IBV_WC_RECV
+	case wr.WCRecvRDMAWithImm:
+		return 129 // IBV_WC_RECV_RDMA_WITH_IMM
+	}
+	return 1000 + int(o)
+}
+
+// wcFlags maps completion flags to IBV_WC_* bits (enum ibv_wc_flags).
+func wcFlags(f wr.WCFlags) uint32 {
+	var v uint32
+	if f&wr.WCGRH != 0 {
+		v |= 1 // IBV_WC_GRH
+	}
+	if f&wr.WCWithImm != 0 {
+		v |= 2 // IBV_WC_WITH_IMM
+	}
+	if f&wr.WCIPCsumOK != 0 {
+		v |= 4 // IBV_WC_IP_CSUM_OK
+	}
+	if f&wr.WCWithInv != 0 {
+		v |= 8 // IBV_WC_WITH_INV
+	}
+	if rest := f &^ (wr.WCGRH | wr.WCWithImm | wr.WCIPCsumOK | wr.WCWithInv); rest != 0 {
+		v |= uint32(rest) << 16 // unknown: shows as a difference
+	}
+	return v
+}
+
+// wcImm returns imm_data as ibv_wc carries it (see the top comment).
+func wcImm(c *wr.Completion) uint32 {
+	if c.Flags&wr.WCWithInv != 0 {
+		return c.Imm // invalidated_rkey: host order in ibv_wc too
+	}
+	var b [4]byte
+	binary.BigEndian.PutUint32(b[:], c.Imm)
+	return binary.NativeEndian.Uint32(b[:])
+}
+
+func emitWC(c *wr.Completion) {
+	mark("wc wr_id=0x%x status=%d opcode=%d vendor_err=0x%x byte_len=%d imm=0x%x "+
+		"qp_num=%d src_qp=%d wc_flags=0x%x pkey_index=%d slid=%d sl=%d dlid_path_bits=%d",
+		c.ID, wcStatus(c.Status), wcOpcode(c.Opcode), c.VendorErr, c.ByteLen, wcImm(c),
+		c.QPNum, c.SrcQP, wcFlags(c.Flags), c.PKeyIndex, c.SLID, c.SL,
+		c.DLIDPathBits)
+}
+
+// drain polls until expect completions have come, 16 at a time, at most
+// maxPolls times, then polls once more (which should find nothing). Polls
+// that find nothing while waiting are not reported, so that the transcript
+// does not depend on when the device writes its CQEs; every other poll is.
+func drain(expect int) {
+	wc := make([]wr.Completion, pollBatch)
+	got := 0
+	for polls := 0; got < expect && polls < maxPolls; polls++ {
+		clear(wc)
+		n, err := cq.Poll(wc)
+		if err != nil {
+			mark("ret poll_error=1")
+			return
+		}
+		if n == 0 {
+			continue
+		}
+		mark("poll n=%d", n)
+		for i := range n {
+			emitWC(&wc[i])
+		}
+		got += n
+	}
+	if got < expect {
+		mark("ret poll_timeout=%d", eTIMEDOUT)
+	}
+	clear(wc)
+	n, err := cq.Poll(wc)
+	if err != nil {
+		mark("ret poll_error=1")
+		return
+	}
+	mark("poll n=%d", n)
+	for i := range n {
+		emitWC(&wc[i])
+	}
+}
+
+// ---- work requests ----
+
+// sge0 is len bytes at off in buffer 0.
+func sge0(off, n int) wr.SGE { return mr0.SGE(off, n) }
+
+// remote1 is the address of off in buffer 1, as a peer would target it.
+func remote1(off uint64) uint64 { return mr1.Addr() + off }
+
+// postSend posts wrs in one call, then marks it posted.
+func postSend(wrs []wr.SendWR) {
+	if _, err := q.PostSend(wrs); err != nil {
+		fail("post_send", err)
+	}
+	mark("posted")
+}
+
+// postRecv posts one receive of n bytes at off in buffer 1.
+func postRecv(id uint64, off, n int) {
+	rwr := []wr.RecvWR{{ID: id, SGList: []wr.SGE{mr1.SGE(off, n)}}}
+	if _, err := q.PostRecv(rwr); err != nil {
+		fail("post_recv", err)
+	}
+	mark("posted")
+}
+
+// writeWR is a signalled RDMA write of sg to off in buffer 1.
+func writeWR(id uint64, sg []wr.SGE, off uint64) wr.SendWR {
+	return wr.SendWR{
+		ID:         id,
+		SGList:     sg,
+		Opcode:     wr.OpRDMAWrite,
+		Flags:      wr.Signaled,
+		RemoteAddr: remote1(off),
+		RKey:       mr1.RKey,
+	}
+}
+
+// ---- setup and teardown ----
+
+func setup() {
+	mark("step setup")
+
+	// uverbs.Open covers ibv_get_device_list, the search for the name and
+	// ibv_open_device.
+	var err error
+	ctx, err = uverbs.Open("mlx5_0")
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "scenario-go: open mlx5_0: %v\n", err)
+		os.Exit(2)
+	}
+
+	// The GID: QueryGIDTable queries the device, each port, then the
+	// whole table (rc.c makes the same calls); there is no single-entry
+	// query like ibv_query_gid.
+	ents, err := ctx.QueryGIDTable()
+	if err != nil {
+		fail("query_gid_table", err)
+	}
+	var dgid qp.GID
+	found := false
+	for _, e := range ents {
+		if e.Port == ibPort && e.Index == gidIndex {
+			dgid = e.GID
+			found = true
+		}
+	}
+	if !found {
+		fail("gid_index_1", syscall.ENOENT)
+	}
+
+	pd, err = ctx.AllocPD()
+	if err != nil {
+		fail("alloc_pd", err)
+	}
+
+	access := wr.LocalWrite | wr.RemoteWrite | wr.RemoteRead | wr.RemoteAtomic
+	// mr.New allocates page-aligned zeroed memory and registers it
+	// (rc.c: aligned_alloc, memset 0, ibv_reg_mr).
+	if mr0, err = mr.New(pd, bufSize, access); err != nil {
+		fail("reg_mr0", err)
+	}
+	if mr1, err = mr.New(pd, bufSize, access); err != nil {
+		fail("reg_mr1", err)
+	}
+	buf0, buf1 = mr0.Bytes(), mr1.Bytes()
+	for i := range buf0 {
+		buf0[i] = byte(i*7 + 3)
+	}
+
+	if cq, err = ctx.CreateCQ(uverbs.CQAttr{CQE: cqSize}); err != nil {
+		fail("create_cq", err)
+	}
+
+	q, err = pd.CreateQP(uverbs.QPInitAttr{
+		Type:   qp.RC,
+		SendCQ: cq,
+		RecvCQ: cq,
+		Caps: qp.Caps{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 4, MaxRecvSGE: 4,
+			MaxInlineData: 128},
+		SignalAll: false,
+	})
+	if err != nil {
+		fail("create_qp", err)
+	}
+	caps = q.Caps()
+	mark("ret cap.max_send_wr=%d", caps.MaxSendWR)
+	mark("ret cap.max_recv_wr=%d", caps.MaxRecvWR)
+	mark("ret cap.max_send_sge=%d", caps.MaxSendSGE)
+	mark("ret cap.max_recv_sge=%d", caps.MaxRecvSGE)
+	mark("ret cap.max_inline_data=%d", caps.MaxInlineData)
+
+	a := qp.Attr{
+		State:         qp.StateInit,
+		PKeyIndex:     0,
+		PortNum:       ibPort,
+		QPAccessFlags: wr.RemoteWrite | wr.RemoteRead | wr.RemoteAtomic,
+	}
+	if err := q.Modify(&a,
+		qp.AttrState|qp.AttrPKeyIndex|qp.AttrPort|qp.AttrAccessFlags); err != nil {
+		fail("modify_init", err)
+	}
+
+	a = qp.Attr{
+		State:           qp.StateRTR,
+		PathMTU:         qp.MTU1024,
+		DestQPNum:       q.Num(),
+		RQPSN:           0,
+		MaxDestRdAtomic: 1,
+		MinRNRTimer:     12,
+		AHAttr: qp.AHAttr{
+			IsGlobal:  true,
+			DGID:      dgid,
+			SGIDIndex: gidIndex,
+			HopLimit:  64,
+			PortNum:   ibPort,
+		},
+	}
+	if err := q.Modify(&a,
+		qp.AttrState|qp.AttrAV|qp.AttrPathMTU|qp.AttrDestQPN|
+			qp.AttrRQPSN|qp.AttrMaxDestRdAtomic|
+			qp.AttrMinRNRTimer); err != nil {
+		fail("modify_rtr", err)
+	}
+
+	a = qp.Attr{
+		State:       qp.StateRTS,
+		SQPSN:       0,
+		Timeout:     14,
+		RetryCnt:    7,
+		RNRRetry:    7,
+		MaxRdAtomic: 1,
+	}
+	if err := q.Modify(&a,
+		qp.AttrState|qp.AttrTimeout|qp.AttrRetryCnt|qp.AttrRNRRetry|
+			qp.AttrSQPSN|qp.AttrMaxQPRdAtomic); err != nil {
+		fail("modify_rts", err)
+	}
+}
+
+func teardown() {
+	mark("step teardown")
+	// Move the QP to ERR first: QP.Close does that itself for a QP not in
+	// RESET or ERR (so that outstanding requests flush, waiting for the
+	// flush), which ibv_destroy_qp does not. Doing it explicitly on both
+	// sides keeps the command sequences the same (Close then skips it).
+	a := qp.Attr{State: qp.StateErr}
+	if err := q.Modify(&a, qp.AttrState); err != nil {
+		fail("modify_err", err)
+	}
+	if err := q.Close(); err != nil {
+		fail("destroy_qp", err)
+	}
+	if err := cq.Close(); err != nil {
+		fail("destroy_cq", err)
+	}
+	// Region.Close deregisters and frees (rc.c: ibv_dereg_mr each, then
+	// free both).
+	if err := mr0.Close(); err != nil {
+		fail("dereg_mr0", err)
+	}
+	if err := mr1.Close(); err != nil {
+		fail("dereg_mr1", err)
+	}
+	if err := pd.Close(); err != nil {
+		fail("dealloc_pd", err)
+	}
+	if err := ctx.Close(); err != nil {
+		fail("close_device", err)
+	}
+}
+
+// ---- scenarios ----
+
+// 1. rc.send.sge1: a receive of 256 bytes, then a signalled SEND of 64.
+func scenSend() {
+	mark("step rc.send.sge1")
+	postRecv(recvid(idSendSGE1, 0), 0, 256)
+	postSend([]wr.SendWR{{
+		ID:     wrid(idSendSGE1, 0),
+		SGList: []wr.SGE{sge0(0, 64)},
+		Opcode: wr.OpSend,
+		Flags:  wr.Signaled,
+	}})
+	mark("complete")
+	drain(2)
+}
+
+// 2. rc.send_imm: SEND with immediate 0x12345678 into a posted receive.
+func scenSendImm() {
+	mark("step rc.send_imm")
+	postRecv(recvid(idSendImm, 0), 0x100, 256)
+	postSend([]wr.SendWR{{
+		ID:     wrid(idSendImm, 0),
+		SGList: []wr.SGE{sge0(0x40, 32)},
+		Opcode: wr.OpSendWithImm,
+		Flags:  wr.Signaled,
+		Imm:    0x12345678, // host order; rc.c: htonl(0x12345678)
+	}})
+	mark("complete")
+	drain(2)
+}
+
+// 3. rc.write.sge{0,1,2,4}: RDMA writes of 0, 1, 2 and 4 SGEs.
+func scenWrite() {
+	mark("step rc.write.sge0")
+	w := writeWR(wrid(idWriteSGE0, 0), nil, 0)
+	postSend([]wr.SendWR{w})
+	mark("complete")
+	drain(1)
+
+	mark("step rc.write.sge1")
+	s1 := []wr.SGE{sge0(0, 100)}
+	w = writeWR(wrid(idWriteSGE1, 0), s1, 0x100)
+	postSend([]wr.SendWR{w})
+	mark("complete")
+	drain(1)
+
+	mark("step rc.write.sge2")
+	s2 := []wr.SGE{sge0(3, 17), sge0(0x200, 300)}
+	w = writeWR(wrid(idWriteSGE2, 0), s2, 0x1000)
+	postSend([]wr.SendWR{w})
+	mark("complete")
+	drain(1)
+
+	mark("step rc.write.sge4")
+	s4 := []wr.SGE{sge0(0x10, 1), sge0(0x400, 64), sge0(0x1003, 1000),
+		sge0(0x3000, 4096)}
+	w = writeWR(wrid(idWriteSGE4, 0), s4, 0x2000)
+	postSend([]wr.SendWR{w})
+	mark("complete")
+	drain(1)
+}
+
+// 4. rc.write_imm: RDMA WRITE WITH IMM, consuming a posted receive.
+func scenWriteImm() {
+	mark("step rc.write_imm")
+	postRecv(recvid(idWriteImm, 0), 0x800, 256)
+	w := writeWR(wrid(idWriteImm, 0), []wr.SGE{sge0(0x80, 128)}, 0x3000)
+	w.Opcode = wr.OpRDMAWriteWithImm
+	w.Imm = 0x9abcdef0 // host order; rc.c: htonl(0x9abcdef0)
+	postSend([]wr.SendWR{w})
+	mark("complete")
+	drain(2)
+}
+
+// 5. rc.read: RDMA READ of 512 bytes from buffer 1 into buffer 0.
+func scenRead() {
+	mark("step rc.read")
+	postSend([]wr.SendWR{{
+		ID:         wrid(idRead, 0),
+		SGList:     []wr.SGE{sge0(0x4000, 512)},
+		Opcode:     wr.OpRDMARead,
+		Flags:      wr.Signaled,
+		RemoteAddr: remote1(0x4000),
+		RKey:       mr1.RKey,
+	}})
+	mark("complete")
+	drain(1)
+}
+
+// 6. rc.atomic.cas and rc.atomic.fadd: 8 bytes at 8-aligned addresses.
+func scenAtomic() {
+	mark("step rc.atomic.cas")
+	postSend([]wr.SendWR{{
+		ID:         wrid(idAtomicCAS, 0),
+		SGList:     []wr.SGE{sge0(0x5000, 8)},
+		Opcode:     wr.OpAtomicCmpAndSwp,
+		Flags:      wr.Signaled,
+		RemoteAddr: remote1(0x5000),
+		CompareAdd: 0,
+		Swap:       0x1122334455667788,
+		RKey:       mr1.RKey,
+	}})
+	mark("complete")
+	drain(1)
+
+	mark("step rc.atomic.fadd")
+	postSend([]wr.SendWR{{
+		ID:         wrid(idAtomicFAdd, 0),
+		SGList:     []wr.SGE{sge0(0x5008, 8)},
+		Opcode:     wr.OpAtomicFetchAdd,
+		Flags:      wr.Signaled,
+		RemoteAddr: remote1(0x5008),
+		CompareAdd: 0x10,
+		RKey:       mr1.RKey,
+	}})
+	mark("complete")
+	drain(1)
+}
+
+// 7. rc.inline.send.N and rc.inline.write.N: signalled inline SENDs (each
+// into a posted receive) and inline RDMA writes of N bytes, one SGE each
+// (of length 0 for N = 0).
+var inlineLens = [5]int{0, 1, 16, 64, 128}
+
+func scenInline() {
+	for i, n := range inlineLens {
+		mark("step rc.inline.send.%d", n)
+		postRecv(recvid(idInlineSend+uint64(i), 0), 0x6000, 256)
+		postSend([]wr.SendWR{{
+			ID:     wrid(idInlineSend+uint64(i), 0),
+			SGList: []wr.SGE{sge0(0x100, n)},
+			Opcode: wr.OpSend,
+			Flags:  wr.Signaled | wr.Inline,
+		}})
+		mark("complete")
+		drain(2)
+	}
+	for i, n := range inlineLens {
+		mark("step rc.inline.write.%d", n)
+		w := writeWR(wrid(idInlineWrite+uint64(i), 0), []wr.SGE{sge0(0x200, n)}, 0x7000)
+		w.Flags |= wr.Inline
+		postSend([]wr.SendWR{w})
+		mark("complete")
+		drain(1)
+	}
+}
+
+// 8. rc.unsignaled: one post of 4 writes, only the last signalled.
+func scenUnsignaled() {
+	mark("step rc.unsignaled")
+	w := make([]wr.SendWR, 4)
+	for i := range uint64(4) {
+		w[i] = writeWR(wrid(idUnsignaled, i), []wr.SGE{sge0(64*int(i), 64)}, 0x8000+64*i)
+		if i < 3 {
+			w[i].Flags = 0
+		}
+	}
+	postSend(w)
+	mark("complete")
+	drain(1)
+}
+
+// 9a. rc.fence: a signalled write with wr.Fence.
+func scenFence() {
+	mark("step rc.fence")
+	w := writeWR(wrid(idFence, 0), []wr.SGE{sge0(0, 64)}, 0x9000)
+	w.Flags |= wr.Fence
+	postSend([]wr.SendWR{w})
+	mark("complete")
+	drain(1)
+}
+
+// 9b. rc.solicited: a signalled SEND with wr.Solicited.
+func scenSolicited() {
+	mark("step rc.solicited")
+	postRecv(recvid(idSolicited, 0), 0x9100, 256)
+	postSend([]wr.SendWR{{
+		ID:     wrid(idSolicited, 0),
+		SGList: []wr.SGE{sge0(0x20, 16)},
+		Opcode: wr.OpSend,
+		Flags:  wr.Signaled | wr.Solicited,
+	}})
+	mark("complete")
+	drain(2)
+}
+
+// 10. rc.wrap.K: wrapWrites signalled one-SGE writes of 32 bytes, in posts
+// of wrapBatch, each drained before the next, so the send queue and the CQ
+// wrap (twice, see wrapWrites). One step per batch.
+func scenWrap() {
+	for b := range uint64(wrapWrites / wrapBatch) {
+		mark("step rc.wrap.%d", b)
+		w := make([]wr.SendWR, wrapBatch)
+		for i := range uint64(wrapBatch) {
+			k := b*wrapBatch + i
+			w[i] = writeWR(wrid(idWrap, k), []wr.SGE{sge0(32*int(k%64), 32)}, 0xa000+32*(k%64))
+		}
+		postSend(w)
+		mark("complete")
+		drain(wrapBatch)
+	}
+}
+
+// 11. rc.full: one post of max_send_wr + 1 signalled 8-byte writes (the
+// granted max_send_wr, not the 64 asked for: see wrapWrites) on the empty
+// queue. The last is refused with ENOMEM; the ones before it are posted.
+func scenFull() {
+	mark("step rc.full")
+	n := int(caps.MaxSendWR) + 1
+	w := make([]wr.SendWR, n)
+	for i := range w {
+		w[i] = writeWR(wrid(idFull, uint64(i)), []wr.SGE{sge0(8*i, 8)}, 0xc000+8*uint64(i))
+	}
+	posted, err := q.PostSend(w)
+	bad := -1
+	var pe *uverbs.PostError
+	if errors.As(err, &pe) {
+		bad = pe.Index
+	} else if err != nil {
+		bad = posted // not a PostError: the first one not posted
+	}
+	mark("posted")
+	mark("ret post_overflow=%d", errnoOf(err))
+	mark("ret bad_wr_index=%d", bad)
+	mark("complete")
+	drain(posted)
+}
+
+// 12. rc.error: a signalled write that the device completes with WR_FLUSH_ERR.
+func scenError() {
+	mark("step rc.error")
+	w := writeWR(wrid(idError, 0), []wr.SGE{sge0(0, 64)}, 0xd000)
+	postSend([]wr.SendWR{w})
+	mark("complete error=0x05")
+	drain(1)
+}
+
+// ---- main ----
+
+var scenarios = []struct {
+	name string
+	run  func()
+}{
+	{"send", scenSend},
+	{"send_imm", scenSendImm},
+	{"write", scenWrite},
+	{"write_imm", scenWriteImm},
+	{"read", scenRead},
+	{"atomic", scenAtomic},
+	{"inline", scenInline},
+	{"unsignaled", scenUnsignaled},
+	{"fence", scenFence},
+	{"solicited", scenSolicited},
+	{"wrap", scenWrap},
+	{"full", scenFull},
+	{"error", scenError},
+}
+
+func usage() {
+	fmt.Fprint(os.Stderr, "usage: scenario-go SCENARIO (all")
+	for _, s := range scenarios {
+		fmt.Fprintf(os.Stderr, ", %s", s.name)
+	}
+	fmt.Fprint(os.Stderr, ")\n")
+	os.Exit(2)
+}
+
+func main() {
+	if len(os.Args) != 2 {
+		usage()
+	}
+	which := -1
+	if os.Args[1] != "all" {
+		for i, s := range scenarios {
+			if os.Args[1] == s.name {
+				which = i
+			}
+		}
+		if which < 0 {
+			usage()
+		}
+	}
+	setup()
+	for i, s := range scenarios {
+		if which < 0 || which == i {
+			s.run()
+		}
+	}
+	teardown()
+	mark("end")
+}

@@ -1,0 +1,786 @@
+/*
+ * rc.c: the C half of mlx5cmp's RC scenario. It runs rdma-core's unmodified
+ * libibverbs + libmlx5 through a fixed sequence of verbs on mlx5_0, under
+ * mlx5cmp's fake mlx5 kernel, and tells the supervisor where it is with
+ * markers written to descriptor 899 (see mark below).
+ *
+ * Its Go twin is hack/mlx5cmp/scenario/goscen/main.go: the two must perform
+ * the SAME calls in the SAME order with the SAME arguments and print the
+ * same markers, so their transcripts can be diffed line by line. Change one
+ * and you must change the other; the functions have the same names and
+ * order in both files so they can be compared by eye.
+ *
+ *   gcc -O2 -Wall -Wextra -o bin/mlx5cmp/scenario-c hack/mlx5cmp/scenario/rc.c -libverbs
+ *   bin/mlx5cmp run -profile hack/mlx5cmp/testdata/cx6.json -o /tmp/c.txt -- bin/mlx5cmp/scenario-c all
+ *
+ * Usage: scenario-c SCENARIO, SCENARIO one of the names in scenarios[]
+ * below or "all". Outside the supervisor the first marker fails with
+ * EBADF and the program exits 2; without the device it exits 2 too.
+ *
+ * Conventions shared with the Go side:
+ *  - wr_id = step id << 16 | index; receives use index 0x8000 + i.
+ *  - every number in a marker is printed as decimal or as "0x%x" (never
+ *    "%#x": C prints 0 as "0", Go as "0x0").
+ *  - wc lines print ibv_wc's fields with ibv_wc's numeric values; the
+ *    ibv_wc array is zeroed before every poll, so fields the provider does
+ *    not write (byte_len of a SEND's completion, say) print as 0; the Go
+ *    side zeroes its array too.
+ *  - imm is printed as ibv_wc carries it: the raw __be32 imm_data read as
+ *    a host uint32 (so, on a little-endian host, immediate 0x12345678
+ *    prints as 0x78563412). The Go side converts wr.Completion.Imm (host
+ *    order) back to that form. An invalidated rkey (IBV_WC_WITH_INV) is
+ *    host order in ibv_wc and printed as is.
+ *  - "ret NAME=N" is an errno (0 for success), except the cap.* lines of
+ *    the setup step, which carry the queue sizes the create granted.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+#include <infiniband/verbs.h>
+
+enum {
+	MARK_FD = 899,
+	BUF_SIZE = 64 * 1024,
+	CQ_SIZE = 256,
+	POLL_BATCH = 16,
+	MAX_POLLS = 100,
+	IB_PORT = 1,
+	GID_INDEX = 1,
+	WRAP_BATCH = 10,
+	/*
+	 * 1100 one-SGE writes: the QP's send queue is not 64 WQE basic
+	 * blocks. With max_send_sge 4 and max_inline_data 128, libmlx5 sizes
+	 * an RC WQE at 384 bytes (192 of overhead for a bind, then 132 bytes
+	 * of inline data) and the ring at roundup_pow2(64 * 384) = 32 KiB =
+	 * 512 BBs, granting max_send_wr 85. A one-SGE write takes one BB, so
+	 * it takes more than 1024 of them to wrap the ring twice (150 would
+	 * not wrap it once).
+	 */
+	WRAP_WRITES = 1100,
+};
+
+/* Values the Go side uses as literals; checked here against verbs.h. */
+_Static_assert(IBV_WC_SUCCESS == 0 && IBV_WC_WR_FLUSH_ERR == 5 && IBV_WC_GENERAL_ERR == 21 &&
+		       IBV_WC_TM_ERR == 22 && IBV_WC_TM_RNDV_INCOMPLETE == 23,
+	       "ibv_wc_status");
+_Static_assert(IBV_WC_SEND == 0 && IBV_WC_RDMA_WRITE == 1 && IBV_WC_RDMA_READ == 2 &&
+		       IBV_WC_COMP_SWAP == 3 && IBV_WC_FETCH_ADD == 4 && IBV_WC_BIND_MW == 5 &&
+		       IBV_WC_LOCAL_INV == 6 && IBV_WC_TSO == 7 && IBV_WC_RECV == 128 &&
+		       IBV_WC_RECV_RDMA_WITH_IMM == 129,
+	       "ibv_wc_opcode");
+_Static_assert(IBV_WC_GRH == 1 && IBV_WC_WITH_IMM == 2 && IBV_WC_IP_CSUM_OK == 4 &&
+		       IBV_WC_WITH_INV == 8,
+	       "ibv_wc_flags");
+_Static_assert(ETIMEDOUT == 110, "errno");
+
+/* Step ids: the high bits of wr_id. */
+enum {
+	ID_SEND_SGE1 = 1,
+	ID_SEND_IMM = 2,
+	ID_WRITE_SGE0 = 3,
+	ID_WRITE_SGE1 = 4,
+	ID_WRITE_SGE2 = 5,
+	ID_WRITE_SGE4 = 6,
+	ID_WRITE_IMM = 7,
+	ID_READ = 8,
+	ID_ATOMIC_CAS = 9,
+	ID_ATOMIC_FADD = 10,
+	ID_INLINE_SEND = 11, /* + index of the length in inline_lens */
+	ID_INLINE_WRITE = 16, /* + index of the length in inline_lens */
+	ID_UNSIGNALED = 21,
+	ID_FENCE = 22,
+	ID_SOLICITED = 23,
+	ID_WRAP = 24,
+	ID_FULL = 25,
+	ID_ERROR = 26,
+};
+
+static uint64_t wrid(unsigned id, unsigned index)
+{
+	return (uint64_t)id << 16 | index;
+}
+
+static uint64_t recvid(unsigned id, unsigned i)
+{
+	return wrid(id, 0x8000 + i);
+}
+
+/* The objects of the common setup. */
+static struct ibv_context *ctx;
+static struct ibv_pd *pd;
+static uint8_t *buf0, *buf1;
+static struct ibv_mr *mr0, *mr1;
+static struct ibv_cq *cq;
+static struct ibv_qp *qp;
+static struct ibv_qp_cap caps; /* as granted */
+
+/* ---- markers ---- */
+
+/*
+ * mark writes one marker line to MARK_FD. Outside mlx5cmp the descriptor
+ * does not exist: say so and exit 2.
+ */
+__attribute__((format(printf, 1, 2))) static void mark(const char *format, ...)
+{
+	char line[512];
+	va_list ap;
+	va_start(ap, format);
+	int n = vsnprintf(line, sizeof line, format, ap);
+	va_end(ap);
+	if (n < 0 || (size_t)n >= sizeof line) {
+		fprintf(stderr, "scenario-c: marker too long\n");
+		exit(1);
+	}
+	ssize_t w = write(MARK_FD, line, (size_t)n);
+	if (w != n) {
+		if (w < 0 && errno == EBADF)
+			fprintf(stderr, "scenario-c: marker descriptor %d does not exist: "
+					"run me under mlx5cmp (mlx5cmp run ... -- scenario-c SCENARIO)\n",
+				MARK_FD);
+		else
+			fprintf(stderr, "scenario-c: marker write: %s\n", strerror(errno));
+		exit(2);
+	}
+}
+
+/* fail reports an unexpected failure of call name with errno err, then exits 1. */
+static void fail(const char *name, int err)
+{
+	mark("ret %s=%d", name, err);
+	fprintf(stderr, "scenario-c: %s: %s\n", name, strerror(err));
+	exit(1);
+}
+
+/* ---- completions ---- */
+
+/* wc_imm returns imm_data as ibv_wc carries it (see the top comment). */
+static uint32_t wc_imm(const struct ibv_wc *wc)
+{
+	return wc->imm_data;
+}
+
+static void emit_wc(const struct ibv_wc *wc)
+{
+	mark("wc wr_id=0x%" PRIx64 " status=%d opcode=%d vendor_err=0x%x byte_len=%u imm=0x%x "
+	     "qp_num=%u src_qp=%u wc_flags=0x%x pkey_index=%u slid=%u sl=%u dlid_path_bits=%u",
+	     wc->wr_id, (int)wc->status, (int)wc->opcode, wc->vendor_err, wc->byte_len, wc_imm(wc),
+	     wc->qp_num, wc->src_qp, (unsigned)wc->wc_flags, wc->pkey_index, wc->slid, wc->sl,
+	     wc->dlid_path_bits);
+}
+
+/*
+ * drain polls until expect completions have come, 16 at a time, at most
+ * MAX_POLLS times, then polls once more (which should find nothing). Polls
+ * that find nothing while waiting are not reported, so that the
+ * transcript does not depend on when the device writes its CQEs; every
+ * other poll is.
+ */
+static void drain(int expect)
+{
+	struct ibv_wc wc[POLL_BATCH];
+	int got = 0;
+	for (int polls = 0; got < expect && polls < MAX_POLLS; polls++) {
+		memset(wc, 0, sizeof wc);
+		int n = ibv_poll_cq(cq, POLL_BATCH, wc);
+		if (n < 0) {
+			mark("ret poll_error=1");
+			return;
+		}
+		if (n == 0)
+			continue;
+		mark("poll n=%d", n);
+		for (int i = 0; i < n; i++)
+			emit_wc(&wc[i]);
+		got += n;
+	}
+	if (got < expect)
+		mark("ret poll_timeout=%d", ETIMEDOUT);
+	memset(wc, 0, sizeof wc);
+	int n = ibv_poll_cq(cq, POLL_BATCH, wc);
+	if (n < 0) {
+		mark("ret poll_error=1");
+		return;
+	}
+	mark("poll n=%d", n);
+	for (int i = 0; i < n; i++)
+		emit_wc(&wc[i]);
+}
+
+/* ---- work requests ---- */
+
+/* sge0 is len bytes at off in buffer 0. */
+static struct ibv_sge sge0(uint32_t off, uint32_t len)
+{
+	return (struct ibv_sge){.addr = (uintptr_t)buf0 + off, .length = len, .lkey = mr0->lkey};
+}
+
+/* remote1 is the address of off in buffer 1, as a peer would target it. */
+static uint64_t remote1(uint32_t off)
+{
+	return (uintptr_t)mr1->addr + off;
+}
+
+/* post_send posts the n WRs of wrs as one linked list, then marks it posted. */
+static void post_send(struct ibv_send_wr *wrs, int n)
+{
+	for (int i = 0; i < n; i++)
+		wrs[i].next = i + 1 < n ? &wrs[i + 1] : NULL;
+	struct ibv_send_wr *bad = NULL;
+	int err = ibv_post_send(qp, wrs, &bad);
+	if (err)
+		fail("post_send", err);
+	mark("posted");
+}
+
+/* post_recv posts one receive of len bytes at off in buffer 1. */
+static void post_recv(uint64_t id, uint32_t off, uint32_t len)
+{
+	struct ibv_sge sge = {.addr = (uintptr_t)buf1 + off, .length = len, .lkey = mr1->lkey};
+	struct ibv_recv_wr rwr = {.wr_id = id, .sg_list = &sge, .num_sge = 1};
+	struct ibv_recv_wr *bad = NULL;
+	int err = ibv_post_recv(qp, &rwr, &bad);
+	if (err)
+		fail("post_recv", err);
+	mark("posted");
+}
+
+/* write_wr is a signalled RDMA write of the n SGEs to off in buffer 1. */
+static struct ibv_send_wr write_wr(uint64_t id, struct ibv_sge *sg, int n, uint32_t off)
+{
+	return (struct ibv_send_wr){
+		.wr_id = id,
+		.sg_list = sg,
+		.num_sge = n,
+		.opcode = IBV_WR_RDMA_WRITE,
+		.send_flags = IBV_SEND_SIGNALED,
+		.wr.rdma = {.remote_addr = remote1(off), .rkey = mr1->rkey},
+	};
+}
+
+/* ---- setup and teardown ---- */
+
+static void setup(void)
+{
+	mark("step setup");
+
+	int num = 0;
+	struct ibv_device **list = ibv_get_device_list(&num);
+	if (!list || num == 0) {
+		fprintf(stderr, "scenario-c: no RDMA device\n");
+		exit(2);
+	}
+	struct ibv_device *dev = NULL;
+	for (int i = 0; i < num; i++)
+		if (strcmp(ibv_get_device_name(list[i]), "mlx5_0") == 0)
+			dev = list[i];
+	if (!dev) {
+		fprintf(stderr, "scenario-c: no device mlx5_0\n");
+		exit(2);
+	}
+	ctx = ibv_open_device(dev);
+	if (!ctx) {
+		fprintf(stderr, "scenario-c: open mlx5_0: %s\n", strerror(errno));
+		exit(2);
+	}
+	ibv_free_device_list(list);
+
+	/*
+	 * The GID: Go has one call, Context.QueryGIDTable, which queries the
+	 * device, each port, then the whole table sized by the ports'
+	 * gid_tbl_len. Do the same here (rather than ibv_query_gid, which has
+	 * no Go counterpart).
+	 */
+	struct ibv_device_attr_ex dattr;
+	int err = ibv_query_device_ex(ctx, NULL, &dattr);
+	if (err)
+		fail("query_device", err);
+	size_t max = 0;
+	for (int p = 1; p <= dattr.orig_attr.phys_port_cnt; p++) {
+		struct ibv_port_attr pattr;
+		err = ibv_query_port(ctx, (uint8_t)p, &pattr);
+		if (err)
+			fail("query_port", err);
+		max += (size_t)pattr.gid_tbl_len;
+	}
+	struct ibv_gid_entry *ents = calloc(max ? max : 1, sizeof *ents);
+	if (!ents)
+		fail("calloc", ENOMEM);
+	ssize_t nent = ibv_query_gid_table(ctx, ents, max, 0);
+	if (nent < 0)
+		fail("query_gid_table", (int)-nent);
+	union ibv_gid dgid = {0};
+	int found = 0;
+	for (ssize_t i = 0; i < nent; i++)
+		if (ents[i].port_num == IB_PORT && ents[i].gid_index == GID_INDEX) {
+			dgid = ents[i].gid;
+			found = 1;
+		}
+	free(ents);
+	if (!found)
+		fail("gid_index_1", ENOENT);
+
+	pd = ibv_alloc_pd(ctx);
+	if (!pd)
+		fail("alloc_pd", errno);
+
+	int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+		     IBV_ACCESS_REMOTE_ATOMIC;
+	buf0 = aligned_alloc((size_t)sysconf(_SC_PAGESIZE), BUF_SIZE);
+	buf1 = aligned_alloc((size_t)sysconf(_SC_PAGESIZE), BUF_SIZE);
+	if (!buf0 || !buf1)
+		fail("alloc", ENOMEM);
+	memset(buf0, 0, BUF_SIZE);
+	memset(buf1, 0, BUF_SIZE);
+	mr0 = ibv_reg_mr(pd, buf0, BUF_SIZE, access);
+	if (!mr0)
+		fail("reg_mr0", errno);
+	mr1 = ibv_reg_mr(pd, buf1, BUF_SIZE, access);
+	if (!mr1)
+		fail("reg_mr1", errno);
+	for (int i = 0; i < BUF_SIZE; i++)
+		buf0[i] = (uint8_t)(i * 7 + 3);
+
+	cq = ibv_create_cq(ctx, CQ_SIZE, NULL, NULL, 0);
+	if (!cq)
+		fail("create_cq", errno);
+
+	struct ibv_qp_init_attr init = {
+		.send_cq = cq,
+		.recv_cq = cq,
+		.cap = {.max_send_wr = 64, .max_recv_wr = 64, .max_send_sge = 4, .max_recv_sge = 4,
+			.max_inline_data = 128},
+		.qp_type = IBV_QPT_RC,
+		.sq_sig_all = 0,
+	};
+	qp = ibv_create_qp(pd, &init);
+	if (!qp)
+		fail("create_qp", errno);
+	caps = init.cap;
+	mark("ret cap.max_send_wr=%u", caps.max_send_wr);
+	mark("ret cap.max_recv_wr=%u", caps.max_recv_wr);
+	mark("ret cap.max_send_sge=%u", caps.max_send_sge);
+	mark("ret cap.max_recv_sge=%u", caps.max_recv_sge);
+	mark("ret cap.max_inline_data=%u", caps.max_inline_data);
+
+	struct ibv_qp_attr a = {
+		.qp_state = IBV_QPS_INIT,
+		.pkey_index = 0,
+		.port_num = IB_PORT,
+		.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+				   IBV_ACCESS_REMOTE_ATOMIC,
+	};
+	err = ibv_modify_qp(qp, &a,
+			    IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+	if (err)
+		fail("modify_init", err);
+
+	a = (struct ibv_qp_attr){
+		.qp_state = IBV_QPS_RTR,
+		.path_mtu = IBV_MTU_1024,
+		.dest_qp_num = qp->qp_num,
+		.rq_psn = 0,
+		.max_dest_rd_atomic = 1,
+		.min_rnr_timer = 12,
+		.ah_attr =
+			{
+				.is_global = 1,
+				.grh = {.dgid = dgid, .sgid_index = GID_INDEX, .hop_limit = 64},
+				.port_num = IB_PORT,
+			},
+	};
+	err = ibv_modify_qp(qp, &a,
+			    IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+				    IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
+				    IBV_QP_MIN_RNR_TIMER);
+	if (err)
+		fail("modify_rtr", err);
+
+	a = (struct ibv_qp_attr){
+		.qp_state = IBV_QPS_RTS,
+		.sq_psn = 0,
+		.timeout = 14,
+		.retry_cnt = 7,
+		.rnr_retry = 7,
+		.max_rd_atomic = 1,
+	};
+	err = ibv_modify_qp(qp, &a,
+			    IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+				    IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
+	if (err)
+		fail("modify_rts", err);
+}
+
+static void teardown(void)
+{
+	mark("step teardown");
+	/*
+	 * Move the QP to ERR first: Go's QP.Close does that itself for a QP
+	 * not in RESET or ERR (so that outstanding requests flush), which
+	 * ibv_destroy_qp does not. Doing it explicitly on both sides keeps
+	 * the command sequences the same (Go's Close then skips it).
+	 */
+	struct ibv_qp_attr a = {.qp_state = IBV_QPS_ERR};
+	int err = ibv_modify_qp(qp, &a, IBV_QP_STATE);
+	if (err)
+		fail("modify_err", err);
+	if ((err = ibv_destroy_qp(qp)))
+		fail("destroy_qp", err);
+	if ((err = ibv_destroy_cq(cq)))
+		fail("destroy_cq", err);
+	if ((err = ibv_dereg_mr(mr0)))
+		fail("dereg_mr0", err);
+	if ((err = ibv_dereg_mr(mr1)))
+		fail("dereg_mr1", err);
+	free(buf0);
+	free(buf1);
+	if ((err = ibv_dealloc_pd(pd)))
+		fail("dealloc_pd", err);
+	if ((err = ibv_close_device(ctx)))
+		fail("close_device", errno);
+}
+
+/* ---- scenarios ---- */
+
+/* 1. rc.send.sge1: a receive of 256 bytes, then a signalled SEND of 64. */
+static void scen_send(void)
+{
+	mark("step rc.send.sge1");
+	post_recv(recvid(ID_SEND_SGE1, 0), 0, 256);
+	struct ibv_sge sg = sge0(0, 64);
+	struct ibv_send_wr w = {
+		.wr_id = wrid(ID_SEND_SGE1, 0),
+		.sg_list = &sg,
+		.num_sge = 1,
+		.opcode = IBV_WR_SEND,
+		.send_flags = IBV_SEND_SIGNALED,
+	};
+	post_send(&w, 1);
+	mark("complete");
+	drain(2);
+}
+
+/* 2. rc.send_imm: SEND with immediate 0x12345678 into a posted receive. */
+static void scen_send_imm(void)
+{
+	mark("step rc.send_imm");
+	post_recv(recvid(ID_SEND_IMM, 0), 0x100, 256);
+	struct ibv_sge sg = sge0(0x40, 32);
+	struct ibv_send_wr w = {
+		.wr_id = wrid(ID_SEND_IMM, 0),
+		.sg_list = &sg,
+		.num_sge = 1,
+		.opcode = IBV_WR_SEND_WITH_IMM,
+		.send_flags = IBV_SEND_SIGNALED,
+		.imm_data = htonl(0x12345678),
+	};
+	post_send(&w, 1);
+	mark("complete");
+	drain(2);
+}
+
+/* 3. rc.write.sge{0,1,2,4}: RDMA writes of 0, 1, 2 and 4 SGEs. */
+static void scen_write(void)
+{
+	mark("step rc.write.sge0");
+	struct ibv_send_wr w = write_wr(wrid(ID_WRITE_SGE0, 0), NULL, 0, 0);
+	post_send(&w, 1);
+	mark("complete");
+	drain(1);
+
+	mark("step rc.write.sge1");
+	struct ibv_sge s1[1] = {sge0(0, 100)};
+	w = write_wr(wrid(ID_WRITE_SGE1, 0), s1, 1, 0x100);
+	post_send(&w, 1);
+	mark("complete");
+	drain(1);
+
+	mark("step rc.write.sge2");
+	struct ibv_sge s2[2] = {sge0(3, 17), sge0(0x200, 300)};
+	w = write_wr(wrid(ID_WRITE_SGE2, 0), s2, 2, 0x1000);
+	post_send(&w, 1);
+	mark("complete");
+	drain(1);
+
+	mark("step rc.write.sge4");
+	struct ibv_sge s4[4] = {sge0(0x10, 1), sge0(0x400, 64), sge0(0x1003, 1000),
+				sge0(0x3000, 4096)};
+	w = write_wr(wrid(ID_WRITE_SGE4, 0), s4, 4, 0x2000);
+	post_send(&w, 1);
+	mark("complete");
+	drain(1);
+}
+
+/* 4. rc.write_imm: RDMA WRITE WITH IMM, consuming a posted receive. */
+static void scen_write_imm(void)
+{
+	mark("step rc.write_imm");
+	post_recv(recvid(ID_WRITE_IMM, 0), 0x800, 256);
+	struct ibv_sge sg = sge0(0x80, 128);
+	struct ibv_send_wr w = write_wr(wrid(ID_WRITE_IMM, 0), &sg, 1, 0x3000);
+	w.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+	w.imm_data = htonl(0x9abcdef0);
+	post_send(&w, 1);
+	mark("complete");
+	drain(2);
+}
+
+/* 5. rc.read: RDMA READ of 512 bytes from buffer 1 into buffer 0. */
+static void scen_read(void)
+{
+	mark("step rc.read");
+	struct ibv_sge sg = sge0(0x4000, 512);
+	struct ibv_send_wr w = {
+		.wr_id = wrid(ID_READ, 0),
+		.sg_list = &sg,
+		.num_sge = 1,
+		.opcode = IBV_WR_RDMA_READ,
+		.send_flags = IBV_SEND_SIGNALED,
+		.wr.rdma = {.remote_addr = remote1(0x4000), .rkey = mr1->rkey},
+	};
+	post_send(&w, 1);
+	mark("complete");
+	drain(1);
+}
+
+/* 6. rc.atomic.cas and rc.atomic.fadd: 8 bytes at 8-aligned addresses. */
+static void scen_atomic(void)
+{
+	mark("step rc.atomic.cas");
+	struct ibv_sge sg = sge0(0x5000, 8);
+	struct ibv_send_wr w = {
+		.wr_id = wrid(ID_ATOMIC_CAS, 0),
+		.sg_list = &sg,
+		.num_sge = 1,
+		.opcode = IBV_WR_ATOMIC_CMP_AND_SWP,
+		.send_flags = IBV_SEND_SIGNALED,
+		.wr.atomic = {.remote_addr = remote1(0x5000),
+			      .compare_add = 0,
+			      .swap = 0x1122334455667788ULL,
+			      .rkey = mr1->rkey},
+	};
+	post_send(&w, 1);
+	mark("complete");
+	drain(1);
+
+	mark("step rc.atomic.fadd");
+	sg = sge0(0x5008, 8);
+	w = (struct ibv_send_wr){
+		.wr_id = wrid(ID_ATOMIC_FADD, 0),
+		.sg_list = &sg,
+		.num_sge = 1,
+		.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD,
+		.send_flags = IBV_SEND_SIGNALED,
+		.wr.atomic = {.remote_addr = remote1(0x5008), .compare_add = 0x10, .rkey = mr1->rkey},
+	};
+	post_send(&w, 1);
+	mark("complete");
+	drain(1);
+}
+
+/*
+ * 7. rc.inline.send.N and rc.inline.write.N: signalled inline SENDs (each
+ * into a posted receive) and inline RDMA writes of N bytes, one SGE each
+ * (of length 0 for N = 0).
+ */
+static const uint32_t inline_lens[5] = {0, 1, 16, 64, 128};
+
+static void scen_inline(void)
+{
+	for (int i = 0; i < 5; i++) {
+		uint32_t n = inline_lens[i];
+		mark("step rc.inline.send.%u", n);
+		post_recv(recvid(ID_INLINE_SEND + (unsigned)i, 0), 0x6000, 256);
+		struct ibv_sge sg = sge0(0x100, n);
+		struct ibv_send_wr w = {
+			.wr_id = wrid(ID_INLINE_SEND + (unsigned)i, 0),
+			.sg_list = &sg,
+			.num_sge = 1,
+			.opcode = IBV_WR_SEND,
+			.send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE,
+		};
+		post_send(&w, 1);
+		mark("complete");
+		drain(2);
+	}
+	for (int i = 0; i < 5; i++) {
+		uint32_t n = inline_lens[i];
+		mark("step rc.inline.write.%u", n);
+		struct ibv_sge sg = sge0(0x200, n);
+		struct ibv_send_wr w = write_wr(wrid(ID_INLINE_WRITE + (unsigned)i, 0), &sg, 1, 0x7000);
+		w.send_flags |= IBV_SEND_INLINE;
+		post_send(&w, 1);
+		mark("complete");
+		drain(1);
+	}
+}
+
+/* 8. rc.unsignaled: one post of 4 writes, only the last signalled. */
+static void scen_unsignaled(void)
+{
+	mark("step rc.unsignaled");
+	struct ibv_sge sg[4];
+	struct ibv_send_wr w[4];
+	for (unsigned i = 0; i < 4; i++) {
+		sg[i] = sge0(64 * i, 64);
+		w[i] = write_wr(wrid(ID_UNSIGNALED, i), &sg[i], 1, 0x8000 + 64 * i);
+		if (i < 3)
+			w[i].send_flags = 0;
+	}
+	post_send(w, 4);
+	mark("complete");
+	drain(1);
+}
+
+/* 9a. rc.fence: a signalled write with IBV_SEND_FENCE. */
+static void scen_fence(void)
+{
+	mark("step rc.fence");
+	struct ibv_sge sg = sge0(0, 64);
+	struct ibv_send_wr w = write_wr(wrid(ID_FENCE, 0), &sg, 1, 0x9000);
+	w.send_flags |= IBV_SEND_FENCE;
+	post_send(&w, 1);
+	mark("complete");
+	drain(1);
+}
+
+/* 9b. rc.solicited: a signalled SEND with IBV_SEND_SOLICITED. */
+static void scen_solicited(void)
+{
+	mark("step rc.solicited");
+	post_recv(recvid(ID_SOLICITED, 0), 0x9100, 256);
+	struct ibv_sge sg = sge0(0x20, 16);
+	struct ibv_send_wr w = {
+		.wr_id = wrid(ID_SOLICITED, 0),
+		.sg_list = &sg,
+		.num_sge = 1,
+		.opcode = IBV_WR_SEND,
+		.send_flags = IBV_SEND_SIGNALED | IBV_SEND_SOLICITED,
+	};
+	post_send(&w, 1);
+	mark("complete");
+	drain(2);
+}
+
+/*
+ * 10. rc.wrap.K: WRAP_WRITES signalled one-SGE writes of 32 bytes, in
+ * posts of WRAP_BATCH, each drained before the next, so the send queue and
+ * the CQ wrap (twice, see WRAP_WRITES). One step per batch.
+ */
+static void scen_wrap(void)
+{
+	for (unsigned b = 0; b < WRAP_WRITES / WRAP_BATCH; b++) {
+		mark("step rc.wrap.%u", b);
+		struct ibv_sge sg[WRAP_BATCH];
+		struct ibv_send_wr w[WRAP_BATCH];
+		for (unsigned i = 0; i < WRAP_BATCH; i++) {
+			unsigned k = b * WRAP_BATCH + i;
+			sg[i] = sge0(32 * (k % 64), 32);
+			w[i] = write_wr(wrid(ID_WRAP, k), &sg[i], 1, 0xa000 + 32 * (k % 64));
+		}
+		post_send(w, WRAP_BATCH);
+		mark("complete");
+		drain(WRAP_BATCH);
+	}
+}
+
+/*
+ * 11. rc.full: one post of max_send_wr + 1 signalled 8-byte writes (the
+ * granted max_send_wr, not the 64 asked for: see WRAP_WRITES) on the empty
+ * queue. The last is refused with ENOMEM; the ones before it are posted.
+ */
+static void scen_full(void)
+{
+	mark("step rc.full");
+	int n = (int)caps.max_send_wr + 1;
+	struct ibv_sge *sg = calloc((size_t)n, sizeof *sg);
+	struct ibv_send_wr *w = calloc((size_t)n, sizeof *w);
+	if (!sg || !w)
+		fail("calloc", ENOMEM);
+	for (int i = 0; i < n; i++) {
+		sg[i] = sge0(8 * (unsigned)i, 8);
+		w[i] = write_wr(wrid(ID_FULL, (unsigned)i), &sg[i], 1, 0xc000 + 8 * (unsigned)i);
+		w[i].next = i + 1 < n ? &w[i + 1] : NULL;
+	}
+	struct ibv_send_wr *bad = NULL;
+	int err = ibv_post_send(qp, w, &bad);
+	int bad_index = err && bad ? (int)(bad - w) : -1;
+	int posted = err ? (bad ? bad_index : 0) : n;
+	mark("posted");
+	mark("ret post_overflow=%d", err);
+	mark("ret bad_wr_index=%d", bad_index);
+	free(sg);
+	free(w);
+	mark("complete");
+	drain(posted);
+}
+
+/* 12. rc.error: a signalled write that the device completes with WR_FLUSH_ERR. */
+static void scen_error(void)
+{
+	mark("step rc.error");
+	struct ibv_sge sg = sge0(0, 64);
+	struct ibv_send_wr w = write_wr(wrid(ID_ERROR, 0), &sg, 1, 0xd000);
+	post_send(&w, 1);
+	mark("complete error=0x05");
+	drain(1);
+}
+
+/* ---- main ---- */
+
+static const struct {
+	const char *name;
+	void (*run)(void);
+} scenarios[] = {
+	{"send", scen_send},
+	{"send_imm", scen_send_imm},
+	{"write", scen_write},
+	{"write_imm", scen_write_imm},
+	{"read", scen_read},
+	{"atomic", scen_atomic},
+	{"inline", scen_inline},
+	{"unsignaled", scen_unsignaled},
+	{"fence", scen_fence},
+	{"solicited", scen_solicited},
+	{"wrap", scen_wrap},
+	{"full", scen_full},
+	{"error", scen_error},
+};
+
+enum { NSCEN = sizeof scenarios / sizeof scenarios[0] };
+
+static void usage(void)
+{
+	fprintf(stderr, "usage: scenario-c SCENARIO (all");
+	for (int i = 0; i < NSCEN; i++)
+		fprintf(stderr, ", %s", scenarios[i].name);
+	fprintf(stderr, ")\n");
+	exit(2);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc != 2)
+		usage();
+	int which = -1;
+	if (strcmp(argv[1], "all") != 0) {
+		for (int i = 0; i < NSCEN; i++)
+			if (strcmp(argv[1], scenarios[i].name) == 0)
+				which = i;
+		if (which < 0)
+			usage();
+	}
+	setup();
+	for (int i = 0; i < NSCEN; i++)
+		if (which < 0 || which == i)
+			scenarios[i].run();
+	teardown();
+	mark("end");
+	return 0;
+}
