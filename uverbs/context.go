@@ -410,7 +410,11 @@ func (c *Context) getContext(uhwIn, uhwOut []byte) error {
 		if len(uhwIn) > 0 || len(uhwOut) > 0 {
 			// The legacy command carries driver data differently; no
 			// kernel this library supports needs it.
-			return err
+			errno := unix.ENOTTY
+			if errors.Is(err, unix.EPROTONOSUPPORT) {
+				errno = unix.EPROTONOSUPPORT
+			}
+			return &Error{Op: "get context", Err: fmt.Errorf("the kernel has no uverbs ioctl method for it, and rdmago sends a provider's context data only through that (Linux 5.x and later): %w", errno)}
 		}
 		return c.getContextWrite()
 	}
