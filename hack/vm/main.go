@@ -12,6 +12,9 @@
 //	vm pair [flags] -- CMD_A ARGS ::: CMD_B ARGS
 //	                             boot two VMs on one link, run CMD_A in one and CMD_B in the other
 //	vm shell [flags]             boot a VM with an interactive shell on the console
+//	vm rdmacore [--release SUITE] [-- CMD ARGS]
+//	                             unpack a suite's libibverbs and providers into the cache,
+//	                             print the folder or run CMD against them (rdmacore.go)
 //
 // `vm run` is shaped to be used as `go test -exec "bin/vm run --"`: the guest
 // sees the host's root file system read-only (with a throwaway writable overlay),
@@ -44,6 +47,9 @@ subcommands:
   pair      boot two VMs joined by one Ethernet link, each with rxe0, and run
             a command in each:  vm pair [flags] -- CMD_A ARGS... ::: CMD_B ARGS...
   shell     boot a VM with an interactive shell on the serial console
+  rdmacore  unpack a Debian suite's libibverbs and providers into the cache and
+            print the folder, or run a command against them:
+            vm rdmacore --release trixie|sid [-- CMD ARGS...]
 
 Run "vm <subcommand> -h" for the flags of each.
 
@@ -78,6 +84,8 @@ func main() {
 		code = cmdPair(args)
 	case "shell":
 		code = cmdShell(args)
+	case "rdmacore":
+		code = cmdRDMACore(args)
 	case "-h", "-help", "--help", "help":
 		fmt.Print(usage)
 	default:
