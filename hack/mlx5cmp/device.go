@@ -7,7 +7,10 @@ package main
 // scenario says it has posted, it reads what the driver wrote (the new
 // WQEs, the doorbell record, the stores to the UAR pages) and records it;
 // when the scenario asks for completion, it executes the posted requests
-// on the target's memory and writes CQEs as the PRM lays them out. Both
+// on the target's memory and writes CQEs as the PRM lays them out: RC and
+// UC loop back to the QP's destination QP, UD goes where the WQE's address
+// vector says with a GRH first, and a QP on an SRQ takes the WQE at the
+// head of the SRQ's free list. It also records the CQs' arm words. Both
 // drivers meet the same device, so any difference in the transcript is a
 // difference in what the drivers wrote or how they read what was written.
 
@@ -32,6 +35,8 @@ type dQP struct {
 	sendCQ, recvCQ *dCQ
 	peer           uint32 // RC/UC: the destination QP number
 	srq            bool
+	srqp           *dSRQ  // the SRQ its receives come from
+	lastRecv       uint16 // the index of the receive WQE consumed last
 	sqSeen, sqDone uint32 // WQEBB counters: recorded, executed
 	rqSeen, rqDone uint32 // receive counters
 	pendingErr     uint8  // the next executed request fails with this syndrome
@@ -46,6 +51,22 @@ type dCQ struct {
 	ncqe uint32 // entries, a power of two
 	db   uint64
 	pi   uint32 // the device's producer counter
+	arm  uint32 // the doorbell record's arm word as last recorded
+}
+
+// dSRQ is a shared receive queue: a ring of WQEs linked into a free list
+// by their next segments (struct mlx5_wqe_srq_next_seg). The driver posts
+// at the head of the list and links completed WQEs back at its tail; the
+// device consumes from the head, so both follow the same links.
+type dSRQ struct {
+	key        string
+	srqn       uint32
+	buf, db    uint64
+	cnt        uint32
+	shift      uint
+	postHead   uint16 // where the driver posts next, as the links say
+	seen, done uint32 // receives recorded and consumed
+	head       uint16 // the next WQE the device consumes
 }
 
 type dMR struct {
@@ -84,13 +105,15 @@ const (
 	cqeRespErr     = 0xe
 	cqeInvalid     = 0xf
 
+	// enum mlx5_cqe_syndrome (mlx5dv.h); the ones the device itself
+	// raises. Any other a scenario asks for with "complete error=".
 	syndLocalLengthErr    = 0x01
 	syndLocalQPOpErr      = 0x02
 	syndLocalProtErr      = 0x04
 	syndWRFlushErr        = 0x05
-	syndRemoteInvalReqErr = 0x10
-	syndRemoteAccessErr   = 0x11
-	syndRemoteOpErr       = 0x12
+	syndRemoteInvalReqErr = 0x12
+	syndRemoteAccessErr   = 0x13
+	syndRemoteOpErr       = 0x14
 	syndRNRRetryErr       = 0x16
 
 	vendorSynd = 0x32 // what the device reports beside a syndrome; a constant of this model
@@ -114,6 +137,7 @@ type device struct {
 	names *regions
 	qps   map[uint32]*dQP // by QPN
 	cqs   map[uint32]*dCQ
+	srqs  map[uint32]*dSRQ // by SRQN; made by sync
 	clock uint64
 	uh    map[uint64]string // user handles by order of appearance
 	fds   map[uint64]string // descriptor numbers by order of appearance
@@ -125,6 +149,9 @@ type kernelTables interface {
 	cqs() []*dCQ
 	mrs() []dMR
 	uarPages() []uarPage // the UAR pages of every open device file, in allocation order
+
+	srqs() []*dSRQ
+	qpSRQN(qpn uint32) uint32 // the SRQ a QP receives from
 }
 
 // uarPage is one UAR page as the supervisor's mapping of the device file
@@ -141,12 +168,24 @@ func (d *device) sync() {
 		}
 		d.cqs[c.cqn] = c
 	}
+	if d.srqs == nil {
+		d.srqs = map[uint32]*dSRQ{}
+	}
+	for _, s := range d.kern.srqs() {
+		if old, ok := d.srqs[s.srqn]; ok && old.buf == s.buf {
+			continue
+		}
+		d.srqs[s.srqn] = s
+	}
 	for _, q := range d.kern.qps() {
 		if old, ok := d.qps[q.qpn]; ok && old.sq == q.sq {
 			old.peer = q.peer
 			continue
 		}
 		q.sendCQ, q.recvCQ = d.cqs[q.sendCQ.cqn], d.cqs[q.recvCQ.cqn]
+		if q.srq {
+			q.srqp = d.srqs[d.kern.qpSRQN(q.qpn)]
+		}
 		d.qps[q.qpn] = q
 	}
 }
@@ -187,6 +226,41 @@ func (d *device) posted(mem remoteMem, out *transcript) error {
 			}
 		}
 	}
+	// The receives posted to each SRQ: the doorbell record counts them;
+	// each took the WQE at the head of the free list.
+	for _, s := range d.sortedSRQs() {
+		var rec [4]byte
+		if err := mem.ReadAt(rec[:], s.db); err != nil {
+			return fmt.Errorf("SRQ %#x doorbell record: %w", s.srqn, err)
+		}
+		cnt := be.Uint32(rec[:])
+		if uint16(cnt) == uint16(s.seen) {
+			continue
+		}
+		out.line("%s dbrec %#x", s.key, cnt)
+		for uint16(s.seen) != uint16(cnt) {
+			w := make([]byte, 1<<s.shift)
+			idx := uint32(s.postHead) & (s.cnt - 1)
+			if err := mem.ReadAt(w, s.buf+uint64(idx)<<s.shift); err != nil {
+				return err
+			}
+			out.line("%s wqe[%d] next{%x} %s", s.key, idx, w[:16], d.renderRecv(w[16:]))
+			s.postHead = be.Uint16(w[2:])
+			s.seen++
+		}
+	}
+	// The CQs' arm words (the doorbell record's second word, which
+	// arming writes before its UAR doorbell), when they moved.
+	for _, c := range d.sortedCQs() {
+		var rec [4]byte
+		if err := mem.ReadAt(rec[:], c.db+4); err != nil {
+			return fmt.Errorf("CQ %#x doorbell record: %w", c.cqn, err)
+		}
+		if arm := be.Uint32(rec[:]); arm != c.arm {
+			out.line("%s dbrec.arm %#x", c.key, arm)
+			c.arm = arm
+		}
+	}
 	// The stores to the UAR pages since the last snapshot. A register is
 	// write-only to the driver, so clearing the page after reading it
 	// changes nothing the driver can see and makes every store visible.
@@ -221,10 +295,15 @@ func (d *device) renderUAR(p uarPage, out *transcript) {
 		for end < len(p.mem) && nonzero(p.mem[end:end+block]) {
 			end += block
 		}
-		run := p.mem[off:end]
-		w1 := be.Uint32(run[4:])
+		w1 := be.Uint32(p.mem[off+4:])
 		_, known := d.qps[w1>>8]
 		ds := int(w1&0x3f) * 16
+		if known && off+ds > end && off+ds <= len(p.mem) {
+			// A BlueFlame copy may hold a block of zeros (inline data
+			// of zeros): the control segment says how long it is.
+			end = off + (ds+block-1)/block*block
+		}
+		run := p.mem[off:end]
 		switch {
 		case known && !nonzero(run[8:]):
 			out.line("%s+%#x doorbell %x", p.name, off, run[:8])
@@ -243,8 +322,6 @@ func (d *device) renderUAR(p uarPage, out *transcript) {
 		off = end
 	}
 }
-
-func le64(b []byte) uint64 { return binary.LittleEndian.Uint64(b) }
 
 // readWQE gathers the WQE at WQEBB counter c, following the ring past its
 // end, by the size its control segment gives.
@@ -338,6 +415,28 @@ func (d *device) qpName(qpn uint32) string {
 	return fmt.Sprintf("%#x", qpn)
 }
 
+// sortedSRQs returns the live SRQs in the kernel's order.
+func (d *device) sortedSRQs() []*dSRQ {
+	var out []*dSRQ
+	for _, s := range d.kern.srqs() {
+		if ds, ok := d.srqs[s.srqn]; ok {
+			out = append(out, ds)
+		}
+	}
+	return out
+}
+
+// sortedCQs returns the live CQs in the kernel's order.
+func (d *device) sortedCQs() []*dCQ {
+	var out []*dCQ
+	for _, c := range d.kern.cqs() {
+		if dc, ok := d.cqs[c.cqn]; ok {
+			out = append(out, dc)
+		}
+	}
+	return out
+}
+
 func (d *device) sortedQPs() []*dQP {
 	var out []*dQP
 	for _, q := range d.kern.qps() {
@@ -350,7 +449,9 @@ func (d *device) sortedQPs() []*dQP {
 
 // complete executes every recorded request (or n of them) and writes the
 // completions. "error=SYND" makes the next request fail with that
-// syndrome.
+// syndrome: the first request of the first QP that has one recorded (so
+// that a QP with nothing posted does not carry the error into a later
+// step).
 func (d *device) complete(mem remoteMem, args string, out *transcript) error {
 	d.sync()
 	limit := -1
@@ -371,8 +472,8 @@ func (d *device) complete(mem remoteMem, args string, out *transcript) error {
 		}
 	}
 	for _, q := range d.sortedQPs() {
-		if synd != 0 {
-			q.pendingErr = synd
+		if synd != 0 && q.sqDone != q.sqSeen {
+			q.pendingErr, synd = synd, 0
 		}
 		for q.sqDone != q.sqSeen && limit != 0 {
 			w, err := d.readWQE(mem, q, q.sqDone)
@@ -402,7 +503,19 @@ type sendOp struct {
 	swapAdd, cmp uint64
 	inline       []byte
 	gather       [][3]uint64 // length, lkey, addr
+	av           []byte      // UD: the datagram segment (struct mlx5_wqe_av)
 }
+
+// The address vector of a UD WQE (struct mlx5_wqe_av, 48 bytes).
+const (
+	avOffDQP      = 8  // dqp_dct: the destination QP number, bit 31 "extended"
+	avOffTClass   = 24 // tclass
+	avOffHopLimit = 25
+	avOffGIDFL    = 26 // grh_gid_fl: the flow label (low 20 bits)
+	avOffRGID     = 32
+	avSize        = 48
+	grhSize       = 40 // what a UD receive gets before the payload
+)
 
 func parseWQE(q *dQP, w []byte) sendOp {
 	op := sendOp{opcode: uint8(be.Uint32(w)), wqeIdx: uint16(be.Uint32(w) >> 8), fmCeSe: w[11], imm: be.Uint32(w[12:])}
@@ -418,8 +531,9 @@ func parseWQE(q *dQP, w []byte) sendOp {
 			rest = rest[32:]
 		}
 	}
-	if q.typ == "ud" && len(rest) >= 48 {
-		rest = rest[48:]
+	if q.typ == "ud" && len(rest) >= avSize {
+		op.av = append([]byte{}, rest[:avSize]...)
+		rest = rest[avSize:]
 	}
 	if len(rest) >= 4 && be.Uint32(rest)&inlineBit != 0 {
 		n := be.Uint32(rest) &^ inlineBit
@@ -500,6 +614,9 @@ func (d *device) perform(mem remoteMem, q *dQP, op *sendOp) (uint8, uint32, erro
 		data, synd, err := d.gatherData(mem, op)
 		if err != nil || synd != 0 {
 			return synd, 0, err
+		}
+		if q.typ == "ud" {
+			return 0, 0, d.deliverUD(mem, q, data, op)
 		}
 		dst := d.qps[q.peer]
 		if dst == nil {
@@ -587,25 +704,100 @@ func (d *device) perform(mem remoteMem, q *dQP, op *sendOp) (uint8, uint32, erro
 	return syndLocalQPOpErr, 0, nil
 }
 
+// deliverUD sends a datagram: to the QP the address vector names, if it
+// is a UD QP, else nowhere (a datagram to no one is dropped; the sender
+// completes either way). The receive gets a GRH built from the address
+// vector before the payload. The Q_Key is not checked: the device does
+// not see the QPs' attributes.
+func (d *device) deliverUD(mem remoteMem, src *dQP, data []byte, op *sendOp) error {
+	if len(op.av) < avSize {
+		return nil
+	}
+	dst := d.qps[be.Uint32(op.av[avOffDQP:])&0xffffff]
+	if dst == nil || dst.typ != "ud" {
+		return nil
+	}
+	var grh [grhSize]byte
+	gid := op.av[avOffRGID : avOffRGID+16]
+	v4 := string(gid[:12]) == "\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\xff\xff"
+	if v4 {
+		// RoCE v2 over IPv4: the IPv4 header in the GRH's last 20 bytes.
+		h := grh[20:]
+		h[0], h[1] = 0x45, op.av[avOffTClass]
+		be.PutUint16(h[2:], uint16(20+8+12+len(data)+4)) // IP, UDP, BTH, DETH, ICRC
+		h[8], h[9] = op.av[avOffHopLimit], 17
+		copy(h[12:16], gid[12:]) // source: the model loops back
+		copy(h[16:20], gid[12:])
+	} else {
+		be.PutUint32(grh[0:], 6<<28|uint32(op.av[avOffTClass])<<20|be.Uint32(op.av[avOffGIDFL:])&0xfffff)
+		be.PutUint16(grh[4:], uint16(len(data)))
+		grh[6], grh[7] = 0x1b, op.av[avOffHopLimit]
+		copy(grh[8:24], gid) // source: the model loops back
+		copy(grh[24:40], gid)
+	}
+	// flags_rqpn: the GRH-present bits (29:28), and for RoCE the packet
+	// type in bits 25:24 as mlx5_ib reads it (0 RoCE v1, 2 RoCE v2 IPv4).
+	flags := uint32(1) << 28
+	if v4 {
+		flags |= 2 << 24
+	}
+	resp := uint8(cqeRespSend)
+	if op.opcode == opSendImm {
+		resp = cqeRespSendIm
+	}
+	_, err := d.deliverFlags(mem, src, dst, append(grh[:], data...), resp, op, flags)
+	return err
+}
+
 // deliver lands a message on dst's receive queue: its next receive WQE's
 // scatter list takes the data, and a responder CQE reports it.
 func (d *device) deliver(mem remoteMem, src, dst *dQP, data []byte, respOp uint8, op *sendOp) (uint8, error) {
+	return d.deliverFlags(mem, src, dst, data, respOp, op, 0)
+}
+
+// deliverFlags is deliver with the upper bits of the responder CQE's
+// flags_rqpn word.
+func (d *device) deliverFlags(mem remoteMem, src, dst *dQP, data []byte, respOp uint8, op *sendOp, flags uint32) (uint8, error) {
+	var w []byte
 	if dst.srq {
-		return syndRemoteOpErr, nil // SRQs are not modelled yet
+		// The WQE at the head of the SRQ's free list; its next segment
+		// names the new head.
+		s := dst.srqp
+		if s == nil {
+			return syndRemoteOpErr, nil
+		}
+		var rec [4]byte
+		if err := mem.ReadAt(rec[:], s.db); err != nil {
+			return 0, err
+		}
+		if uint16(be.Uint32(rec[:])) == uint16(s.done) {
+			return syndRNRRetryErr, nil
+		}
+		idx := uint32(s.head) & (s.cnt - 1)
+		w = make([]byte, 1<<s.shift)
+		if err := mem.ReadAt(w, s.buf+uint64(idx)<<s.shift); err != nil {
+			return 0, err
+		}
+		s.head = be.Uint16(w[2:])
+		s.done++
+		w = w[16:]
+		dst.lastRecv = uint16(idx)
+	} else {
+		var rec [4]byte
+		if err := mem.ReadAt(rec[:], dst.db); err != nil {
+			return 0, err
+		}
+		if uint16(be.Uint32(rec[:])) == uint16(dst.rqDone) {
+			return syndRNRRetryErr, nil
+		}
+		idx := dst.rqDone & (dst.rqCnt - 1)
+		w = make([]byte, 1<<dst.rqShift)
+		if err := mem.ReadAt(w, dst.rq+uint64(idx)<<dst.rqShift); err != nil {
+			return 0, err
+		}
+		dst.rqDone++
+		dst.lastRecv = uint16(dst.rqDone - 1)
 	}
-	var rec [4]byte
-	if err := mem.ReadAt(rec[:], dst.db); err != nil {
-		return 0, err
-	}
-	if uint16(be.Uint32(rec[:])) == uint16(dst.rqDone) {
-		return syndRNRRetryErr, nil
-	}
-	idx := dst.rqDone & (dst.rqCnt - 1)
-	w := make([]byte, 1<<dst.rqShift)
-	if err := mem.ReadAt(w, dst.rq+uint64(idx)<<dst.rqShift); err != nil {
-		return 0, err
-	}
-	dst.rqDone++
 	left := data
 	for seg := w; len(seg) >= 16 && len(left) > 0; seg = seg[16:] {
 		n, key, addr := be.Uint32(seg), be.Uint32(seg[4:]), be.Uint64(seg[8:])
@@ -614,7 +806,7 @@ func (d *device) deliver(mem remoteMem, src, dst *dQP, data []byte, respOp uint8
 		}
 		k := min(uint64(n), uint64(len(left)))
 		if !d.mr(key, addr, k, false) {
-			return syndRemoteOpErr, d.respCQE(mem, dst, src, cqeRespErr, syndLocalProtErr, op, 0)
+			return syndRemoteOpErr, d.respCQE(mem, dst, src, cqeRespErr, syndLocalProtErr, op, 0, 0)
 		}
 		if err := mem.WriteAt(left[:k], addr); err != nil {
 			return 0, err
@@ -622,7 +814,7 @@ func (d *device) deliver(mem remoteMem, src, dst *dQP, data []byte, respOp uint8
 		left = left[k:]
 	}
 	if len(left) > 0 {
-		return syndRemoteInvalReqErr, d.respCQE(mem, dst, src, cqeRespErr, syndLocalLengthErr, op, 0)
+		return syndRemoteInvalReqErr, d.respCQE(mem, dst, src, cqeRespErr, syndLocalLengthErr, op, 0, 0)
 	}
 	n := uint32(len(data))
 	if respOp == cqeRespWrImm {
@@ -634,7 +826,7 @@ func (d *device) deliver(mem remoteMem, src, dst *dQP, data []byte, respOp uint8
 			n = uint32(len(op.inline))
 		}
 	}
-	return 0, d.respCQE(mem, dst, src, respOp, 0, op, n)
+	return 0, d.respCQE(mem, dst, src, respOp, 0, op, n, flags)
 }
 
 func (d *device) reqCQE(mem remoteMem, q *dQP, op *sendOp, byteCnt uint32, synd uint8) error {
@@ -644,7 +836,7 @@ func (d *device) reqCQE(mem remoteMem, q *dQP, op *sendOp, byteCnt uint32, synd 
 	}
 	return d.push(mem, q.sendCQ, opcode, func(c []byte) {
 		be.PutUint32(c[cqeOffSopDropQPN:], uint32(op.opcode)<<24|q.qpn)
-		be.PutUint32(c[cqeOffSrqnUidx:], q.uidx)
+		be.PutUint32(c[cqeOffSrqnUidx:], srqnUIdx(q, false))
 		be.PutUint16(c[cqeOffWQECounter:], op.wqeIdx)
 		be.PutUint32(c[cqeOffByteCnt:], byteCnt)
 		if synd != 0 {
@@ -654,21 +846,43 @@ func (d *device) reqCQE(mem remoteMem, q *dQP, op *sendOp, byteCnt uint32, synd 
 	})
 }
 
-func (d *device) respCQE(mem remoteMem, dst, src *dQP, opcode, synd uint8, op *sendOp, byteCnt uint32) error {
+func (d *device) respCQE(mem remoteMem, dst, src *dQP, opcode, synd uint8, op *sendOp, byteCnt, flags uint32) error {
 	return d.push(mem, dst.recvCQ, opcode, func(c []byte) {
 		be.PutUint32(c[cqeOffSopDropQPN:], dst.qpn)
-		be.PutUint32(c[cqeOffSrqnUidx:], dst.uidx)
+		be.PutUint32(c[cqeOffSrqnUidx:], srqnUIdx(dst, true))
+		// The index of the receive WQE consumed (every caller has just
+		// recorded it in lastRecv), as the device writes it: libmlx5
+		// since rdma-core 55 (commit 7e8db6fbd) takes a receive's wr_id
+		// from this field rather than from its own RQ tail, and an SRQ
+		// receive's from it always.
+		be.PutUint16(c[cqeOffWQECounter:], dst.lastRecv)
 		be.PutUint32(c[cqeOffByteCnt:], byteCnt)
 		if synd != 0 {
 			c[errOffSyndrome] = synd
 			c[errOffVendorSynd] = vendorSynd
 			return
 		}
-		be.PutUint32(c[cqeOffFlagsRQPN:], src.qpn)
+		be.PutUint32(c[cqeOffFlagsRQPN:], flags|src.qpn)
 		if opcode == cqeRespSendIm || opcode == cqeRespWrImm {
 			be.PutUint32(c[cqeOffImmInvalPkey:], op.imm)
 		}
 	})
+}
+
+// srqnUIdx is the srqn_uidx of a CQE on q's behalf. With CQE version 1
+// the device writes the QP's user index. With version 0 the kernel gives
+// the QP none (MLX5_IB_DEFAULT_UIDX, 0xffffff) and the device writes the
+// SRQ's number for a receive from an SRQ and 0 for anything else: libmlx5
+// (mlx5_parse_cqe) then finds the QP by sop_drop_qpn and takes a non-zero
+// srqn as "this receive came from that SRQ".
+func srqnUIdx(q *dQP, recv bool) uint32 {
+	if q.uidx != 0xffffff {
+		return q.uidx
+	}
+	if recv && q.srqp != nil {
+		return q.srqp.srqn
+	}
+	return 0
 }
 
 // push writes one CQE at the CQ's producer counter: the body first, then

@@ -8,8 +8,8 @@
 //	mlx5cmp run -profile FILE -o TRANSCRIPT [-v] -- PROGRAM [ARG...]
 //	mlx5cmp diff A B
 //
-// run needs root, or an unprivileged user namespace: it mounts a fake
-// sysfs over /sys/class in a mount namespace of the target's own. It is
+// run needs root: it mounts a fake sysfs over /sys/class in a mount
+// namespace of the target's own. It is
 // written for x86-64 Linux: the filter names that architecture's system
 // calls.
 package main

@@ -28,10 +28,34 @@ func requireCompare(t *testing.T) {
 
 const profile = "testdata/cx6.json"
 
+// tempDirs are removed when the tests end (TestMain).
+var (
+	tempMu   sync.Mutex
+	tempDirs []string
+)
+
+func tempDir() (string, error) {
+	dir, err := os.MkdirTemp("", "mlx5cmp-test-")
+	if err == nil {
+		tempMu.Lock()
+		tempDirs = append(tempDirs, dir)
+		tempMu.Unlock()
+	}
+	return dir, err
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	for _, d := range tempDirs {
+		os.RemoveAll(d)
+	}
+	os.Exit(code)
+}
+
 // build compiles the scenario programs and this command once per test
 // binary into a temporary directory.
 var build = sync.OnceValues(func() (string, error) {
-	dir, err := os.MkdirTemp("", "mlx5cmp-test-")
+	dir, err := tempDir()
 	if err != nil {
 		return "", err
 	}

@@ -2,10 +2,7 @@
 
 package main
 
-import (
-	"fmt"
-	"sort"
-)
+import "fmt"
 
 // regions names addresses in a target's memory. Two processes place their
 // buffers at different addresses, and libmlx5 and rdmago lay out doorbell
@@ -32,7 +29,15 @@ func newRegions() *regions {
 // add names [base, base+length). A later region wins where two overlap:
 // memory registered again after a deregistration is the new MR's.
 func (r *regions) add(name string, base, length uint64) {
-	r.known = append(r.known, region{name, base, length})
+	g := region{name, base, length}
+	for i := len(r.known) - 1; i >= 0; i-- {
+		if r.known[i] == g {
+			// Already known: move it to the end, where it wins.
+			r.known = append(append(r.known[:i:i], r.known[i+1:]...), g)
+			return
+		}
+	}
+	r.known = append(r.known, g)
 }
 
 func (r *regions) addKey(name string, key uint32) { r.keys[key] = name }
@@ -60,14 +65,4 @@ func (r *regions) key(k uint32) string {
 		return n
 	}
 	return fmt.Sprintf("%#x", k)
-}
-
-// names lists the regions, for a transcript's reader.
-func (r *regions) names() []string {
-	var out []string
-	for _, k := range r.known {
-		out = append(out, fmt.Sprintf("%s %d bytes", k.name, k.length))
-	}
-	sort.Strings(out)
-	return out
 }

@@ -134,7 +134,11 @@ func seccompFilter() ([]unix.SockFilter, error) {
 
 // installFilter sets no_new_privs and the filter on the calling thread and
 // returns the listener. The caller has locked its OS thread: the filter is
-// the thread's, and execve from that thread passes it on.
+// the thread's, and execve from that thread passes it on. With
+// WAIT_KILLABLE_RECV (Linux 5.19) a call the supervisor has read is no
+// longer interrupted by a signal (the Go runtime's preemption signals
+// among them); without it the call restarts and the supervisor would
+// answer it, and apply its effect, twice.
 func installFilter() (int, error) {
 	prog, err := seccompFilter()
 	if err != nil {
@@ -144,7 +148,7 @@ func installFilter() (int, error) {
 		return -1, fmt.Errorf("mlx5cmp: PR_SET_NO_NEW_PRIVS: %w", err)
 	}
 	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
-	fd, _, e := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, unix.SECCOMP_FILTER_FLAG_NEW_LISTENER, uintptr(unsafe.Pointer(&fprog)))
+	fd, _, e := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, unix.SECCOMP_FILTER_FLAG_NEW_LISTENER|unix.SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV, uintptr(unsafe.Pointer(&fprog)))
 	runtime.KeepAlive(prog)
 	if e != 0 {
 		return -1, fmt.Errorf("mlx5cmp: seccomp(SET_MODE_FILTER, NEW_LISTENER): %w", e)

@@ -48,6 +48,11 @@ type openFile struct {
 
 // supervise runs argv under the filter, with the fake sysfs in sysfsDir.
 func supervise(argv []string, sysfsDir string, s *supervisor) error {
+	if os.Geteuid() != 0 {
+		// A user namespace would let the shim make a mount namespace, but
+		// not bind over sysfs in it.
+		return fmt.Errorf("mlx5cmp: run needs root: the target's fake sysfs is a bind mount over /sys/class")
+	}
 	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return err
@@ -57,12 +62,6 @@ func supervise(argv []string, sysfsDir string, s *supervisor) error {
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.ExtraFiles = []*os.File{child}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: unix.CLONE_NEWNS, Pdeathsig: syscall.SIGKILL}
-	if os.Geteuid() != 0 {
-		// A user namespace gives the shim the right to mount without root.
-		cmd.SysProcAttr.Cloneflags = unix.CLONE_NEWUSER
-		cmd.SysProcAttr.UidMappings = []syscall.SysProcIDMap{{ContainerID: os.Geteuid(), HostID: os.Geteuid(), Size: 1}}
-		cmd.SysProcAttr.GidMappings = []syscall.SysProcIDMap{{ContainerID: os.Getegid(), HostID: os.Getegid(), Size: 1}}
-	}
 	if err := cmd.Start(); err != nil {
 		unix.Close(pair[0])
 		child.Close()
@@ -77,7 +76,18 @@ func supervise(argv []string, sysfsDir string, s *supervisor) error {
 		return err
 	}
 	s.listener = listener
-	loopErr := s.loop()
+	// The listener hangs up once no task uses the filter, but a kernel may
+	// count the exited target until it is reaped (6.1 does), which
+	// happens only after the loop: the loop also watches the process.
+	pidfd, err := unix.PidfdOpen(cmd.Process.Pid, 0)
+	if err != nil {
+		cmd.Process.Kill()
+		cmd.Wait()
+		unix.Close(listener)
+		return fmt.Errorf("mlx5cmp: pidfd_open: %w", err)
+	}
+	loopErr := s.loop(pidfd)
+	unix.Close(pidfd)
 	unix.Close(listener)
 	if loopErr != nil {
 		cmd.Process.Kill()
@@ -108,19 +118,29 @@ func recvListener(sock int) (int, error) {
 	return fds[0], nil
 }
 
-// loop answers notifications until no process uses the filter.
-func (s *supervisor) loop() error {
+// loop answers notifications until no process uses the filter, or the
+// target (pidfd) has exited and no notification is pending. A child the
+// target left running is not waited for.
+func (s *supervisor) loop(pidfd int) error {
 	var n seccompNotif
+	exited := false
 	for {
-		pfd := []unix.PollFd{{Fd: int32(s.listener), Events: unix.POLLIN}}
-		if _, err := unix.Poll(pfd, -1); err != nil {
+		pfd := []unix.PollFd{{Fd: int32(s.listener), Events: unix.POLLIN}, {Fd: int32(pidfd), Events: unix.POLLIN}}
+		timeout := -1
+		if exited {
+			timeout = 0
+		}
+		if _, err := unix.Poll(pfd, timeout); err != nil {
 			if err == unix.EINTR {
 				continue
 			}
 			return err
 		}
+		if pfd[1].Revents&unix.POLLIN != 0 {
+			exited = true
+		}
 		if pfd[0].Revents&unix.POLLIN == 0 {
-			if pfd[0].Revents&(unix.POLLHUP|unix.POLLERR) != 0 {
+			if exited || pfd[0].Revents&(unix.POLLHUP|unix.POLLERR) != 0 {
 				return nil
 			}
 			continue

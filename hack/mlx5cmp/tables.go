@@ -73,6 +73,15 @@ func (t tables) uarPages() []uarPage {
 		}
 		out = append(out, uarPage{name: fmt.Sprintf("uar%d.%s", u.PageID, kind), mem: mem[u.Offset : u.Offset+4096]})
 	}
+	// A context without dynamic UARs rings its doorbells and copies its
+	// BlueFlame WQEs through the static pages it mapped when it opened.
+	for _, u := range t.k.SysUARs() {
+		mem := t.devmem(u.File)
+		if mem == nil || int(u.Offset)+4096 > len(mem) {
+			continue
+		}
+		out = append(out, uarPage{name: fmt.Sprintf("uar%d.sys", u.PageID), mem: mem[u.Offset : u.Offset+4096]})
+	}
 	return out
 }
 
@@ -90,6 +99,10 @@ func (d *device) refresh() {
 	for _, c := range t.k.CQs() {
 		d.names.add(cqKey(c.CQN)+".buf", uint64(c.Buf), uint64(c.NCQE*c.CQESize))
 		d.names.add(cqKey(c.CQN)+".db", uint64(c.DBRec), 8)
+	}
+	for _, s := range t.k.SRQs() {
+		d.names.add(srqKey(s.SRQN)+".buf", uint64(s.Buf), uint64(s.WQECount)<<s.WQEShift)
+		d.names.add(srqKey(s.SRQN)+".db", uint64(s.DBRec), 4)
 	}
 	for _, q := range t.k.QPs() {
 		end := max(q.RQOffset+int(q.RQWQECount<<q.RQWQEShift), q.SQOffset+int(q.SQWQECount)*64)

@@ -26,6 +26,37 @@
 // check for a context with a uid), and MODIFY_QP's state table
 // (qp.Validate, the qp package's copy of ib_modify_qp_is_ok) and ranges.
 //
+// # Address handles
+//
+// CREATE_AH (write path) and its ioctl DESTROY (UVERBS_METHOD_AH_DESTROY,
+// which libibverbs tries before the write DESTROY_AH) follow
+// ib_uverbs_create_ah and mlx5_ib_create_ah (ah.go): port 1 only; on RoCE
+// the address must carry a GRH (EINVAL) whose sgid_index names a GID of
+// the table (EINVAL), and the driver response must have room for the MAC
+// (EINVAL). The answer (struct mlx5_ib_create_ah_resp) carries the
+// destination MAC as ib_resolve_eth_dmac finds it: a multicast GID's
+// multicast MAC (IPv6 33:33:..., IPv4-mapped 01:00:5e:...), a link-local
+// GID's EUI-64 MAC (rdma_get_ll_mac), and, for any other unicast GID, the
+// neighbour lookup, which the fake answers only for the port's own
+// addresses (the loopback route: the netdev's MAC, the one GID 0 carries;
+// b8:ce:f6:a1:b2:c4 for cx6.json) and refuses with EHOSTUNREACH
+// otherwise. libmlx5 puts that MAC in every UD WQE's address vector.
+//
+// # Profile switches beyond the default
+//
+// With "dyn_uar" false the kernel answers GET_CONTEXT as mlx5_ib does for a
+// device without UAR objects: it allocates the static UAR pages the request
+// asks for (MLX5_IB_MMAP_REGULAR_PAGE offsets) and gives each QP a
+// BlueFlame register as alloc_bfreg does (low-latency ones first, then the
+// least used medium one, then register 0), named in QP_CREATE's
+// bfreg_index and returned on destroy. With "devx" true it answers DEVX's
+// QUERY_HCA_CAP with status 0 and a page of zeros: a device with none of
+// the optional features libmlx5 reads there, all of them mlx5dv ones;
+// other DEVX commands stay refused. With "no_verbs_ioctl" true every
+// RDMA_VERBS_IOCTL fails with ENOTTY, as on a kernel without the ioctl
+// interface; the legacy write GET_CONTEXT that libibverbs then sends is not
+// emulated.
+//
 // # Numbering
 //
 // Handles are per object type and per file, lowest free first (the kernel

@@ -236,6 +236,12 @@ func (f *File) ioctl(m Mem, req, arg uint64, ev *Event) (int64, syscall.Errno) {
 		ev.Method = fmt.Sprintf("req%#x", req)
 		return fail(syscall.ENOTTY, "not RDMA_VERBS_IOCTL")
 	}
+	if f.k.p.NoVerbsIoctl {
+		// ib_uverbs_ioctl does not exist: the file's unlocked_ioctl
+		// is absent, and the VFS answers ENOTTY.
+		ev.Method = "RDMA_VERBS_IOCTL"
+		return fail(syscall.ENOTTY, "no uverbs ioctl interface (no_verbs_ioctl)")
+	}
 	var hdr [hdrSize]byte
 	if err := m.ReadAt(hdr[:], arg); err != nil {
 		return fail(syscall.EFAULT, "reading the header")

@@ -68,6 +68,11 @@ type Kernel struct {
 	qps     []*QP
 	mrs     []*MR
 	uars    []*UAR
+	// sysUARs: the static UAR pages of the open contexts (mlx5.go).
+	sysUARs []*UAR
+	srqs    []*SRQ
+	// nextSRQN: the next SRQ number (srq.go), 0 until the first.
+	nextSRQN uint32
 }
 
 // New makes the kernel of one target. emit receives every command's
@@ -165,6 +170,7 @@ const (
 	objQP
 	objUAR
 	objSRQ
+	objAH
 	numObjTypes
 )
 
@@ -189,6 +195,11 @@ type ucontext struct {
 	lowLat     uint32
 	// sysPages: the static UAR pages' hardware indexes, when not dynamic.
 	sysPages []uint32
+	// bfregV2: the request was mlx5_ib_alloc_ucontext_req_v2 (bfregi's
+	// ver 2), whose QPs get low-latency and medium bfregs; bfregUse
+	// counts each static bfreg's QPs (bfregi's count).
+	bfregV2  bool
+	bfregUse []uint32
 	// dynPages: mmap entry indexes in use (lowest free is taken).
 	dynPages [maxDynUARs]bool
 }
@@ -302,6 +313,9 @@ type QP struct {
 	// fields of the last modify that named each).
 	State uint8
 	Attr  abi.IbUverbsQueryQpResp
+	// bfreg is 1 + the static bfreg create_user_qp allocated; 0: none
+	// (dynamic UARs, or a QP the fake made otherwise).
+	bfreg int
 }
 
 // Close is the target's close of the file: everything of the context is
@@ -315,12 +329,13 @@ func (f *File) Close() {
 		return
 	}
 	f.closed = true
-	for _, t := range []objType{objQP, objSRQ, objCQ, objMR, objPD, objUAR} {
+	for _, t := range []objType{objQP, objAH, objSRQ, objCQ, objMR, objPD, objUAR} {
 		for h, o := range f.ids[t] {
 			f.destroyLocked(o)
 			delete(f.ids[t], h)
 		}
 	}
+	k.dropSysUARs(f)
 	f.ctx = nil
 }
 
@@ -330,6 +345,7 @@ func (f *File) destroyLocked(o any) {
 	switch o := o.(type) {
 	case *QP:
 		k.qps = remove(k.qps, o)
+		f.freeBfreg(o)
 		o.SendCQ.users--
 		if o.RecvCQ != nil {
 			o.RecvCQ.users--
@@ -337,8 +353,20 @@ func (f *File) destroyLocked(o any) {
 		if pd, ok := lookup[*PD](f, objPD, o.PD); ok {
 			pd.users--
 		}
+		if srq, ok := lookup[*SRQ](f, objSRQ, o.SRQ); ok && o.SRQ != ^uint32(0) {
+			srq.users--
+		}
+	case *SRQ:
+		k.srqs = remove(k.srqs, o)
+		if pd, ok := lookup[*PD](f, objPD, o.PD); ok {
+			pd.users--
+		}
 	case *CQ:
 		k.cqs = remove(k.cqs, o)
+	case *AH:
+		if pd, ok := lookup[*PD](f, objPD, o.PD); ok {
+			pd.users--
+		}
 	case *MR:
 		k.mrs = remove(k.mrs, o)
 		if pd, ok := lookup[*PD](f, objPD, o.PD); ok {

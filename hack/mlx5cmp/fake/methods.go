@@ -346,8 +346,21 @@ func runDEVXOther(c *call) error {
 	if !c.f.k.p.DEVX {
 		return refuse(syscall.EOPNOTSUPP, "DEVX is off in the profile")
 	}
+	if op == queryHCACap {
+		// Status 0 and a capability page of zeros, whatever the op_mod:
+		// the device reports none of the optional features libmlx5
+		// reads from these pages (LAG, QoS, crypto, signature, DMA MMO,
+		// general objects, capabilities 2, PCI atomics), as firmware
+		// from before those fields does. libmlx5 reads no other field,
+		// and nothing it does with the ibv_* verbs depends on them.
+		var hdr [16]byte // struct query_hca_cap_out's status, syndrome
+		return c.out(abi.MLX5_IB_ATTR_DEVX_OTHER_CMD_OUT, hdr[:])
+	}
 	return refuse(syscall.EOPNOTSUPP, fmt.Sprintf("DEVX command %#x not emulated", op))
 }
+
+// queryHCACap is MLX5_CMD_OP_QUERY_HCA_CAP.
+const queryHCACap = 0x100
 
 // readable checks that [addr, addr+n) is mapped in the target, as
 // ib_umem_get's pinning would (first and last byte).

@@ -48,15 +48,21 @@ func (f *File) allocUcontext(in []byte, outLen int) (*ucontext, []byte, error) {
 	if req.Num_low_latency_bfregs > tot-1 {
 		return nil, nil, refuse(syscall.EINVAL, "num_low_latency_bfregs > total_num_bfregs - 1")
 	}
-	ctx := &ucontext{lowLat: req.Num_low_latency_bfregs}
+	ctx := &ucontext{lowLat: req.Num_low_latency_bfregs, bfregV2: len(in) >= minV2}
 	ctx.dynUAR = p.DynUAR && req.Lib_caps&abi.MLX5_LIB_CAP_DYN_UAR != 0
 	if !ctx.dynUAR {
+		// calc_total_bfregs and allocate_uars: with 4 KiB system
+		// pages a page is one UAR of two bfregs; its BlueFlame
+		// registers are the driver's to map (mlx5_ib_mmap's
+		// MLX5_IB_MMAP_REGULAR_PAGE, page index i at offset i pages).
 		if tot > maxBfregs {
 			return nil, nil, refuse(syscall.ENOMEM, "too many bfregs")
 		}
 		ctx.totBfregs = tot
+		ctx.bfregUse = make([]uint32, tot)
 		for i := uint32(0); i < tot/2; i++ {
 			ctx.sysPages = append(ctx.sysPages, f.k.uarIdx)
+			f.k.sysUARs = append(f.k.sysUARs, &UAR{File: f, PageID: f.k.uarIdx, Offset: uint64(i) * pageSize, Length: pageSize})
 			f.k.uarIdx++
 		}
 	}
@@ -81,6 +87,73 @@ func (f *File) allocUcontext(in []byte, outLen int) (*ucontext, []byte, error) {
 	n := min(outLen, int(unsafe.Sizeof(resp)))
 	resp.Response_length = uint32(n)
 	return ctx, bytesOf(&resp)[:n], nil
+}
+
+// SysUARs returns the static UAR pages of every open context (a context
+// without dynamic UARs), in the order they were allocated. Their Handle is
+// meaningless: they are the context's, not objects.
+func (k *Kernel) SysUARs() []*UAR {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return append([]*UAR(nil), k.sysUARs...)
+}
+
+// dropSysUARs forgets a closed file's static UAR pages.
+func (k *Kernel) dropSysUARs(f *File) {
+	out := k.sysUARs[:0]
+	for _, u := range k.sysUARs {
+		if u.File != f {
+			out = append(out, u)
+		}
+	}
+	clear(k.sysUARs[len(out):])
+	k.sysUARs = out
+}
+
+// allocBfreg is mlx5_ib's alloc_bfreg for a QP of a context with static
+// UARs: with a v2 request, a free low-latency bfreg (the top
+// num_low_latency_bfregs), else the least used of the medium ones (1 up
+// to there); with none of either (or a v0 request), bfreg 0, which has no
+// BlueFlame register and is shared by all.
+func (ctx *ucontext) allocBfreg() uint32 {
+	n := uint32(len(ctx.bfregUse))
+	if ctx.bfregV2 && n > 0 {
+		// num_med_bfreg: the bfregs neither low-latency nor bfreg 0.
+		med := uint32(0)
+		if n >= ctx.lowLat+1 {
+			med = n - ctx.lowLat - 1
+		}
+		for i := med + 1; i < n; i++ {
+			if ctx.bfregUse[i] == 0 {
+				ctx.bfregUse[i]++
+				return i
+			}
+		}
+		if med > 0 {
+			least := uint32(1)
+			for i := uint32(1); i <= med; i++ {
+				if ctx.bfregUse[i] < ctx.bfregUse[least] {
+					least = i
+				}
+				if ctx.bfregUse[least] == 0 {
+					break
+				}
+			}
+			ctx.bfregUse[least]++
+			return least
+		}
+	}
+	ctx.bfregUse[0]++
+	return 0
+}
+
+// freeBfreg is mlx5_ib_free_bfreg of a destroyed QP's static bfreg.
+func (f *File) freeBfreg(qp *QP) {
+	if qp.bfreg == 0 || f.ctx == nil || qp.bfreg > len(f.ctx.bfregUse) {
+		return
+	}
+	f.ctx.bfregUse[qp.bfreg-1]--
+	qp.bfreg = 0
 }
 
 // runUARAlloc is MLX5_IB_METHOD_UAR_OBJ_ALLOC: one 4 KiB UAR, mapped at
@@ -265,8 +338,12 @@ func runQPCreate(c *call) error {
 		return refuse(syscall.ENOENT, fmt.Sprintf("no CQ %d", sch))
 	}
 	srqHandle := ^uint32(0)
+	var srq *SRQ
 	if h, ok := c.handle(abi.UVERBS_ATTR_CREATE_QP_SRQ_HANDLE); ok {
-		return refuse(syscall.EOPNOTSUPP, fmt.Sprintf("SRQ %d: SRQs not emulated yet", h))
+		if srq, ok = lookup[*SRQ](f, objSRQ, h); !ok {
+			return refuse(syscall.ENOENT, fmt.Sprintf("no SRQ %d", h))
+		}
+		srqHandle = h
 	}
 	rcq := scq
 	if h, ok := c.handle(abi.UVERBS_ATTR_CREATE_QP_RECV_CQ_HANDLE); ok {
@@ -313,6 +390,16 @@ func runQPCreate(c *call) error {
 			return refuse(syscall.EINVAL, fmt.Sprintf("uidx %#x with CQE version 1", ucmd.Uidx))
 		}
 		uidx = ucmd.Uidx
+	} else if ucmd.Uidx != defaultUIdx {
+		// With version 0 a request long enough to hold uidx must hold
+		// MLX5_IB_DEFAULT_UIDX there; anything else is refused.
+		return refuse(syscall.EINVAL, fmt.Sprintf("uidx %#x with CQE version 0", ucmd.Uidx))
+	}
+	// set_rq_size: a QP on an SRQ has no receive queue (!has_rq): no
+	// ring whatever the driver says, and no receive capabilities.
+	if srq != nil {
+		ucmd.Rq_wqe_count, ucmd.Rq_wqe_shift = 0, 0
+		capIn.Max_recv_wr, capIn.Max_recv_sge = 0, 0
 	}
 	// set_rq_size (a QP without SRQ has an RQ).
 	if ucmd.Rq_wqe_shift > 32 {
@@ -343,14 +430,33 @@ func runQPCreate(c *call) error {
 	// create_user_qp's UAR.
 	var page uint32
 	bfreg := uint32(invalidBfreg)
+	staticBfreg := 0
 	switch {
+	case ucmd.Flags&abi.MLX5_QP_FLAG_BFREG_INDEX != 0:
+		// A legacy dynamic bfreg, mapped by the driver with
+		// MLX5_IB_MMAP_ALLOC_WC.
+		return refuse(syscall.EOPNOTSUPP, "legacy dynamic bfregs (MLX5_QP_FLAG_BFREG_INDEX) not emulated")
 	case ucmd.Flags&abi.MLX5_QP_FLAG_UAR_PAGE_INDEX != 0:
 		page = ucmd.Bfreg_index
 	case f.ctx.dynUAR:
 		return refuse(syscall.EINVAL, "dynamic UARs and no UAR page index")
 	default:
-		return refuse(syscall.EOPNOTSUPP, "static bfreg allocation not emulated")
+		// alloc_bfreg, then bfregn_to_uar_index (two bfregs a page) and
+		// adjust_bfregn: the response names the bfreg among the
+		// page's four registers (MLX5_BFREGS_PER_UAR), of which the
+		// driver maps the first two.
+		n := f.ctx.allocBfreg()
+		staticBfreg = int(n) + 1
+		page = f.ctx.sysPages[n/2]
+		bfreg = n/2*4 + n%2
 	}
+	created := false
+	defer func() {
+		// create_user_qp's error path frees the bfreg it took.
+		if !created && staticBfreg != 0 {
+			f.ctx.bfregUse[staticBfreg-1]--
+		}
+	}()
 	uarOff, err := f.uarOwned(page)
 	if err != nil {
 		return err
@@ -361,6 +467,11 @@ func runQPCreate(c *call) error {
 		RQWQECount: ucmd.Rq_wqe_count, RQWQEShift: ucmd.Rq_wqe_shift, SQWQECount: ucmd.Sq_wqe_count,
 		RQOffset: 0, SQOffset: int(rqSize), Flags: Hex(ucmd.Flags), UIdx: uidx,
 		UARPage: page, UAROffset: uarOff, BFOffset: uarOff + BFOffset, BFRegSize: int(p.Mlx5Context.Bf_reg_size)}
+	if qp.bfreg = staticBfreg; qp.bfreg != 0 {
+		// The kernel chose the register: the first or second of the
+		// page (bfreg_index % MLX5_BFREGS_PER_UAR).
+		qp.BFOffset += int(bfreg%4) * qp.BFRegSize
+	}
 	if p.ECE {
 		qp.ECE = ucmd.Ece_options
 	}
@@ -381,7 +492,11 @@ func runQPCreate(c *call) error {
 	pd.users++
 	scq.users++
 	rcq.users++
+	if srq != nil {
+		srq.users++
+	}
 	f.k.qps = append(f.k.qps, qp)
+	created = true
 	c.setNew(abi.UVERBS_ATTR_CREATE_QP_HANDLE, uint64(qp.Handle))
 	return nil
 }

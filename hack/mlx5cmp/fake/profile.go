@@ -61,6 +61,9 @@ type Profile struct {
 	ECE        bool  `json:"ece"`         // ece_support: echo the requested ECE options
 	LogMaxCQSz uint8 `json:"log_max_cq_sz"`
 	LogMaxQPSz uint8 `json:"log_max_qp_sz"`
+	// NoVerbsIoctl: a kernel from before the uverbs ioctl interface:
+	// RDMA_VERBS_IOCTL fails with ENOTTY and only write() commands work.
+	NoVerbsIoctl bool `json:"no_verbs_ioctl"`
 
 	// Numbering, so that runs compare: the first QPN, CQN, mkey index and
 	// hardware UAR index handed out.

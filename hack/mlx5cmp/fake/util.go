@@ -40,12 +40,3 @@ func roundupPow2(v uint64) uint64 {
 	}
 	return r
 }
-
-func log2(v uint64) uint32 {
-	n := uint32(0)
-	for v > 1 {
-		v >>= 1
-		n++
-	}
-	return n
-}

@@ -1,8 +1,11 @@
 /*
- * rc.c: the C half of mlx5cmp's RC scenario. It runs rdma-core's unmodified
+ * rc.c: the C half of mlx5cmp's scenario. It runs rdma-core's unmodified
  * libibverbs + libmlx5 through a fixed sequence of verbs on mlx5_0, under
  * mlx5cmp's fake mlx5 kernel, and tells the supervisor where it is with
- * markers written to descriptor 899 (see mark below).
+ * markers written to descriptor 899 (see mark below). The steps: RC
+ * requests of every kind on the setup's QP, then, each on fresh objects,
+ * every CQE error syndrome, a receive error, CQ arming, UC, UD with an
+ * address handle, the ibv_wr_* batch API and an SRQ.
  *
  * Its Go twin is hack/mlx5cmp/scenario/goscen/main.go: the two must perform
  * the SAME calls in the SAME order with the SAME arguments and print the
@@ -64,6 +67,8 @@ enum {
 	 * not wrap it once).
 	 */
 	WRAP_WRITES = 1100,
+	UD_QKEY = 0x11111111,
+	GRH_SIZE = 40, /* a UD receive starts with the GRH (or its room) */
 };
 
 /* Values the Go side uses as literals; checked here against verbs.h. */
@@ -100,6 +105,19 @@ enum {
 	ID_WRAP = 24,
 	ID_FULL = 25,
 	ID_ERROR = 26,
+	ID_ERROR_SYND = 27,
+	ID_ERROR_RECV = 28,
+	ID_ARM = 29,
+	ID_UC_SEND = 30,
+	ID_UC_WRITE = 31,
+	ID_UC_WRITE_IMM = 32,
+	ID_UD_SEND = 33,
+	ID_UD_SEND_IMM = 34,
+	ID_BATCH = 35,
+	ID_BATCH_ABORT = 36,
+	ID_SRQ = 37,
+	SRQ_ROUNDS = 4,
+	SRQ_PER_ROUND = 5,
 };
 
 static uint64_t wrid(unsigned id, unsigned index)
@@ -120,6 +138,7 @@ static struct ibv_mr *mr0, *mr1;
 static struct ibv_cq *cq;
 static struct ibv_qp *qp;
 static struct ibv_qp_cap caps; /* as granted */
+static union ibv_gid dgid;      /* port 1's GID 1: every QP's destination */
 
 /* ---- markers ---- */
 
@@ -266,6 +285,123 @@ static struct ibv_send_wr write_wr(uint64_t id, struct ibv_sge *sg, int n, uint3
 
 /* ---- setup and teardown ---- */
 
+/*
+ * new_qp creates an RC, UC or UD QP on CQ c with the setup's capabilities
+ * and takes it to RTS, an RC or UC QP connected to itself (the device
+ * loops it back). With report set it records the granted capabilities in
+ * caps and marks them. Each type is given only the attributes it takes
+ * (ib_modify_qp_is_ok): UC remote write access and no RDMA read/atomic or
+ * retry attributes; UD a Q_Key at INIT and nothing but the state (and the
+ * SQ PSN) after.
+ */
+/*
+ * new_qp_send_ops, when not 0, makes new_qp create its QP with
+ * ibv_create_qp_ex and these IBV_QP_EX_WITH_* flags: libmlx5 fills in the
+ * ibv_wr_* functions of a QP only when they are asked for at creation.
+ * (rdmago's batch, QP.BeginSend, needs nothing at creation.)
+ */
+static uint64_t new_qp_send_ops;
+
+/* new_qp_srq, when set, is the SRQ new_qp's QP receives from. */
+static struct ibv_srq *new_qp_srq;
+
+static struct ibv_qp *new_qp(enum ibv_qp_type type, struct ibv_cq *c, int report)
+{
+	int err;
+	int rc = type == IBV_QPT_RC, ud = type == IBV_QPT_UD;
+	struct ibv_qp_init_attr init = {
+		.send_cq = c,
+		.recv_cq = c,
+		.cap = {.max_send_wr = 64, .max_recv_wr = 64, .max_send_sge = 4, .max_recv_sge = 4,
+			.max_inline_data = 128},
+		.qp_type = type,
+		.sq_sig_all = 0,
+		.srq = new_qp_srq,
+	};
+	struct ibv_qp *q;
+	if (new_qp_send_ops) {
+		struct ibv_qp_init_attr_ex ex = {
+			.send_cq = init.send_cq,
+			.recv_cq = init.recv_cq,
+			.cap = init.cap,
+			.qp_type = init.qp_type,
+			.sq_sig_all = init.sq_sig_all,
+			.srq = init.srq,
+			.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+			.pd = pd,
+			.send_ops_flags = new_qp_send_ops,
+		};
+		q = ibv_create_qp_ex(ctx, &ex);
+		init.cap = ex.cap;
+	} else {
+		q = ibv_create_qp(pd, &init);
+	}
+	if (!q)
+		fail("create_qp", errno);
+	if (report) {
+		caps = init.cap;
+		mark("ret cap.max_send_wr=%u", caps.max_send_wr);
+		mark("ret cap.max_recv_wr=%u", caps.max_recv_wr);
+		mark("ret cap.max_send_sge=%u", caps.max_send_sge);
+		mark("ret cap.max_recv_sge=%u", caps.max_recv_sge);
+		mark("ret cap.max_inline_data=%u", caps.max_inline_data);
+	}
+
+	struct ibv_qp_attr a = {
+		.qp_state = IBV_QPS_INIT,
+		.pkey_index = 0,
+		.port_num = IB_PORT,
+		.qp_access_flags = rc ? IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+						IBV_ACCESS_REMOTE_ATOMIC
+				      : IBV_ACCESS_REMOTE_WRITE,
+		.qkey = UD_QKEY,
+	};
+	err = ibv_modify_qp(q, &a,
+			    IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+				    (ud ? IBV_QP_QKEY : IBV_QP_ACCESS_FLAGS));
+	if (err)
+		fail("modify_init", err);
+
+	a = (struct ibv_qp_attr){
+		.qp_state = IBV_QPS_RTR,
+		.path_mtu = IBV_MTU_1024,
+		.dest_qp_num = q->qp_num,
+		.rq_psn = 0,
+		.max_dest_rd_atomic = 1,
+		.min_rnr_timer = 12,
+		.ah_attr =
+			{
+				.is_global = 1,
+				.grh = {.dgid = dgid, .sgid_index = GID_INDEX, .hop_limit = 64},
+				.port_num = IB_PORT,
+			},
+	};
+	int mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
+	if (rc)
+		mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+	if (ud)
+		mask = IBV_QP_STATE;
+	err = ibv_modify_qp(q, &a, mask);
+	if (err)
+		fail("modify_rtr", err);
+
+	a = (struct ibv_qp_attr){
+		.qp_state = IBV_QPS_RTS,
+		.sq_psn = 0,
+		.timeout = 14,
+		.retry_cnt = 7,
+		.rnr_retry = 7,
+		.max_rd_atomic = 1,
+	};
+	mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
+	if (rc)
+		mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
+	err = ibv_modify_qp(q, &a, mask);
+	if (err)
+		fail("modify_rts", err);
+	return q;
+}
+
 static void setup(void)
 {
 	mark("step setup");
@@ -315,7 +451,6 @@ static void setup(void)
 	ssize_t nent = ibv_query_gid_table(ctx, ents, max, 0);
 	if (nent < 0)
 		fail("query_gid_table", (int)-nent);
-	union ibv_gid dgid = {0};
 	int found = 0;
 	for (ssize_t i = 0; i < nent; i++)
 		if (ents[i].port_num == IB_PORT && ents[i].gid_index == GID_INDEX) {
@@ -351,70 +486,7 @@ static void setup(void)
 	if (!cq)
 		fail("create_cq", errno);
 
-	struct ibv_qp_init_attr init = {
-		.send_cq = cq,
-		.recv_cq = cq,
-		.cap = {.max_send_wr = 64, .max_recv_wr = 64, .max_send_sge = 4, .max_recv_sge = 4,
-			.max_inline_data = 128},
-		.qp_type = IBV_QPT_RC,
-		.sq_sig_all = 0,
-	};
-	qp = ibv_create_qp(pd, &init);
-	if (!qp)
-		fail("create_qp", errno);
-	caps = init.cap;
-	mark("ret cap.max_send_wr=%u", caps.max_send_wr);
-	mark("ret cap.max_recv_wr=%u", caps.max_recv_wr);
-	mark("ret cap.max_send_sge=%u", caps.max_send_sge);
-	mark("ret cap.max_recv_sge=%u", caps.max_recv_sge);
-	mark("ret cap.max_inline_data=%u", caps.max_inline_data);
-
-	struct ibv_qp_attr a = {
-		.qp_state = IBV_QPS_INIT,
-		.pkey_index = 0,
-		.port_num = IB_PORT,
-		.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
-				   IBV_ACCESS_REMOTE_ATOMIC,
-	};
-	err = ibv_modify_qp(qp, &a,
-			    IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
-	if (err)
-		fail("modify_init", err);
-
-	a = (struct ibv_qp_attr){
-		.qp_state = IBV_QPS_RTR,
-		.path_mtu = IBV_MTU_1024,
-		.dest_qp_num = qp->qp_num,
-		.rq_psn = 0,
-		.max_dest_rd_atomic = 1,
-		.min_rnr_timer = 12,
-		.ah_attr =
-			{
-				.is_global = 1,
-				.grh = {.dgid = dgid, .sgid_index = GID_INDEX, .hop_limit = 64},
-				.port_num = IB_PORT,
-			},
-	};
-	err = ibv_modify_qp(qp, &a,
-			    IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-				    IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
-				    IBV_QP_MIN_RNR_TIMER);
-	if (err)
-		fail("modify_rtr", err);
-
-	a = (struct ibv_qp_attr){
-		.qp_state = IBV_QPS_RTS,
-		.sq_psn = 0,
-		.timeout = 14,
-		.retry_cnt = 7,
-		.rnr_retry = 7,
-		.max_rd_atomic = 1,
-	};
-	err = ibv_modify_qp(qp, &a,
-			    IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-				    IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
-	if (err)
-		fail("modify_rts", err);
+	qp = new_qp(IBV_QPT_RC, cq, 1);
 }
 
 static void teardown(void)
@@ -732,6 +804,383 @@ static void scen_error(void)
 	drain(1);
 }
 
+/* destroy_qp moves q to ERR, then destroys it (see teardown). */
+static void destroy_qp(struct ibv_qp *q)
+{
+	struct ibv_qp_attr a = {.qp_state = IBV_QPS_ERR};
+	int err = ibv_modify_qp(q, &a, IBV_QP_STATE);
+	if (err)
+		fail("modify_err", err);
+	if ((err = ibv_destroy_qp(q)))
+		fail("destroy_qp", err);
+}
+
+/*
+ * 13. rc.error.synd.0xSS: every CQE syndrome the drivers decode (enum
+ * mlx5_cqe_syndrome), and one they do not (0x7f, which both map to
+ * IBV_WC_GENERAL_ERR). A request in error takes its QP to ERR, so each
+ * syndrome gets a fresh QP (on the common CQ): one post of two signalled
+ * writes; the device fails the first with the syndrome and flushes the
+ * second (WR_FLUSH_ERR). The functions below swap the QP the helpers post
+ * on (qp) for the step and restore it.
+ */
+static const uint8_t err_synds[] = {0x01, 0x02, 0x04, 0x05, 0x06, 0x10, 0x11,
+				    0x12, 0x13, 0x14, 0x15, 0x16, 0x22, 0x7f};
+enum { NSYND = sizeof err_synds / sizeof err_synds[0] };
+
+static void scen_error_synd(void)
+{
+	struct ibv_qp *main_qp = qp;
+	for (unsigned i = 0; i < NSYND; i++) {
+		mark("step rc.error.synd.0x%x", err_synds[i]);
+		qp = new_qp(IBV_QPT_RC, cq, 0);
+		struct ibv_sge sg[2] = {sge0(0, 64), sge0(64, 64)};
+		struct ibv_send_wr w[2] = {
+			write_wr(wrid(ID_ERROR_SYND, 2 * i), &sg[0], 1, 0xd100),
+			write_wr(wrid(ID_ERROR_SYND, 2 * i + 1), &sg[1], 1, 0xd140),
+		};
+		post_send(w, 2);
+		mark("complete error=0x%x", err_synds[i]);
+		drain(2);
+		destroy_qp(qp);
+	}
+	qp = main_qp;
+}
+
+/*
+ * 14. rc.error.recv: a SEND of 64 bytes into a receive of 16 on a fresh
+ * QP: the device completes the receive with LOCAL_LENGTH_ERR (a responder
+ * error CQE) and the send with REMOTE_INVAL_REQ_ERR.
+ */
+static void scen_error_recv(void)
+{
+	mark("step rc.error.recv");
+	struct ibv_qp *main_qp = qp;
+	qp = new_qp(IBV_QPT_RC, cq, 0);
+	post_recv(recvid(ID_ERROR_RECV, 0), 0xd200, 16);
+	struct ibv_sge sg = sge0(0, 64);
+	struct ibv_send_wr w = {
+		.wr_id = wrid(ID_ERROR_RECV, 0),
+		.sg_list = &sg,
+		.num_sge = 1,
+		.opcode = IBV_WR_SEND,
+		.send_flags = IBV_SEND_SIGNALED,
+	};
+	post_send(&w, 1);
+	mark("complete");
+	drain(2);
+	destroy_qp(qp);
+	qp = main_qp;
+}
+
+/*
+ * 15. cq.arm: a CQ with a completion channel and a fresh QP on it. Arm it
+ * (all completions, then solicited only) on the empty CQ, then again after
+ * a completion was consumed, so the arm words carry a consumer index; the
+ * "posted" after each arm records the CQ doorbell record's arm word and
+ * the UAR doorbell. No event is raised (the device does not model EQs).
+ */
+static void req_notify(int solicited)
+{
+	int err = ibv_req_notify_cq(cq, solicited);
+	if (err)
+		fail("req_notify_cq", err);
+	mark("posted");
+}
+
+static void scen_arm(void)
+{
+	mark("step cq.arm");
+	struct ibv_cq *main_cq = cq;
+	struct ibv_qp *main_qp = qp;
+	struct ibv_comp_channel *ch = ibv_create_comp_channel(ctx);
+	if (!ch)
+		fail("create_comp_channel", errno);
+	cq = ibv_create_cq(ctx, 16, NULL, ch, 0);
+	if (!cq)
+		fail("create_cq", errno);
+	qp = new_qp(IBV_QPT_RC, cq, 0);
+	req_notify(0);
+	req_notify(1);
+	for (unsigned i = 0; i < 3; i++) {
+		struct ibv_sge sg = sge0(0, 32);
+		struct ibv_send_wr w = write_wr(wrid(ID_ARM, i), &sg, 1, 0xd300);
+		post_send(&w, 1);
+		mark("complete");
+		drain(1);
+		req_notify(i & 1);
+	}
+	destroy_qp(qp);
+	int err = ibv_destroy_cq(cq);
+	if (err)
+		fail("destroy_cq", err);
+	if ((err = ibv_destroy_comp_channel(ch)))
+		fail("destroy_comp_channel", err);
+	cq = main_cq;
+	qp = main_qp;
+}
+
+/*
+ * 16. uc.send, uc.write, uc.write_imm: on a fresh UC QP (on the common
+ * CQ), a SEND into a posted receive, an RDMA write, and an RDMA write with
+ * immediate consuming a posted receive.
+ */
+static void scen_uc(void)
+{
+	mark("step uc.send");
+	struct ibv_qp *main_qp = qp;
+	qp = new_qp(IBV_QPT_UC, cq, 0);
+	post_recv(recvid(ID_UC_SEND, 0), 0xe000, 256);
+	struct ibv_sge sg = sge0(0x300, 48);
+	struct ibv_send_wr w = {
+		.wr_id = wrid(ID_UC_SEND, 0),
+		.sg_list = &sg,
+		.num_sge = 1,
+		.opcode = IBV_WR_SEND,
+		.send_flags = IBV_SEND_SIGNALED,
+	};
+	post_send(&w, 1);
+	mark("complete");
+	drain(2);
+
+	mark("step uc.write");
+	sg = sge0(0x400, 200);
+	w = write_wr(wrid(ID_UC_WRITE, 0), &sg, 1, 0xe100);
+	post_send(&w, 1);
+	mark("complete");
+	drain(1);
+
+	mark("step uc.write_imm");
+	post_recv(recvid(ID_UC_WRITE_IMM, 0), 0xe200, 256);
+	sg = sge0(0x500, 24);
+	w = write_wr(wrid(ID_UC_WRITE_IMM, 0), &sg, 1, 0xe300);
+	w.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+	w.imm_data = htonl(0x0badcafe);
+	post_send(&w, 1);
+	mark("complete");
+	drain(2);
+
+	destroy_qp(qp);
+	qp = main_qp;
+}
+
+/*
+ * 17. ud.send, ud.send_imm_inline: a UD QP (on the common CQ) and an
+ * address handle to port 1's GID 1; libmlx5 asks the kernel (CREATE_AH)
+ * for the destination MAC of its address vector. A SEND of 100 bytes, then
+ * an inline SEND with immediate of 20, each to the QP itself with its
+ * Q_Key, into receives with room for the GRH the device puts first.
+ */
+static void ud_send(struct ibv_ah *ah, uint64_t id, struct ibv_sge *sg, enum ibv_wr_opcode op,
+		    unsigned flags)
+{
+	struct ibv_send_wr w = {
+		.wr_id = id,
+		.sg_list = sg,
+		.num_sge = 1,
+		.opcode = op,
+		.send_flags = flags,
+		.imm_data = htonl(0x55aa0102),
+		.wr.ud = {.ah = ah, .remote_qpn = qp->qp_num, .remote_qkey = UD_QKEY},
+	};
+	post_send(&w, 1);
+}
+
+static void scen_ud(void)
+{
+	mark("step ud.send");
+	struct ibv_qp *main_qp = qp;
+	qp = new_qp(IBV_QPT_UD, cq, 0);
+	struct ibv_ah_attr aa = {
+		.is_global = 1,
+		.grh = {.dgid = dgid, .sgid_index = GID_INDEX, .hop_limit = 64},
+		.port_num = IB_PORT,
+	};
+	struct ibv_ah *ah = ibv_create_ah(pd, &aa);
+	if (!ah)
+		fail("create_ah", errno);
+	post_recv(recvid(ID_UD_SEND, 0), 0xf000, GRH_SIZE + 256);
+	struct ibv_sge sg = sge0(0x600, 100);
+	ud_send(ah, wrid(ID_UD_SEND, 0), &sg, IBV_WR_SEND, IBV_SEND_SIGNALED);
+	mark("complete");
+	drain(2);
+
+	mark("step ud.send_imm_inline");
+	post_recv(recvid(ID_UD_SEND_IMM, 0), 0xf200, GRH_SIZE + 256);
+	sg = sge0(0x700, 20);
+	ud_send(ah, wrid(ID_UD_SEND_IMM, 0), &sg, IBV_WR_SEND_WITH_IMM,
+		IBV_SEND_SIGNALED | IBV_SEND_INLINE);
+	mark("complete");
+	drain(2);
+
+	int err = ibv_destroy_ah(ah);
+	if (err)
+		fail("destroy_ah", err);
+	destroy_qp(qp);
+	qp = main_qp;
+}
+
+/*
+ * 18. rc.batch: the ibv_wr_* API (rdmago: QP.BeginSend's SendBatch) on a
+ * fresh RC QP: one batch of six requests, posted with one doorbell by
+ * ibv_wr_complete: a signalled write of one SGE, an unsignalled send of an
+ * SGE list of two, a signalled inline send with immediate, a signalled
+ * write with immediate, a signalled read and a signalled fetch-and-add.
+ * Three receives take the sends and the write with immediate.
+ * rc.batch.abort: a write begun and abandoned (ibv_wr_abort), then a
+ * batch of one signalled write: the abandoned one must leave no trace.
+ */
+static void scen_batch(void)
+{
+	mark("step rc.batch");
+	struct ibv_qp *main_qp = qp;
+	/*
+	 * Every RC operation rdmago's batch offers (SendBatch has no
+	 * per-QP choice), so that libmlx5 sizes the send queue for the
+	 * largest of them (a bind) as rdmago does; asking for fewer makes
+	 * libmlx5 size its WQEs smaller (sq_overhead without the bind).
+	 */
+	new_qp_send_ops = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
+			  IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM |
+			  IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
+			  IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_LOCAL_INV |
+			  IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_SEND_WITH_INV;
+	qp = new_qp(IBV_QPT_RC, cq, 0);
+	new_qp_send_ops = 0;
+	struct ibv_qp_ex *x = ibv_qp_to_qp_ex(qp);
+	if (!x)
+		fail("qp_to_qp_ex", EINVAL);
+	for (unsigned i = 0; i < 3; i++)
+		post_recv(recvid(ID_BATCH, i), 0xf400 + 0x100 * i, 256);
+
+	ibv_wr_start(x);
+	x->wr_id = wrid(ID_BATCH, 0);
+	x->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_rdma_write(x, mr1->rkey, remote1(0xf800));
+	ibv_wr_set_sge(x, mr0->lkey, (uintptr_t)buf0 + 0x800, 96);
+
+	x->wr_id = wrid(ID_BATCH, 1);
+	x->wr_flags = 0;
+	ibv_wr_send(x);
+	struct ibv_sge sl[2] = {sge0(0x900, 10), sge0(0x980, 30)};
+	ibv_wr_set_sge_list(x, 2, sl);
+
+	x->wr_id = wrid(ID_BATCH, 2);
+	x->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_send_imm(x, htonl(0x600d1dea));
+	ibv_wr_set_inline_data(x, buf0 + 0xa00, 40);
+
+	x->wr_id = wrid(ID_BATCH, 3);
+	x->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_rdma_write_imm(x, mr1->rkey, remote1(0xfa00), htonl(0x1234abcd));
+	ibv_wr_set_sge(x, mr0->lkey, (uintptr_t)buf0 + 0xb00, 64);
+
+	x->wr_id = wrid(ID_BATCH, 4);
+	x->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_rdma_read(x, mr1->rkey, remote1(0xfc00));
+	ibv_wr_set_sge(x, mr0->lkey, (uintptr_t)buf0 + 0xc00, 128);
+
+	x->wr_id = wrid(ID_BATCH, 5);
+	x->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_atomic_fetch_add(x, mr1->rkey, remote1(0xfe00), 7);
+	ibv_wr_set_sge(x, mr0->lkey, (uintptr_t)buf0 + 0xe00, 8);
+	int err = ibv_wr_complete(x);
+	if (err)
+		fail("wr_complete", err);
+	mark("posted");
+	mark("complete");
+	drain(3 + 5);
+
+	mark("step rc.batch.abort");
+	ibv_wr_start(x);
+	x->wr_id = wrid(ID_BATCH_ABORT, 0);
+	x->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_rdma_write(x, mr1->rkey, remote1(0xff00));
+	ibv_wr_set_sge(x, mr0->lkey, (uintptr_t)buf0, 16);
+	ibv_wr_abort(x);
+	ibv_wr_start(x);
+	x->wr_id = wrid(ID_BATCH_ABORT, 1);
+	x->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_rdma_write(x, mr1->rkey, remote1(0xff80));
+	ibv_wr_set_sge(x, mr0->lkey, (uintptr_t)buf0 + 0x40, 32);
+	if ((err = ibv_wr_complete(x)))
+		fail("wr_complete", err);
+	mark("posted");
+	mark("complete");
+	drain(1);
+
+	destroy_qp(qp);
+	qp = main_qp;
+}
+
+/*
+ * 19. srq.round.K: a basic SRQ (max_wr 8, max_sge 2; the granted sizes
+ * are marked) and a fresh RC QP receiving from it. SRQ_ROUNDS rounds,
+ * each one post of SRQ_PER_ROUND receives (two SGEs each) to the SRQ, then
+ * one post of as many signalled SENDs of 48 bytes, drained: more receives
+ * than the SRQ has WQEs in all, so WQEs freed by polling are reused
+ * through the free list.
+ */
+static void scen_srq(void)
+{
+	mark("step srq.round.0");
+	struct ibv_qp *main_qp = qp;
+	struct ibv_srq_init_attr sa = {.attr = {.max_wr = 8, .max_sge = 2}};
+	struct ibv_srq *srq = ibv_create_srq(pd, &sa);
+	if (!srq)
+		fail("create_srq", errno);
+	mark("ret srq.max_wr=%u", sa.attr.max_wr);
+	mark("ret srq.max_sge=%u", sa.attr.max_sge);
+	new_qp_srq = srq;
+	qp = new_qp(IBV_QPT_RC, cq, 0);
+	new_qp_srq = NULL;
+	for (unsigned r = 0; r < SRQ_ROUNDS; r++) {
+		if (r > 0)
+			mark("step srq.round.%u", r);
+		struct ibv_sge rs[SRQ_PER_ROUND][2];
+		struct ibv_recv_wr rw[SRQ_PER_ROUND];
+		for (unsigned i = 0; i < SRQ_PER_ROUND; i++) {
+			unsigned k = r * SRQ_PER_ROUND + i;
+			rs[i][0] = (struct ibv_sge){.addr = (uintptr_t)buf1 + 0x9400 + 0x40 * i,
+						    .length = 16,
+						    .lkey = mr1->lkey};
+			rs[i][1] = (struct ibv_sge){.addr = (uintptr_t)buf1 + 0x9800 + 0x40 * i,
+						    .length = 48,
+						    .lkey = mr1->lkey};
+			rw[i] = (struct ibv_recv_wr){.wr_id = recvid(ID_SRQ, k),
+						     .sg_list = rs[i],
+						     .num_sge = 2,
+						     .next = i + 1 < SRQ_PER_ROUND ? &rw[i + 1] : NULL};
+		}
+		struct ibv_recv_wr *bad = NULL;
+		int err = ibv_post_srq_recv(srq, rw, &bad);
+		if (err)
+			fail("post_srq_recv", err);
+		mark("posted");
+		struct ibv_sge sg[SRQ_PER_ROUND];
+		struct ibv_send_wr w[SRQ_PER_ROUND];
+		for (unsigned i = 0; i < SRQ_PER_ROUND; i++) {
+			unsigned k = r * SRQ_PER_ROUND + i;
+			sg[i] = sge0(0x40 * k, 48);
+			w[i] = (struct ibv_send_wr){
+				.wr_id = wrid(ID_SRQ, k),
+				.sg_list = &sg[i],
+				.num_sge = 1,
+				.opcode = IBV_WR_SEND,
+				.send_flags = IBV_SEND_SIGNALED,
+			};
+		}
+		post_send(w, SRQ_PER_ROUND);
+		mark("complete");
+		drain(2 * SRQ_PER_ROUND);
+	}
+	destroy_qp(qp);
+	int err = ibv_destroy_srq(srq);
+	if (err)
+		fail("destroy_srq", err);
+	qp = main_qp;
+}
+
 /* ---- main ---- */
 
 static const struct {
@@ -751,6 +1200,13 @@ static const struct {
 	{"wrap", scen_wrap},
 	{"full", scen_full},
 	{"error", scen_error},
+	{"error_synd", scen_error_synd},
+	{"error_recv", scen_error_recv},
+	{"arm", scen_arm},
+	{"uc", scen_uc},
+	{"ud", scen_ud},
+	{"batch", scen_batch},
+	{"srq", scen_srq},
 };
 
 enum { NSCEN = sizeof scenarios / sizeof scenarios[0] };

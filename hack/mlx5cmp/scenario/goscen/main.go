@@ -1,8 +1,11 @@
-// Command goscen is the Go half of mlx5cmp's RC scenario. It runs rdmago's
+// Command goscen is the Go half of mlx5cmp's scenario. It runs rdmago's
 // mlx5 provider, through the module's public packages only (uverbs, qp, wr,
 // mr), through a fixed sequence of verbs on mlx5_0, under mlx5cmp's fake
 // mlx5 kernel, and tells the supervisor where it is with markers written to
-// descriptor 899 (see mark below).
+// descriptor 899 (see mark below). The steps: RC requests of every kind on
+// the setup's QP, then, each on fresh objects, every CQE error syndrome, a
+// receive error, CQ arming, UC, UD with an address handle, the batch API
+// (QP.BeginSend) and an SRQ.
 //
 // Its C twin is hack/mlx5cmp/scenario/rc.c: the two must perform the SAME
 // calls in the SAME order with the SAME arguments and print the same
@@ -65,6 +68,8 @@ const (
 	// A one-SGE write takes one BB, so it takes more than 1024 of them to
 	// wrap the ring twice (150 would not wrap it once).
 	wrapWrites = 1100
+	udQKey     = 0x11111111
+	grhSize    = 40 // a UD receive starts with the GRH (or its room)
 )
 
 // ETIMEDOUT, as rc.c checks it against <errno.h>.
@@ -90,6 +95,19 @@ const (
 	idWrap        = 24
 	idFull        = 25
 	idError       = 26
+	idErrorSynd   = 27
+	idErrorRecv   = 28
+	idArm         = 29
+	idUCSend      = 30
+	idUCWrite     = 31
+	idUCWriteImm  = 32
+	idUDSend      = 33
+	idUDSendImm   = 34
+	idBatch       = 35
+	idBatchAbort  = 36
+	idSRQ         = 37
+	srqRounds     = 4
+	srqPerRound   = 5
 )
 
 func wrid(id, index uint64) uint64 { return id<<16 | index }
@@ -98,13 +116,16 @@ func recvid(id, i uint64) uint64 { return wrid(id, 0x8000+i) }
 
 // The objects of the common setup.
 var (
-	ctx        *uverbs.Context
-	pd         *uverbs.PD
-	buf0, buf1 []byte
-	mr0, mr1   *mr.Region
-	cq         *uverbs.CQ
-	q          *uverbs.QP
-	caps       qp.Caps // as granted
+	ctx      *uverbs.Context
+	pd       *uverbs.PD
+	buf0     []byte
+	mr0, mr1 *mr.Region
+	cq       *uverbs.CQ
+	q        *uverbs.QP
+	caps     qp.Caps // as granted
+	dgid     qp.GID  // port 1's GID 1: every QP's destination
+	// newQPSRQ, when set, is the SRQ newQP's QP receives from.
+	newQPSRQ *uverbs.SRQ
 )
 
 // ---- markers ----
@@ -348,6 +369,98 @@ func writeWR(id uint64, sg []wr.SGE, off uint64) wr.SendWR {
 
 // ---- setup and teardown ----
 
+// newQP creates an RC, UC or UD QP on CQ c with the setup's capabilities
+// and takes it to RTS, an RC or UC QP connected to itself (the device
+// loops it back). With report set it records the granted capabilities in
+// caps and marks them. Each type is given only the attributes it takes
+// (ib_modify_qp_is_ok): UC remote write access and no RDMA read/atomic or
+// retry attributes; UD a Q_Key at INIT and nothing but the state (and the
+// SQ PSN) after.
+func newQP(typ qp.Type, c *uverbs.CQ, report bool) *uverbs.QP {
+	rc, ud := typ == qp.RC, typ == qp.UD
+	nq, err := pd.CreateQP(uverbs.QPInitAttr{
+		Type:   typ,
+		SendCQ: c,
+		RecvCQ: c,
+		SRQ:    newQPSRQ,
+		Caps: qp.Caps{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 4, MaxRecvSGE: 4,
+			MaxInlineData: 128},
+		SignalAll: false,
+	})
+	if err != nil {
+		fail("create_qp", err)
+	}
+	if report {
+		caps = nq.Caps()
+		mark("ret cap.max_send_wr=%d", caps.MaxSendWR)
+		mark("ret cap.max_recv_wr=%d", caps.MaxRecvWR)
+		mark("ret cap.max_send_sge=%d", caps.MaxSendSGE)
+		mark("ret cap.max_recv_sge=%d", caps.MaxRecvSGE)
+		mark("ret cap.max_inline_data=%d", caps.MaxInlineData)
+	}
+
+	a := qp.Attr{
+		State:         qp.StateInit,
+		PKeyIndex:     0,
+		PortNum:       ibPort,
+		QPAccessFlags: wr.RemoteWrite,
+		QKey:          udQKey,
+	}
+	if rc {
+		a.QPAccessFlags |= wr.RemoteRead | wr.RemoteAtomic
+	}
+	mask := qp.AttrState | qp.AttrPKeyIndex | qp.AttrPort | qp.AttrAccessFlags
+	if ud {
+		mask = qp.AttrState | qp.AttrPKeyIndex | qp.AttrPort | qp.AttrQKey
+	}
+	if err := nq.Modify(&a, mask); err != nil {
+		fail("modify_init", err)
+	}
+
+	a = qp.Attr{
+		State:           qp.StateRTR,
+		PathMTU:         qp.MTU1024,
+		DestQPNum:       nq.Num(),
+		RQPSN:           0,
+		MaxDestRdAtomic: 1,
+		MinRNRTimer:     12,
+		AHAttr: qp.AHAttr{
+			IsGlobal:  true,
+			DGID:      dgid,
+			SGIDIndex: gidIndex,
+			HopLimit:  64,
+			PortNum:   ibPort,
+		},
+	}
+	mask = qp.AttrState | qp.AttrAV | qp.AttrPathMTU | qp.AttrDestQPN | qp.AttrRQPSN
+	if rc {
+		mask |= qp.AttrMaxDestRdAtomic | qp.AttrMinRNRTimer
+	}
+	if ud {
+		mask = qp.AttrState
+	}
+	if err := nq.Modify(&a, mask); err != nil {
+		fail("modify_rtr", err)
+	}
+
+	a = qp.Attr{
+		State:       qp.StateRTS,
+		SQPSN:       0,
+		Timeout:     14,
+		RetryCnt:    7,
+		RNRRetry:    7,
+		MaxRdAtomic: 1,
+	}
+	mask = qp.AttrState | qp.AttrSQPSN
+	if rc {
+		mask |= qp.AttrTimeout | qp.AttrRetryCnt | qp.AttrRNRRetry | qp.AttrMaxQPRdAtomic
+	}
+	if err := nq.Modify(&a, mask); err != nil {
+		fail("modify_rts", err)
+	}
+	return nq
+}
+
 func setup() {
 	mark("step setup")
 
@@ -367,7 +480,6 @@ func setup() {
 	if err != nil {
 		fail("query_gid_table", err)
 	}
-	var dgid qp.GID
 	found := false
 	for _, e := range ents {
 		if e.Port == ibPort && e.Index == gidIndex {
@@ -393,7 +505,7 @@ func setup() {
 	if mr1, err = mr.New(pd, bufSize, access); err != nil {
 		fail("reg_mr1", err)
 	}
-	buf0, buf1 = mr0.Bytes(), mr1.Bytes()
+	buf0 = mr0.Bytes()
 	for i := range buf0 {
 		buf0[i] = byte(i*7 + 3)
 	}
@@ -402,70 +514,7 @@ func setup() {
 		fail("create_cq", err)
 	}
 
-	q, err = pd.CreateQP(uverbs.QPInitAttr{
-		Type:   qp.RC,
-		SendCQ: cq,
-		RecvCQ: cq,
-		Caps: qp.Caps{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 4, MaxRecvSGE: 4,
-			MaxInlineData: 128},
-		SignalAll: false,
-	})
-	if err != nil {
-		fail("create_qp", err)
-	}
-	caps = q.Caps()
-	mark("ret cap.max_send_wr=%d", caps.MaxSendWR)
-	mark("ret cap.max_recv_wr=%d", caps.MaxRecvWR)
-	mark("ret cap.max_send_sge=%d", caps.MaxSendSGE)
-	mark("ret cap.max_recv_sge=%d", caps.MaxRecvSGE)
-	mark("ret cap.max_inline_data=%d", caps.MaxInlineData)
-
-	a := qp.Attr{
-		State:         qp.StateInit,
-		PKeyIndex:     0,
-		PortNum:       ibPort,
-		QPAccessFlags: wr.RemoteWrite | wr.RemoteRead | wr.RemoteAtomic,
-	}
-	if err := q.Modify(&a,
-		qp.AttrState|qp.AttrPKeyIndex|qp.AttrPort|qp.AttrAccessFlags); err != nil {
-		fail("modify_init", err)
-	}
-
-	a = qp.Attr{
-		State:           qp.StateRTR,
-		PathMTU:         qp.MTU1024,
-		DestQPNum:       q.Num(),
-		RQPSN:           0,
-		MaxDestRdAtomic: 1,
-		MinRNRTimer:     12,
-		AHAttr: qp.AHAttr{
-			IsGlobal:  true,
-			DGID:      dgid,
-			SGIDIndex: gidIndex,
-			HopLimit:  64,
-			PortNum:   ibPort,
-		},
-	}
-	if err := q.Modify(&a,
-		qp.AttrState|qp.AttrAV|qp.AttrPathMTU|qp.AttrDestQPN|
-			qp.AttrRQPSN|qp.AttrMaxDestRdAtomic|
-			qp.AttrMinRNRTimer); err != nil {
-		fail("modify_rtr", err)
-	}
-
-	a = qp.Attr{
-		State:       qp.StateRTS,
-		SQPSN:       0,
-		Timeout:     14,
-		RetryCnt:    7,
-		RNRRetry:    7,
-		MaxRdAtomic: 1,
-	}
-	if err := q.Modify(&a,
-		qp.AttrState|qp.AttrTimeout|qp.AttrRetryCnt|qp.AttrRNRRetry|
-			qp.AttrSQPSN|qp.AttrMaxQPRdAtomic); err != nil {
-		fail("modify_rts", err)
-	}
+	q = newQP(qp.RC, cq, true)
 }
 
 func teardown() {
@@ -737,6 +786,313 @@ func scenError() {
 	drain(1)
 }
 
+// destroyQP moves x to ERR, then destroys it (see teardown).
+func destroyQP(x *uverbs.QP) {
+	a := qp.Attr{State: qp.StateErr}
+	if err := x.Modify(&a, qp.AttrState); err != nil {
+		fail("modify_err", err)
+	}
+	if err := x.Close(); err != nil {
+		fail("destroy_qp", err)
+	}
+}
+
+// 13. rc.error.synd.0xSS: every CQE syndrome the drivers decode (enum
+// mlx5_cqe_syndrome), and one they do not (0x7f, which both map to
+// IBV_WC_GENERAL_ERR). A request in error takes its QP to ERR, so each
+// syndrome gets a fresh QP (on the common CQ): one post of two signalled
+// writes; the device fails the first with the syndrome and flushes the
+// second (WR_FLUSH_ERR). The functions below swap the QP the helpers post
+// on (q) for the step and restore it.
+var errSynds = [...]uint8{0x01, 0x02, 0x04, 0x05, 0x06, 0x10, 0x11,
+	0x12, 0x13, 0x14, 0x15, 0x16, 0x22, 0x7f}
+
+func scenErrorSynd() {
+	mainQP := q
+	for i, synd := range errSynds {
+		mark("step rc.error.synd.0x%x", synd)
+		q = newQP(qp.RC, cq, false)
+		i := uint64(i)
+		postSend([]wr.SendWR{
+			writeWR(wrid(idErrorSynd, 2*i), []wr.SGE{sge0(0, 64)}, 0xd100),
+			writeWR(wrid(idErrorSynd, 2*i+1), []wr.SGE{sge0(64, 64)}, 0xd140),
+		})
+		mark("complete error=0x%x", synd)
+		drain(2)
+		destroyQP(q)
+	}
+	q = mainQP
+}
+
+// 14. rc.error.recv: a SEND of 64 bytes into a receive of 16 on a fresh
+// QP: the device completes the receive with LOCAL_LENGTH_ERR (a responder
+// error CQE) and the send with REMOTE_INVAL_REQ_ERR.
+func scenErrorRecv() {
+	mark("step rc.error.recv")
+	mainQP := q
+	q = newQP(qp.RC, cq, false)
+	postRecv(recvid(idErrorRecv, 0), 0xd200, 16)
+	postSend([]wr.SendWR{{
+		ID:     wrid(idErrorRecv, 0),
+		SGList: []wr.SGE{sge0(0, 64)},
+		Opcode: wr.OpSend,
+		Flags:  wr.Signaled,
+	}})
+	mark("complete")
+	drain(2)
+	destroyQP(q)
+	q = mainQP
+}
+
+// 15. cq.arm: a CQ with a completion channel and a fresh QP on it. Arm it
+// (all completions, then solicited only) on the empty CQ, then again after
+// a completion was consumed, so the arm words carry a consumer index; the
+// "posted" after each arm records the CQ doorbell record's arm word and
+// the UAR doorbell. No event is raised (the device does not model EQs).
+func reqNotify(solicited bool) {
+	if err := cq.ReqNotify(solicited); err != nil {
+		fail("req_notify_cq", err)
+	}
+	mark("posted")
+}
+
+func scenArm() {
+	mark("step cq.arm")
+	mainCQ, mainQP := cq, q
+	ch, err := ctx.NewCompChannel()
+	if err != nil {
+		fail("create_comp_channel", err)
+	}
+	if cq, err = ctx.CreateCQ(uverbs.CQAttr{CQE: 16, Channel: ch}); err != nil {
+		fail("create_cq", err)
+	}
+	q = newQP(qp.RC, cq, false)
+	reqNotify(false)
+	reqNotify(true)
+	for i := range uint64(3) {
+		postSend([]wr.SendWR{writeWR(wrid(idArm, i), []wr.SGE{sge0(0, 32)}, 0xd300)})
+		mark("complete")
+		drain(1)
+		reqNotify(i&1 != 0)
+	}
+	destroyQP(q)
+	if err := cq.Close(); err != nil {
+		fail("destroy_cq", err)
+	}
+	if err := ch.Close(); err != nil {
+		fail("destroy_comp_channel", err)
+	}
+	cq, q = mainCQ, mainQP
+}
+
+// 16. uc.send, uc.write, uc.write_imm: on a fresh UC QP (on the common
+// CQ), a SEND into a posted receive, an RDMA write, and an RDMA write with
+// immediate consuming a posted receive.
+func scenUC() {
+	mark("step uc.send")
+	mainQP := q
+	q = newQP(qp.UC, cq, false)
+	postRecv(recvid(idUCSend, 0), 0xe000, 256)
+	postSend([]wr.SendWR{{
+		ID:     wrid(idUCSend, 0),
+		SGList: []wr.SGE{sge0(0x300, 48)},
+		Opcode: wr.OpSend,
+		Flags:  wr.Signaled,
+	}})
+	mark("complete")
+	drain(2)
+
+	mark("step uc.write")
+	postSend([]wr.SendWR{writeWR(wrid(idUCWrite, 0), []wr.SGE{sge0(0x400, 200)}, 0xe100)})
+	mark("complete")
+	drain(1)
+
+	mark("step uc.write_imm")
+	postRecv(recvid(idUCWriteImm, 0), 0xe200, 256)
+	w := writeWR(wrid(idUCWriteImm, 0), []wr.SGE{sge0(0x500, 24)}, 0xe300)
+	w.Opcode = wr.OpRDMAWriteWithImm
+	w.Imm = 0x0badcafe // host order; rc.c: htonl(0x0badcafe)
+	postSend([]wr.SendWR{w})
+	mark("complete")
+	drain(2)
+
+	destroyQP(q)
+	q = mainQP
+}
+
+// 17. ud.send, ud.send_imm_inline: a UD QP (on the common CQ) and an
+// address handle to port 1's GID 1; the provider asks the kernel
+// (CREATE_AH) for the destination MAC of its address vector. A SEND of 100
+// bytes, then an inline SEND with immediate of 20, each to the QP itself
+// with its Q_Key, into receives with room for the GRH the device puts
+// first.
+func udSend(ah *uverbs.AH, id uint64, sg wr.SGE, op wr.Opcode, flags wr.SendFlags) {
+	postSend([]wr.SendWR{{
+		ID:         id,
+		SGList:     []wr.SGE{sg},
+		Opcode:     op,
+		Flags:      flags,
+		Imm:        0x55aa0102, // host order; rc.c: htonl(0x55aa0102)
+		AH:         ah,
+		RemoteQPN:  q.Num(),
+		RemoteQKey: udQKey,
+	}})
+}
+
+func scenUD() {
+	mark("step ud.send")
+	mainQP := q
+	q = newQP(qp.UD, cq, false)
+	ah, err := pd.CreateAH(qp.AHAttr{
+		IsGlobal:  true,
+		DGID:      dgid,
+		SGIDIndex: gidIndex,
+		HopLimit:  64,
+		PortNum:   ibPort,
+	})
+	if err != nil {
+		fail("create_ah", err)
+	}
+	postRecv(recvid(idUDSend, 0), 0xf000, grhSize+256)
+	udSend(ah, wrid(idUDSend, 0), sge0(0x600, 100), wr.OpSend, wr.Signaled)
+	mark("complete")
+	drain(2)
+
+	mark("step ud.send_imm_inline")
+	postRecv(recvid(idUDSendImm, 0), 0xf200, grhSize+256)
+	udSend(ah, wrid(idUDSendImm, 0), sge0(0x700, 20), wr.OpSendWithImm, wr.Signaled|wr.Inline)
+	mark("complete")
+	drain(2)
+
+	if err := ah.Close(); err != nil {
+		fail("destroy_ah", err)
+	}
+	destroyQP(q)
+	q = mainQP
+}
+
+// 18. rc.batch: the batch API (QP.BeginSend's SendBatch; libmlx5: the
+// ibv_wr_* API) on a fresh RC QP: one batch of six requests, posted with
+// one doorbell by Complete: a signalled write of one SGE, an unsignalled
+// send of an SGE list of two, a signalled inline send with immediate, a
+// signalled write with immediate, a signalled read and a signalled
+// fetch-and-add. Three receives take the sends and the write with
+// immediate. rc.batch.abort: a write begun and abandoned (Abort), then a
+// batch of one signalled write: the abandoned one must leave no trace.
+// (rc.c creates this QP with ibv_create_qp_ex and send_ops_flags, which
+// libmlx5 needs for the ibv_wr_* functions; BeginSend needs nothing.)
+func scenBatch() {
+	mark("step rc.batch")
+	mainQP := q
+	q = newQP(qp.RC, cq, false)
+	for i := range uint64(3) {
+		postRecv(recvid(idBatch, i), 0xf400+0x100*int(i), 256)
+	}
+	base := mr0.Addr()
+	b, err := q.BeginSend()
+	if err != nil {
+		fail("wr_start", err)
+	}
+	b.RDMAWrite(wrid(idBatch, 0), wr.Signaled, mr1.RKey, remote1(0xf800))
+	b.SetSGE(mr0.LKey, base+0x800, 96)
+
+	b.Send(wrid(idBatch, 1), 0)
+	b.SetSGEList([]wr.SGE{sge0(0x900, 10), sge0(0x980, 30)})
+
+	b.SendWithImm(wrid(idBatch, 2), wr.Signaled, 0x600d1dea) // host order; rc.c: htonl
+	b.SetInlineData(buf0[0xa00 : 0xa00+40])
+
+	b.RDMAWriteWithImm(wrid(idBatch, 3), wr.Signaled, mr1.RKey, remote1(0xfa00), 0x1234abcd)
+	b.SetSGE(mr0.LKey, base+0xb00, 64)
+
+	b.RDMARead(wrid(idBatch, 4), wr.Signaled, mr1.RKey, remote1(0xfc00))
+	b.SetSGE(mr0.LKey, base+0xc00, 128)
+
+	b.AtomicFetchAdd(wrid(idBatch, 5), wr.Signaled, mr1.RKey, remote1(0xfe00), 7)
+	b.SetSGE(mr0.LKey, base+0xe00, 8)
+	if _, err := b.Complete(); err != nil {
+		fail("wr_complete", err)
+	}
+	mark("posted")
+	mark("complete")
+	drain(3 + 5)
+
+	mark("step rc.batch.abort")
+	if b, err = q.BeginSend(); err != nil {
+		fail("wr_start", err)
+	}
+	b.RDMAWrite(wrid(idBatchAbort, 0), wr.Signaled, mr1.RKey, remote1(0xff00))
+	b.SetSGE(mr0.LKey, base, 16)
+	b.Abort()
+	if b, err = q.BeginSend(); err != nil {
+		fail("wr_start", err)
+	}
+	b.RDMAWrite(wrid(idBatchAbort, 1), wr.Signaled, mr1.RKey, remote1(0xff80))
+	b.SetSGE(mr0.LKey, base+0x40, 32)
+	if _, err := b.Complete(); err != nil {
+		fail("wr_complete", err)
+	}
+	mark("posted")
+	mark("complete")
+	drain(1)
+
+	destroyQP(q)
+	q = mainQP
+}
+
+// 19. srq.round.K: a basic SRQ (max_wr 8, max_sge 2; the granted sizes
+// are marked) and a fresh RC QP receiving from it. srqRounds rounds, each
+// one post of srqPerRound receives (two SGEs each) to the SRQ, then one
+// post of as many signalled SENDs of 48 bytes, drained: more receives than
+// the SRQ has WQEs in all, so WQEs freed by polling are reused through the
+// free list.
+func scenSRQ() {
+	mark("step srq.round.0")
+	mainQP := q
+	srq, err := pd.CreateSRQ(uverbs.SRQAttr{MaxWR: 8, MaxSGE: 2})
+	if err != nil {
+		fail("create_srq", err)
+	}
+	mark("ret srq.max_wr=%d", srq.Attr().MaxWR)
+	mark("ret srq.max_sge=%d", srq.Attr().MaxSGE)
+	newQPSRQ = srq
+	q = newQP(qp.RC, cq, false)
+	newQPSRQ = nil
+	for r := range uint64(srqRounds) {
+		if r > 0 {
+			mark("step srq.round.%d", r)
+		}
+		rw := make([]wr.RecvWR, srqPerRound)
+		for i := range rw {
+			k := r*srqPerRound + uint64(i)
+			rw[i] = wr.RecvWR{ID: recvid(idSRQ, k), SGList: []wr.SGE{
+				mr1.SGE(0x9400+0x40*i, 16), mr1.SGE(0x9800+0x40*i, 48)}}
+		}
+		if _, err := srq.PostRecv(rw); err != nil {
+			fail("post_srq_recv", err)
+		}
+		mark("posted")
+		w := make([]wr.SendWR, srqPerRound)
+		for i := range w {
+			k := r*srqPerRound + uint64(i)
+			w[i] = wr.SendWR{
+				ID:     wrid(idSRQ, k),
+				SGList: []wr.SGE{sge0(0x40*int(k), 48)},
+				Opcode: wr.OpSend,
+				Flags:  wr.Signaled,
+			}
+		}
+		postSend(w)
+		mark("complete")
+		drain(2 * srqPerRound)
+	}
+	destroyQP(q)
+	if err := srq.Close(); err != nil {
+		fail("destroy_srq", err)
+	}
+	q = mainQP
+}
+
 // ---- main ----
 
 var scenarios = []struct {
@@ -756,6 +1112,13 @@ var scenarios = []struct {
 	{"wrap", scenWrap},
 	{"full", scenFull},
 	{"error", scenError},
+	{"error_synd", scenErrorSynd},
+	{"error_recv", scenErrorRecv},
+	{"arm", scenArm},
+	{"uc", scenUC},
+	{"ud", scenUD},
+	{"batch", scenBatch},
+	{"srq", scenSRQ},
 }
 
 func usage() {
