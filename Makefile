@@ -17,7 +17,7 @@ STATICCHECK_VERSION ?= v0.8.2
 export CGO_ENABLED := 0
 SHELL := /bin/bash
 
-.PHONY: all build vm testlog deps test test-mlx5cmp test-unit test-fuzz test-race fuzz stress test-vm test-device test-nodevice test-kernels demo bench generate check-generate lint vet clean
+.PHONY: all build vm testlog deps test test-mlx5cmp bench-mlx5cmp test-unit test-fuzz test-race fuzz stress test-vm test-device test-nodevice test-kernels demo bench generate check-generate lint vet clean
 
 all: build
 
@@ -46,13 +46,21 @@ test-unit:
 ## test-mlx5cmp: rdma-core's libmlx5 and rdmago's mlx5 provider against one
 ## fake mlx5_ib kernel (hack/mlx5cmp): the scenarios' transcripts compared
 ## byte for byte, and a deliberately broken provider caught (docs/mlx5.md).
+## Trixie's and sid's libibverbs+libmlx5 (unpacked into .cache/rdma-core by
+## `vm rdmacore`, about 4 MB each) are compared too (TestCompareVersions).
+## FuzzCompare draws random sequences of requests and CQEs for both drivers:
+## 50 inputs here, FUZZTIME in make fuzz.
 test-mlx5cmp: deps
-	RDMAGO_MLX5CMP=1 $(GOTEST) -run '^(TestCompare|TestSupervisor)' ./hack/mlx5cmp
+	RDMAGO_MLX5CMP=1 RDMAGO_MLX5CMP_VERSIONS=1 $(GOTEST) -run '^(TestCompare|TestSupervisor|TestLegacyWriteABI)' ./hack/mlx5cmp
+	RDMAGO_MLX5CMP=1 $(GOTEST) -run '^$$' -fuzz '^FuzzCompare$$' -fuzztime 50x -fuzzminimizetime 10x ./hack/mlx5cmp
 
 # The fuzz targets, found in the source: ./pkg:FuzzName for every
 # func FuzzName in a test file, committed or new.
-FUZZ_TARGETS = $(shell git ls-files -co --exclude-standard '*_test.go' | xargs grep -H '^func Fuzz' | \
-	sed -n 's|^\(.*\)/[^/]*_test.go:func \(Fuzz[A-Za-z0-9_]*\).*|./\1:\2|p')
+# FuzzCompare (hack/mlx5cmp) is left out: it needs RDMAGO_MLX5CMP=1 (root,
+# gcc, libibverbs-dev) and runs two supervised processes per input;
+# test-mlx5cmp and fuzz run it.
+FUZZ_TARGETS = $(filter-out ./hack/mlx5cmp:FuzzCompare,$(shell git ls-files -co --exclude-standard '*_test.go' | xargs grep -H '^func Fuzz' | \
+	sed -n 's|^\(.*\)/[^/]*_test.go:func \(Fuzz[A-Za-z0-9_]*\).*|./\1:\2|p'))
 FUZZTIME      ?= 60s
 # make test's budget is a count of executions, not a duration: with a
 # duration, Go 1.26's fuzz coordinator can fail a target with a bare
@@ -78,8 +86,9 @@ test-fuzz:
 	@$(call fuzzrun,$(FUZZTIME_TEST))
 
 ## fuzz: every fuzz target for FUZZTIME (60s) each.
-fuzz:
+fuzz: deps
 	@$(call fuzzrun,$(FUZZTIME))
+	RDMAGO_MLX5CMP=1 $(GOTEST) -run '^$$' -fuzz '^FuzzCompare$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 10x ./hack/mlx5cmp
 
 # The race detector needs cgo (-race requires cgo on linux/amd64); a race
 # test binary is dynamically linked, which the VM runs because it shares
@@ -144,6 +153,26 @@ bench: deps build
 	$(VM) run --smp 2 --kernel $(KERNEL) --timeout 20m -- $(CURDIR)/bin/bench -reps 5 $(CURDIR)/bin/rdmago latency
 	$(GOTEST) -exec "$(VM) run --kernel $(KERNEL) --" -run '^$$' -bench . -benchmem ./...
 	$(MAKE) bench-mlx5
+	$(MAKE) bench-mlx5cmp
+
+## bench-mlx5cmp: instructions per post and per polled completion of
+## rdma-core's libmlx5 (ibv_post_send, ibv_poll_cq) against rdmago
+## (uverbs.QP.PostSend, CQ.Poll) on hack/mlx5cmp's fake mlx5 device, in one
+## VM boot under the instruction-counting clock, BENCH_REPS alternating runs
+## each (docs/performance.md, mlx5).
+MLX5CMP_BENCH_N ?= 20000
+bench-mlx5cmp: deps
+	@mkdir -p bin/mlx5cmp
+	$(GO) build -o bin/mlx5cmp/mlx5cmp ./hack/mlx5cmp
+	$(GO) build -o bin/mlx5cmp/bench-go ./hack/mlx5cmp/scenario/gobench
+	gcc -O2 -Wall -Wextra -o bin/mlx5cmp/bench-c hack/mlx5cmp/scenario/bench.c -libverbs
+	$(VM) run --icount --kernel $(KERNEL) --timeout 20m -- /bin/sh -c 'cd hack/mlx5cmp && \
+		for i in $$(seq $(BENCH_REPS)); do for s in c go; do \
+			timeout 300 $(CURDIR)/bin/mlx5cmp/mlx5cmp run -profile testdata/cx6.json -o /dev/null -- \
+				$(CURDIR)/bin/mlx5cmp/bench-$$s $(MLX5CMP_BENCH_N) >/tmp/bench.out 2>&1; \
+			grep -q "^bench " /tmp/bench.out || { cat /tmp/bench.out; exit 1; }; \
+			sed "s/^/$$s $$i: /" /tmp/bench.out; \
+		done; done'
 
 ## generate: regenerate what is generated (go generate ./...): the kernel ABI
 ## from the pinned uapi headers, the mlx5 golden vectors, the doctor's table.
