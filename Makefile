@@ -165,7 +165,7 @@ bench-mlx5cmp: deps
 	@mkdir -p bin/mlx5cmp
 	$(GO) build -o bin/mlx5cmp/mlx5cmp ./hack/mlx5cmp
 	$(GO) build -o bin/mlx5cmp/bench-go ./hack/mlx5cmp/scenario/gobench
-	gcc -O2 -Wall -Wextra -o bin/mlx5cmp/bench-c hack/mlx5cmp/scenario/bench.c -libverbs
+	gcc -O2 -Wall -Wextra -o bin/mlx5cmp/bench-c hack/mlx5cmp/scenario/bench.c hack/mlx5cmp/scenario/common.c -libverbs
 	$(VM) run --icount --kernel $(KERNEL) --timeout 20m -- /bin/sh -c 'cd hack/mlx5cmp && \
 		for i in $$(seq $(BENCH_REPS)); do for s in c go; do \
 			timeout 300 $(CURDIR)/bin/mlx5cmp/mlx5cmp run -profile testdata/cx6.json -o /dev/null -- \

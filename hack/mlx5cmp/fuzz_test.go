@@ -5,7 +5,6 @@ package main
 import (
 	"context"
 	"encoding/hex"
-	"fmt"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -21,32 +20,6 @@ import (
 // maxRandomInput is the most input bytes the random programs keep
 // (random.c's MAX_INPUT, gorandom's maxInput); a run reads fewer.
 const maxRandomInput = 4096
-
-// buildRandom compiles the random-sequence programs and this command once
-// per test binary (each fuzz worker is one) into a temporary directory.
-var buildRandom = sync.OnceValues(func() (string, error) {
-	if err := inheritedCloseOnExec(); err != nil {
-		return "", err
-	}
-	dir, err := tempDir()
-	if err != nil {
-		return "", err
-	}
-	steps := [][]string{
-		{"gcc", "-O2", "-Wall", "-Wextra", "-Werror", "-o", filepath.Join(dir, "random-c"), "scenario/random.c", "-libverbs"},
-		{"go", "build", "-o", filepath.Join(dir, "random-go"), "./scenario/gorandom"},
-		{"go", "build", "-tags", "mlx5cmp_mutant", "-o", filepath.Join(dir, "random-go-mutant"), "./scenario/gorandom"},
-		{"go", "build", "-o", filepath.Join(dir, "mlx5cmp"), "."},
-	}
-	for _, s := range steps {
-		cmd := exec.Command(s[0], s[1:]...)
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return "", fmt.Errorf("%s: %v\n%s", strings.Join(s, " "), err, out)
-		}
-	}
-	return dir, nil
-})
 
 // inheritedCloseOnExec marks the descriptors above stderr that this
 // process inherited close-on-exec (Go opens its own so). A fuzz worker
@@ -88,7 +61,7 @@ var randomDivergences = sync.OnceValues(func() ([]divergence, error) {
 // takes a fraction of a second; the timeout only bounds a hung one.
 func randomTranscript(t *testing.T, prog, in string) []string {
 	t.Helper()
-	dir, err := buildRandom()
+	dir, err := build()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,6 +140,12 @@ var randomSeeds = []string{
 func FuzzCompare(f *testing.F) {
 	if os.Getenv("RDMAGO_MLX5CMP") != "1" {
 		f.Skip("set RDMAGO_MLX5CMP=1 to compare libmlx5 with rdmago's provider on random sequences")
+	}
+	// Build here, not in the first input: the fuzzing engine allows an
+	// input 10 s in a worker (then panics, and the worker exits 2), and
+	// the build of all the programs can take longer on a busy machine.
+	if _, err := build(); err != nil {
+		f.Fatal(err)
 	}
 	for _, s := range randomSeeds {
 		b, err := hex.DecodeString(strings.ReplaceAll(s, " ", ""))

@@ -52,18 +52,39 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// build compiles the scenario programs and this command once per test
-// binary into a temporary directory.
+// build compiles the scenario programs (each C one with scenario/common.c,
+// each Go one with package scen; the RC scenario's and the random
+// sequences' Go programs also with the mutant provider) and this command
+// once per test binary (each fuzz worker is one) into a temporary
+// directory.
 var build = sync.OnceValues(func() (string, error) {
+	if err := inheritedCloseOnExec(); err != nil {
+		return "", err
+	}
 	dir, err := tempDir()
 	if err != nil {
 		return "", err
 	}
+	gcc := func(out, src string) []string {
+		return []string{"gcc", "-O2", "-Wall", "-Wextra", "-Werror", "-o", filepath.Join(dir, out), "scenario/" + src, "scenario/common.c", "-libverbs"}
+	}
+	goBuild := func(out, pkg string, tags ...string) []string {
+		s := []string{"go", "build"}
+		if len(tags) > 0 {
+			s = append(s, "-tags", strings.Join(tags, ","))
+		}
+		return append(s, "-o", filepath.Join(dir, out), pkg)
+	}
 	steps := [][]string{
-		{"gcc", "-O2", "-Wall", "-Wextra", "-Werror", "-o", filepath.Join(dir, "scenario-c"), "scenario/rc.c", "-libverbs"},
-		{"go", "build", "-o", filepath.Join(dir, "scenario-go"), "./scenario/goscen"},
-		{"go", "build", "-tags", "mlx5cmp_mutant", "-o", filepath.Join(dir, "scenario-go-mutant"), "./scenario/goscen"},
-		{"go", "build", "-o", filepath.Join(dir, "mlx5cmp"), "."},
+		gcc("scenario-c", "rc.c"),
+		gcc("random-c", "random.c"),
+		gcc("bench-c", "bench.c"),
+		goBuild("scenario-go", "./scenario/goscen"),
+		goBuild("scenario-go-mutant", "./scenario/goscen", "mlx5cmp_mutant"),
+		goBuild("random-go", "./scenario/gorandom"),
+		goBuild("random-go-mutant", "./scenario/gorandom", "mlx5cmp_mutant"),
+		goBuild("bench-go", "./scenario/gobench"),
+		goBuild("mlx5cmp", "."),
 	}
 	for _, s := range steps {
 		cmd := exec.Command(s[0], s[1:]...)

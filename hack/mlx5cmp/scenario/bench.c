@@ -6,10 +6,10 @@
  * supervisor while the program is stopped in a marker's write.
  *
  * Its Go twin is hack/mlx5cmp/scenario/gobench/main.go: the same setup (the
- * setup and teardown of rc.c, copied), the same requests, the same loop,
- * the same output. Change one and you must change the other.
+ * setup and teardown of rc.c, in common.c), the same requests, the same
+ * loop, the same output. Change one and you must change the other.
  *
- *   gcc -O2 -Wall -Wextra -o bin/mlx5cmp/bench-c hack/mlx5cmp/scenario/bench.c -libverbs
+ *   gcc -O2 -Wall -Wextra -o bin/mlx5cmp/bench-c hack/mlx5cmp/scenario/bench.c hack/mlx5cmp/scenario/common.c -libverbs
  *   cd hack/mlx5cmp && mlx5cmp run -profile testdata/cx6.json -o /dev/null -- bench-c 20000
  *
  * Usage: bench-c N [K]. N signalled RDMA writes of 64 bytes with one SGE,
@@ -35,255 +35,22 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <time.h>
-#include <unistd.h>
 #include <infiniband/verbs.h>
 
+#include "common.h"
+
+const char prog_name[] = "bench-c";
+const char prog_args[] = "N";
+
 enum {
-	MARK_FD = 899,
-	BUF_SIZE = 64 * 1024,
-	CQ_SIZE = 256,
-	POLL_BATCH = 16,
-	MAX_POLLS = 100,
-	IB_PORT = 1,
-	GID_INDEX = 1,
 	MSG_SIZE = 64,
 	DEFAULT_K = 64,
 	CLOCK_PAIRS = 10000,
 };
-
-/* The objects of the common setup. */
-static struct ibv_context *ctx;
-static struct ibv_pd *pd;
-static uint8_t *buf0, *buf1;
-static struct ibv_mr *mr0, *mr1;
-static struct ibv_cq *cq;
-static struct ibv_qp *qp;
-static struct ibv_qp_cap caps; /* as granted */
-
-/* ---- markers ---- */
-
-/*
- * mark writes one marker line to MARK_FD. Outside mlx5cmp the descriptor
- * does not exist: say so and exit 2.
- */
-__attribute__((format(printf, 1, 2))) static void mark(const char *format, ...)
-{
-	char line[512];
-	va_list ap;
-	va_start(ap, format);
-	int n = vsnprintf(line, sizeof line, format, ap);
-	va_end(ap);
-	if (n < 0 || (size_t)n >= sizeof line) {
-		fprintf(stderr, "bench-c: marker too long\n");
-		exit(1);
-	}
-	ssize_t w = write(MARK_FD, line, (size_t)n);
-	if (w != n) {
-		if (w < 0 && errno == EBADF)
-			fprintf(stderr, "bench-c: marker descriptor %d does not exist: "
-					"run me under mlx5cmp (mlx5cmp run ... -- bench-c N)\n",
-				MARK_FD);
-		else
-			fprintf(stderr, "bench-c: marker write: %s\n", strerror(errno));
-		exit(2);
-	}
-}
-
-/* fail reports an unexpected failure of call name with errno err, then exits 1. */
-static void fail(const char *name, int err)
-{
-	mark("ret %s=%d", name, err);
-	fprintf(stderr, "bench-c: %s: %s\n", name, strerror(err));
-	exit(1);
-}
-
-/* ---- setup and teardown (rc.c's) ---- */
-
-static void setup(void)
-{
-	mark("step setup");
-
-	int num = 0;
-	struct ibv_device **list = ibv_get_device_list(&num);
-	if (!list || num == 0) {
-		fprintf(stderr, "scenario-c: no RDMA device\n");
-		exit(2);
-	}
-	struct ibv_device *dev = NULL;
-	for (int i = 0; i < num; i++)
-		if (strcmp(ibv_get_device_name(list[i]), "mlx5_0") == 0)
-			dev = list[i];
-	if (!dev) {
-		fprintf(stderr, "scenario-c: no device mlx5_0\n");
-		exit(2);
-	}
-	ctx = ibv_open_device(dev);
-	if (!ctx) {
-		fprintf(stderr, "scenario-c: open mlx5_0: %s\n", strerror(errno));
-		exit(2);
-	}
-	ibv_free_device_list(list);
-
-	/*
-	 * The GID: Go has one call, Context.QueryGIDTable, which queries the
-	 * device, each port, then the whole table sized by the ports'
-	 * gid_tbl_len. Do the same here (rather than ibv_query_gid, which has
-	 * no Go counterpart).
-	 */
-	struct ibv_device_attr_ex dattr;
-	int err = ibv_query_device_ex(ctx, NULL, &dattr);
-	if (err)
-		fail("query_device", err);
-	size_t max = 0;
-	for (int p = 1; p <= dattr.orig_attr.phys_port_cnt; p++) {
-		struct ibv_port_attr pattr;
-		err = ibv_query_port(ctx, (uint8_t)p, &pattr);
-		if (err)
-			fail("query_port", err);
-		max += (size_t)pattr.gid_tbl_len;
-	}
-	struct ibv_gid_entry *ents = calloc(max ? max : 1, sizeof *ents);
-	if (!ents)
-		fail("calloc", ENOMEM);
-	ssize_t nent = ibv_query_gid_table(ctx, ents, max, 0);
-	if (nent < 0)
-		fail("query_gid_table", (int)-nent);
-	union ibv_gid dgid = {0};
-	int found = 0;
-	for (ssize_t i = 0; i < nent; i++)
-		if (ents[i].port_num == IB_PORT && ents[i].gid_index == GID_INDEX) {
-			dgid = ents[i].gid;
-			found = 1;
-		}
-	free(ents);
-	if (!found)
-		fail("gid_index_1", ENOENT);
-
-	pd = ibv_alloc_pd(ctx);
-	if (!pd)
-		fail("alloc_pd", errno);
-
-	int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
-		     IBV_ACCESS_REMOTE_ATOMIC;
-	buf0 = aligned_alloc((size_t)sysconf(_SC_PAGESIZE), BUF_SIZE);
-	buf1 = aligned_alloc((size_t)sysconf(_SC_PAGESIZE), BUF_SIZE);
-	if (!buf0 || !buf1)
-		fail("alloc", ENOMEM);
-	memset(buf0, 0, BUF_SIZE);
-	memset(buf1, 0, BUF_SIZE);
-	mr0 = ibv_reg_mr(pd, buf0, BUF_SIZE, access);
-	if (!mr0)
-		fail("reg_mr0", errno);
-	mr1 = ibv_reg_mr(pd, buf1, BUF_SIZE, access);
-	if (!mr1)
-		fail("reg_mr1", errno);
-	for (int i = 0; i < BUF_SIZE; i++)
-		buf0[i] = (uint8_t)(i * 7 + 3);
-
-	cq = ibv_create_cq(ctx, CQ_SIZE, NULL, NULL, 0);
-	if (!cq)
-		fail("create_cq", errno);
-
-	struct ibv_qp_init_attr init = {
-		.send_cq = cq,
-		.recv_cq = cq,
-		.cap = {.max_send_wr = 64, .max_recv_wr = 64, .max_send_sge = 4, .max_recv_sge = 4,
-			.max_inline_data = 128},
-		.qp_type = IBV_QPT_RC,
-		.sq_sig_all = 0,
-	};
-	qp = ibv_create_qp(pd, &init);
-	if (!qp)
-		fail("create_qp", errno);
-	caps = init.cap;
-	mark("ret cap.max_send_wr=%u", caps.max_send_wr);
-	mark("ret cap.max_recv_wr=%u", caps.max_recv_wr);
-	mark("ret cap.max_send_sge=%u", caps.max_send_sge);
-	mark("ret cap.max_recv_sge=%u", caps.max_recv_sge);
-	mark("ret cap.max_inline_data=%u", caps.max_inline_data);
-
-	struct ibv_qp_attr a = {
-		.qp_state = IBV_QPS_INIT,
-		.pkey_index = 0,
-		.port_num = IB_PORT,
-		.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
-				   IBV_ACCESS_REMOTE_ATOMIC,
-	};
-	err = ibv_modify_qp(qp, &a,
-			    IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
-	if (err)
-		fail("modify_init", err);
-
-	a = (struct ibv_qp_attr){
-		.qp_state = IBV_QPS_RTR,
-		.path_mtu = IBV_MTU_1024,
-		.dest_qp_num = qp->qp_num,
-		.rq_psn = 0,
-		.max_dest_rd_atomic = 1,
-		.min_rnr_timer = 12,
-		.ah_attr =
-			{
-				.is_global = 1,
-				.grh = {.dgid = dgid, .sgid_index = GID_INDEX, .hop_limit = 64},
-				.port_num = IB_PORT,
-			},
-	};
-	err = ibv_modify_qp(qp, &a,
-			    IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-				    IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
-				    IBV_QP_MIN_RNR_TIMER);
-	if (err)
-		fail("modify_rtr", err);
-
-	a = (struct ibv_qp_attr){
-		.qp_state = IBV_QPS_RTS,
-		.sq_psn = 0,
-		.timeout = 14,
-		.retry_cnt = 7,
-		.rnr_retry = 7,
-		.max_rd_atomic = 1,
-	};
-	err = ibv_modify_qp(qp, &a,
-			    IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-				    IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
-	if (err)
-		fail("modify_rts", err);
-}
-
-static void teardown(void)
-{
-	mark("step teardown");
-	/*
-	 * Move the QP to ERR first: Go's QP.Close does that itself for a QP
-	 * not in RESET or ERR (so that outstanding requests flush), which
-	 * ibv_destroy_qp does not. Doing it explicitly on both sides keeps
-	 * the command sequences the same (Go's Close then skips it).
-	 */
-	struct ibv_qp_attr a = {.qp_state = IBV_QPS_ERR};
-	int err = ibv_modify_qp(qp, &a, IBV_QP_STATE);
-	if (err)
-		fail("modify_err", err);
-	if ((err = ibv_destroy_qp(qp)))
-		fail("destroy_qp", err);
-	if ((err = ibv_destroy_cq(cq)))
-		fail("destroy_cq", err);
-	if ((err = ibv_dereg_mr(mr0)))
-		fail("dereg_mr0", err);
-	if ((err = ibv_dereg_mr(mr1)))
-		fail("dereg_mr1", err);
-	free(buf0);
-	free(buf1);
-	if ((err = ibv_dealloc_pd(pd)))
-		fail("dealloc_pd", err);
-	if ((err = ibv_close_device(ctx)))
-		fail("close_device", errno);
-}
 
 /* ---- the benchmark ---- */
 

@@ -12,7 +12,7 @@
 // Its C twin is hack/mlx5cmp/scenario/random.c: both decode the input by
 // the spec below, byte for byte, and perform the same calls in the same
 // order; change one and you must change the other. The setup and the
-// teardown are goscen's (copied), so the shared divergences apply.
+// teardown are goscen's (package scen's), so the shared divergences apply.
 //
 //	CGO_ENABLED=0 go build -o /tmp/random-go ./hack/mlx5cmp/scenario/gorandom
 //	mlx5cmp run -profile hack/mlx5cmp/testdata/cx6.json -o /tmp/go.txt -- /tmp/random-go 0a0102...
@@ -38,9 +38,9 @@
 //	          inline: l & 0x80 ? (l & 0x7f) * 2 : l % 48 (so four short
 //	          ones fit max_inline_data 188, one long one may not);
 //	          otherwise: l & 0x80 ? (l & 0x7f) * 64 : l; either way at
-//	          most bufSize - offset.
+//	          most scen.BufSize - offset.
 //	      r = 2 bytes (hi, lo): the remote offset in buf1 (rkey mr1),
-//	          r % (bufSize - total + 1), total the SGEs' summed length.
+//	          r % (scen.BufSize - total + 1), total the SGEs' summed length.
 //	    Adjusted after decoding (every byte above is read regardless):
 //	      RDMA_READ: INLINE dropped (rdmago refuses an inline READ with
 //	          EINVAL; libmlx5 would copy the local data into the WQE).
@@ -62,9 +62,9 @@
 //	    device executes fails with it, and every one after it is flushed.
 //	6   poll: one poll of 1 + a % 16 completions, reported.
 //	7   drain: polls of 1 + a % 16 until one finds nothing (at most
-//	    maxPolls polls), each reported.
+//	    scen.MaxPolls polls), each reported.
 //
-// At the end: step "final", "complete", a drain of pollBatch, then the
+// At the end: step "final", "complete", a drain of scen.PollBatch, then the
 // teardown.
 //
 // A post that fails marks "ret post_send=ERRNO bad_wr_index=N" (or
@@ -87,36 +87,23 @@
 package main
 
 import (
-	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
-	"syscall"
 
-	"github.com/rdmago/rdma/mr"
-	"github.com/rdmago/rdma/qp"
+	"github.com/rdmago/rdma/hack/mlx5cmp/scenario/scen"
 	"github.com/rdmago/rdma/uverbs"
 	"github.com/rdmago/rdma/wr"
 )
 
 const (
-	markFD    = 899
-	bufSize   = 64 * 1024
-	cqSize    = 256
-	pollBatch = 16
-	maxPolls  = 100
-	ibPort    = 1
-	gidIndex  = 1
-	maxOps    = 64
-	maxWRs    = 64 // below max_send_wr (85) and max_recv_wr (64): no post overflows
-	maxSGE    = 5  // one over the QP's max_send_sge and max_recv_sge
-	maxList   = 8
-	maxInput  = 4096 // bytes kept; a run reads fewer (maxOps + maxWRs * 19)
+	maxOps   = 64
+	maxWRs   = 64 // below max_send_wr (85) and max_recv_wr (64): no post overflows
+	maxSGE   = 5  // one over the QP's max_send_sge and max_recv_sge
+	maxList  = 8
+	maxInput = 4096 // bytes kept; a run reads fewer (maxOps + maxWRs * 19)
 )
-
-// ETIMEDOUT, as rc.c checks it against <errno.h>.
-const eTIMEDOUT = 110
 
 // The send opcodes in the order the input numbers them.
 var opcodes = [7]wr.Opcode{
@@ -133,365 +120,36 @@ var syndromes = [13]uint8{0x01, 0x02, 0x04, 0x05, 0x06, 0x10, 0x11,
 // wr.SendFlags has the same values.
 const sendFlagsMask = wr.Fence | wr.Signaled | wr.Solicited | wr.Inline
 
-// The objects of the common setup.
-var (
-	ctx        *uverbs.Context
-	pd         *uverbs.PD
-	buf0, buf1 []byte
-	mr0, mr1   *mr.Region
-	cq         *uverbs.CQ
-	q          *uverbs.QP
-	caps       qp.Caps // as granted
-)
-
-// ---- markers ----
-
-// mark writes one marker line to markFD. Outside mlx5cmp the descriptor
-// does not exist: say so and exit 2.
-func mark(format string, args ...any) {
-	line := fmt.Sprintf(format, args...)
-	n, err := syscall.Write(markFD, []byte(line))
-	if err != nil || n != len(line) {
-		if err == syscall.EBADF {
-			fmt.Fprintf(os.Stderr, "random-go: marker descriptor %d does not exist: run me under mlx5cmp (mlx5cmp run ... -- random-go HEX)\n", markFD)
-		} else {
-			fmt.Fprintf(os.Stderr, "random-go: marker write: %v (%d of %d bytes)\n", err, n, len(line))
-		}
-		os.Exit(2)
-	}
-}
-
-// errnoOf returns the errno err wraps: 0 for nil, -1 for an error that
-// wraps none.
-func errnoOf(err error) int {
-	if err == nil {
-		return 0
-	}
-	var e syscall.Errno
-	if errors.As(err, &e) {
-		return int(e)
-	}
-	return -1
-}
-
-// fail reports an unexpected failure of call name with err, then exits 1.
-func fail(name string, err error) {
-	mark("ret %s=%d", name, errnoOf(err))
-	fmt.Fprintf(os.Stderr, "random-go: %s: %v\n", name, err)
-	os.Exit(1)
-}
-
-// ---- completions ----
-
-// wcStatus maps a status to enum ibv_wc_status's value. wr's values are
-// already ibv_wc's, but the mapping is spelled out so that a change in wr
-// shows here, against the literals rc.c (and random.c) assert.
-func wcStatus(s wr.Status) int {
-	switch s {
-	case wr.Success:
-		return 0 // IBV_WC_SUCCESS
-	case wr.LocLenErr:
-		return 1
-	case wr.LocQPOpErr:
-		return 2
-	case wr.LocEECOpErr:
-		return 3
-	case wr.LocProtErr:
-		return 4
-	case wr.WRFlushErr:
-		return 5 // IBV_WC_WR_FLUSH_ERR
-	case wr.MWBindErr:
-		return 6
-	case wr.BadRespErr:
-		return 7
-	case wr.LocAccessErr:
-		return 8
-	case wr.RemInvReqErr:
-		return 9
-	case wr.RemAccessErr:
-		return 10
-	case wr.RemOpErr:
-		return 11
-	case wr.RetryExcErr:
-		return 12
-	case wr.RNRRetryExcErr:
-		return 13
-	case wr.LocRDDViolErr:
-		return 14
-	case wr.RemInvRdReqErr:
-		return 15
-	case wr.RemAbortErr:
-		return 16
-	case wr.InvEECNErr:
-		return 17
-	case wr.InvEECStateErr:
-		return 18
-	case wr.FatalErr:
-		return 19
-	case wr.RespTimeoutErr:
-		return 20
-	case wr.GeneralErr:
-		return 21 // IBV_WC_GENERAL_ERR
-	case wr.TMErr:
-		return 22
-	case wr.TMRndvIncomplete:
-		return 23
-	}
-	return 1000 + int(s) // no ibv_wc_status: shows as a difference
-}
-
-// wcOpcode maps a completion opcode to enum ibv_wc_opcode's value.
-// (IBV_WC_ATOMIC_WRITE = 9, the tag-matching and driver opcodes have no
-// wr counterpart; this scenario produces none of them.)
-func wcOpcode(o wr.WCOpcode) int {
-	switch o {
-	case wr.WCSend:
-		return 0 // IBV_WC_SEND
-	case wr.WCRDMAWrite:
-		return 1
-	case wr.WCRDMARead:
-		return 2
-	case wr.WCCompSwap:
-		return 3
-	case wr.WCFetchAdd:
-		return 4
-	case wr.WCBindMW:
-		return 5
-	case wr.WCLocalInv:
-		return 6
-	case wr.WCTSO:
-		return 7
-	case wr.WCRecv:
-		return 128 // IBV_WC_RECV
-	case wr.WCRecvRDMAWithImm:
-		return 129 // IBV_WC_RECV_RDMA_WITH_IMM
-	}
-	return 1000 + int(o)
-}
-
-// wcFlags maps completion flags to IBV_WC_* bits (enum ibv_wc_flags).
-func wcFlags(f wr.WCFlags) uint32 {
-	var v uint32
-	if f&wr.WCGRH != 0 {
-		v |= 1 // IBV_WC_GRH
-	}
-	if f&wr.WCWithImm != 0 {
-		v |= 2 // IBV_WC_WITH_IMM
-	}
-	if f&wr.WCIPCsumOK != 0 {
-		v |= 4 // IBV_WC_IP_CSUM_OK
-	}
-	if f&wr.WCWithInv != 0 {
-		v |= 8 // IBV_WC_WITH_INV
-	}
-	if rest := f &^ (wr.WCGRH | wr.WCWithImm | wr.WCIPCsumOK | wr.WCWithInv); rest != 0 {
-		v |= uint32(rest) << 16 // unknown: shows as a difference
-	}
-	return v
-}
-
-// wcImm returns imm_data as ibv_wc carries it (see the top comment).
-func wcImm(c *wr.Completion) uint32 {
-	if c.Flags&wr.WCWithInv != 0 {
-		return c.Imm // invalidated_rkey: host order in ibv_wc too
-	}
-	var b [4]byte
-	binary.BigEndian.PutUint32(b[:], c.Imm)
-	return binary.NativeEndian.Uint32(b[:])
-}
-
-func emitWC(c *wr.Completion) {
-	mark("wc wr_id=0x%x status=%d opcode=%d vendor_err=0x%x byte_len=%d imm=0x%x "+
-		"qp_num=%d src_qp=%d wc_flags=0x%x pkey_index=%d slid=%d sl=%d dlid_path_bits=%d",
-		c.ID, wcStatus(c.Status), wcOpcode(c.Opcode), c.VendorErr, c.ByteLen, wcImm(c),
-		c.QPNum, c.SrcQP, wcFlags(c.Flags), c.PKeyIndex, c.SLID, c.SL,
-		c.DLIDPathBits)
-	if c.Status != wr.Success {
-		qpFailed = true
-	}
-}
-
-// ---- setup and teardown ----
-
-func setup() {
-	mark("step setup")
-
-	// uverbs.Open covers ibv_get_device_list, the search for the name and
-	// ibv_open_device.
-	var err error
-	ctx, err = uverbs.Open("mlx5_0")
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "random-go: open mlx5_0: %v\n", err)
-		os.Exit(2)
-	}
-
-	// The GID: QueryGIDTable queries the device, each port, then the
-	// whole table (rc.c makes the same calls); there is no single-entry
-	// query like ibv_query_gid.
-	ents, err := ctx.QueryGIDTable()
-	if err != nil {
-		fail("query_gid_table", err)
-	}
-	var dgid qp.GID
-	found := false
-	for _, e := range ents {
-		if e.Port == ibPort && e.Index == gidIndex {
-			dgid = e.GID
-			found = true
-		}
-	}
-	if !found {
-		fail("gid_index_1", syscall.ENOENT)
-	}
-
-	pd, err = ctx.AllocPD()
-	if err != nil {
-		fail("alloc_pd", err)
-	}
-
-	access := wr.LocalWrite | wr.RemoteWrite | wr.RemoteRead | wr.RemoteAtomic
-	// mr.New allocates page-aligned zeroed memory and registers it
-	// (rc.c: aligned_alloc, memset 0, ibv_reg_mr).
-	if mr0, err = mr.New(pd, bufSize, access); err != nil {
-		fail("reg_mr0", err)
-	}
-	if mr1, err = mr.New(pd, bufSize, access); err != nil {
-		fail("reg_mr1", err)
-	}
-	buf0, buf1 = mr0.Bytes(), mr1.Bytes()
-	for i := range buf0 {
-		buf0[i] = byte(i*7 + 3)
-	}
-
-	if cq, err = ctx.CreateCQ(uverbs.CQAttr{CQE: cqSize}); err != nil {
-		fail("create_cq", err)
-	}
-
-	q, err = pd.CreateQP(uverbs.QPInitAttr{
-		Type:   qp.RC,
-		SendCQ: cq,
-		RecvCQ: cq,
-		Caps: qp.Caps{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 4, MaxRecvSGE: 4,
-			MaxInlineData: 128},
-		SignalAll: false,
-	})
-	if err != nil {
-		fail("create_qp", err)
-	}
-	caps = q.Caps()
-	mark("ret cap.max_send_wr=%d", caps.MaxSendWR)
-	mark("ret cap.max_recv_wr=%d", caps.MaxRecvWR)
-	mark("ret cap.max_send_sge=%d", caps.MaxSendSGE)
-	mark("ret cap.max_recv_sge=%d", caps.MaxRecvSGE)
-	mark("ret cap.max_inline_data=%d", caps.MaxInlineData)
-
-	a := qp.Attr{
-		State:         qp.StateInit,
-		PKeyIndex:     0,
-		PortNum:       ibPort,
-		QPAccessFlags: wr.RemoteWrite | wr.RemoteRead | wr.RemoteAtomic,
-	}
-	if err := q.Modify(&a,
-		qp.AttrState|qp.AttrPKeyIndex|qp.AttrPort|qp.AttrAccessFlags); err != nil {
-		fail("modify_init", err)
-	}
-
-	a = qp.Attr{
-		State:           qp.StateRTR,
-		PathMTU:         qp.MTU1024,
-		DestQPNum:       q.Num(),
-		RQPSN:           0,
-		MaxDestRdAtomic: 1,
-		MinRNRTimer:     12,
-		AHAttr: qp.AHAttr{
-			IsGlobal:  true,
-			DGID:      dgid,
-			SGIDIndex: gidIndex,
-			HopLimit:  64,
-			PortNum:   ibPort,
-		},
-	}
-	if err := q.Modify(&a,
-		qp.AttrState|qp.AttrAV|qp.AttrPathMTU|qp.AttrDestQPN|
-			qp.AttrRQPSN|qp.AttrMaxDestRdAtomic|
-			qp.AttrMinRNRTimer); err != nil {
-		fail("modify_rtr", err)
-	}
-
-	a = qp.Attr{
-		State:       qp.StateRTS,
-		SQPSN:       0,
-		Timeout:     14,
-		RetryCnt:    7,
-		RNRRetry:    7,
-		MaxRdAtomic: 1,
-	}
-	if err := q.Modify(&a,
-		qp.AttrState|qp.AttrTimeout|qp.AttrRetryCnt|qp.AttrRNRRetry|
-			qp.AttrSQPSN|qp.AttrMaxQPRdAtomic); err != nil {
-		fail("modify_rts", err)
-	}
-}
-
-func teardown() {
-	mark("step teardown")
-	// Move the QP to ERR first: QP.Close does that itself for a QP not in
-	// RESET or ERR (so that outstanding requests flush, waiting for the
-	// flush), which ibv_destroy_qp does not. Doing it explicitly on both
-	// sides keeps the command sequences the same (Close then skips it).
-	a := qp.Attr{State: qp.StateErr}
-	if err := q.Modify(&a, qp.AttrState); err != nil {
-		fail("modify_err", err)
-	}
-	if err := q.Close(); err != nil {
-		fail("destroy_qp", err)
-	}
-	if err := cq.Close(); err != nil {
-		fail("destroy_cq", err)
-	}
-	// Region.Close deregisters and frees (rc.c: ibv_dereg_mr each, then
-	// free both).
-	if err := mr0.Close(); err != nil {
-		fail("dereg_mr0", err)
-	}
-	if err := mr1.Close(); err != nil {
-		fail("dereg_mr1", err)
-	}
-	if err := pd.Close(); err != nil {
-		fail("dealloc_pd", err)
-	}
-	if err := ctx.Close(); err != nil {
-		fail("close_device", err)
-	}
-}
-
 // ---- completions ----
 
 var qpFailed bool // a poll returned an error completion: see the top comment
 
 // pollOnce polls for up to batch completions and reports what it found.
 func pollOnce(batch int) int {
-	var wc [pollBatch]wr.Completion
-	n, err := cq.Poll(wc[:batch])
+	var wc [scen.PollBatch]wr.Completion
+	n, err := scen.CQ.Poll(wc[:batch])
 	if err != nil {
-		mark("ret poll_error=1")
+		scen.Mark("ret poll_error=1")
 		return 0
 	}
-	mark("poll n=%d", n)
+	scen.Mark("poll n=%d", n)
 	for i := range n {
-		emitWC(&wc[i])
+		scen.EmitWC(&wc[i])
+		if wc[i].Status != wr.Success {
+			qpFailed = true
+		}
 	}
 	return n
 }
 
 // drain polls batch at a time until a poll finds nothing.
 func drain(batch int) {
-	for range maxPolls {
+	for range scen.MaxPolls {
 		if pollOnce(batch) == 0 {
 			return
 		}
 	}
-	mark("ret poll_timeout=%d", eTIMEDOUT)
+	scen.Mark("ret poll_timeout=%d", scen.ETIMEDOUT)
 }
 
 // ---- the input ----
@@ -545,10 +203,10 @@ func decodeSGE(buf uint32, inl bool) wr.SGE {
 	default:
 		n = l
 	}
-	n = min(n, bufSize-off)
-	m := mr0
+	n = min(n, scen.BufSize-off)
+	m := scen.MR0
 	if buf != 0 {
-		m = mr1
+		m = scen.MR1
 	}
 	return m.SGE(int(off), int(n))
 }
@@ -580,9 +238,9 @@ func opSend(s uint32, n int) {
 			flags &^= wr.Inline
 		}
 		if atomic {
-			m := mr0
+			m := scen.MR0
 			if buf != 0 {
-				m = mr1
+				m = scen.MR1
 			}
 			var off uint64
 			if nsge > 0 {
@@ -592,11 +250,11 @@ func opSend(s uint32, n int) {
 			nsge = 1
 			total = 8
 		}
-		if nsge > int(caps.MaxSendSGE) || (flags&wr.Inline != 0 && total > uint64(caps.MaxInlineData)) {
+		if nsge > int(scen.Caps.MaxSendSGE) || (flags&wr.Inline != 0 && total > uint64(scen.Caps.MaxInlineData)) {
 			refused = true
 		}
-		total = min(total, bufSize)
-		roff := r % (bufSize - total + 1)
+		total = min(total, scen.BufSize)
+		roff := r % (scen.BufSize - total + 1)
 		if atomic {
 			roff &^= 7
 		}
@@ -614,7 +272,7 @@ func opSend(s uint32, n int) {
 		}
 		switch {
 		case atomic:
-			w[i].RemoteAddr, w[i].RKey = mr1.Addr()+roff, mr1.RKey
+			w[i].RemoteAddr, w[i].RKey = scen.MR1.Addr()+roff, scen.MR1.RKey
 			if o&0x80 == 0 {
 				w[i].CompareAdd = uint64(s)
 			}
@@ -622,18 +280,18 @@ func opSend(s uint32, n int) {
 				w[i].Swap = 0x0102030405060708 * uint64(i+1)
 			}
 		case op != wr.OpSend && op != wr.OpSendWithImm:
-			w[i].RemoteAddr, w[i].RKey = mr1.Addr()+roff, mr1.RKey
+			w[i].RemoteAddr, w[i].RKey = scen.MR1.Addr()+roff, scen.MR1.RKey
 		}
 	}
 	if refused {
-		mark("step %d.send-refused", s)
+		scen.Mark("step %d.send-refused", s)
 	} else {
-		mark("step %d.send", s)
+		scen.Mark("step %d.send", s)
 	}
-	_, err := q.PostSend(w[:n])
-	mark("posted")
+	_, err := scen.QP.PostSend(w[:n])
+	scen.Mark("posted")
 	if err != nil {
-		mark("ret post_send=%d bad_wr_index=%d", errnoOf(err), badIndex(err))
+		scen.Mark("ret post_send=%d bad_wr_index=%d", scen.ErrnoOf(err), badIndex(err))
 	}
 }
 
@@ -667,13 +325,13 @@ func opRecv(s uint32, n int) {
 		}
 	}
 	if qpFailed {
-		mark("ret recv_skipped=1")
+		scen.Mark("ret recv_skipped=1")
 		return
 	}
-	_, err := q.PostRecv(w[:n])
-	mark("posted")
+	_, err := scen.QP.PostRecv(w[:n])
+	scen.Mark("posted")
 	if err != nil {
-		mark("ret post_recv=%d bad_wr_index=%d", errnoOf(err), badIndex(err))
+		scen.Mark("ret post_recv=%d bad_wr_index=%d", scen.ErrnoOf(err), badIndex(err))
 	}
 }
 
@@ -683,8 +341,8 @@ func run() {
 	// inline data is never 64 bytes of zeros: mlx5cmp's device ends a run
 	// of BlueFlame stores at an all-zero 64-byte block, and would show a
 	// longer copy word by word, with raw addresses.
-	for i := range buf1 {
-		buf1[i] = byte(i*13 + 5)
+	for i := range scen.Buf1 {
+		scen.Buf1[i] = byte(i*13 + 5)
 	}
 	wrs := 0
 	for s := uint32(1); s <= maxOps && inputPos < len(input) && wrs < maxWRs; s++ {
@@ -698,40 +356,41 @@ func run() {
 		case 3:
 			n := min(1+int(a%4), maxWRs-wrs)
 			wrs += n
-			mark("step %d.recv", s)
+			scen.Mark("step %d.recv", s)
 			opRecv(s, n)
 		case 4:
-			mark("step %d.complete", s)
+			scen.Mark("step %d.complete", s)
 			if a == 0 {
-				mark("complete")
+				scen.Mark("complete")
 			} else {
-				mark("complete n=%d", a)
+				scen.Mark("complete n=%d", a)
 			}
 		case 5:
-			mark("step %d.error", s)
-			mark("complete error=0x%02x", syndromes[a%13])
+			scen.Mark("step %d.error", s)
+			scen.Mark("complete error=0x%02x", syndromes[a%13])
 		case 6:
-			mark("step %d.poll", s)
+			scen.Mark("step %d.poll", s)
 			pollOnce(1 + int(a%16))
 		case 7:
-			mark("step %d.drain", s)
+			scen.Mark("step %d.drain", s)
 			drain(1 + int(a%16))
 		}
 	}
-	mark("step final")
-	mark("complete")
-	drain(pollBatch)
+	scen.Mark("step final")
+	scen.Mark("complete")
+	drain(scen.PollBatch)
 }
 
 // ---- main ----
 
 func main() {
+	scen.Prog, scen.Args = "random-go", "HEX"
 	if len(os.Args) != 2 || decodeHex(os.Args[1]) != nil {
 		fmt.Fprintln(os.Stderr, "usage: random-go HEX (the input, an even number of hex digits)")
 		os.Exit(2)
 	}
-	setup()
+	scen.Setup()
 	run()
-	teardown()
-	mark("end")
+	scen.Teardown()
+	scen.Mark("end")
 }

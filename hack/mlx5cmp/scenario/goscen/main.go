@@ -1,8 +1,10 @@
+//go:build linux && amd64
+
 // Command goscen is the Go half of mlx5cmp's scenario. It runs rdmago's
 // mlx5 provider, through the module's public packages only (uverbs, qp, wr,
 // mr), through a fixed sequence of verbs on mlx5_0, under mlx5cmp's fake
 // mlx5 kernel, and tells the supervisor where it is with markers written to
-// descriptor 899 (see mark below). The steps: RC requests of every kind on
+// descriptor 899 (see scen.Mark). The steps: RC requests of every kind on
 // the setup's QP, then, each on fresh objects, every CQE error syndrome, a
 // receive error, CQ arming, UC, UD with an address handle, the batch API
 // (QP.BeginSend) and an SRQ.
@@ -11,7 +13,9 @@
 // calls in the SAME order with the SAME arguments and print the same
 // markers, so their transcripts can be diffed line by line. Change one and
 // you must change the other; the functions have the same names (in Go
-// case) and order in both files so they can be compared by eye.
+// case) and order in both files so they can be compared by eye. What the
+// Go programs share (the markers, the setup and teardown, the completion
+// lines) is in package scen, as what the C programs share is in common.c.
 //
 //	CGO_ENABLED=0 go build -o bin/mlx5cmp/scenario-go ./hack/mlx5cmp/scenario/goscen
 //	mlx5cmp run -profile hack/mlx5cmp/testdata/cx6.json -o /tmp/go.txt -- bin/mlx5cmp/scenario-go all
@@ -24,41 +28,33 @@
 //   - wr_id = step id << 16 | index; receives use index 0x8000 + i.
 //   - every number in a marker is printed as decimal or as "0x%x" (never
 //     "%#x": C prints 0 as "0", Go as "0x0").
-//   - wc lines print ibv_wc's fields with ibv_wc's numeric values (wcStatus,
-//     wcOpcode, wcFlags map wr's types to them; rc.c checks the same numbers
-//     against verbs.h with _Static_assert); the completion array is zeroed
-//     before every poll, as the C side zeroes its ibv_wc array, so fields a
-//     provider does not write print as 0 on both sides.
+//   - wc lines print ibv_wc's fields with ibv_wc's numeric values
+//     (scen.WCStatus, WCOpcode, WCFlags map wr's types to them; common.c
+//     checks the same numbers against verbs.h with _Static_assert); the
+//     completion array is zeroed before every poll, as the C side zeroes
+//     its ibv_wc array, so fields a provider does not write print as 0 on
+//     both sides.
 //   - imm is printed as ibv_wc carries it: the raw __be32 imm_data read as
 //     a host uint32 (so, on a little-endian host, immediate 0x12345678
-//     prints as 0x78563412). wr.Completion.Imm is host order, so wcImm
-//     converts it back. An invalidated rkey (WCWithInv) is host order in
-//     ibv_wc too and printed as is.
+//     prints as 0x78563412). wr.Completion.Imm is host order, so
+//     scen.WCImm converts it back. An invalidated rkey (WCWithInv) is host
+//     order in ibv_wc too and printed as is.
 //   - "ret NAME=N" is an errno (0 for success), except the cap.* lines of
 //     the setup step, which carry the queue sizes the create granted.
 package main
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
-	"syscall"
 
-	"github.com/rdmago/rdma/mr"
+	"github.com/rdmago/rdma/hack/mlx5cmp/scenario/scen"
 	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/uverbs"
 	"github.com/rdmago/rdma/wr"
 )
 
 const (
-	markFD    = 899
-	bufSize   = 64 * 1024
-	cqSize    = 256
-	pollBatch = 16
-	maxPolls  = 100
-	ibPort    = 1
-	gidIndex  = 1
 	wrapBatch = 10
 	// 1100 one-SGE writes: the QP's send queue is not 64 WQE basic
 	// blocks. With max_send_sge 4 and max_inline_data 128, libmlx5 (and
@@ -68,12 +64,8 @@ const (
 	// A one-SGE write takes one BB, so it takes more than 1024 of them to
 	// wrap the ring twice (150 would not wrap it once).
 	wrapWrites = 1100
-	udQKey     = 0x11111111
 	grhSize    = 40 // a UD receive starts with the GRH (or its room)
 )
-
-// ETIMEDOUT, as rc.c checks it against <errno.h>.
-const eTIMEDOUT = 110
 
 // Step ids: the high bits of wr_id.
 const (
@@ -114,245 +106,70 @@ func wrid(id, index uint64) uint64 { return id<<16 | index }
 
 func recvid(id, i uint64) uint64 { return wrid(id, 0x8000+i) }
 
-// The objects of the common setup.
-var (
-	ctx      *uverbs.Context
-	pd       *uverbs.PD
-	buf0     []byte
-	mr0, mr1 *mr.Region
-	cq       *uverbs.CQ
-	q        *uverbs.QP
-	caps     qp.Caps // as granted
-	dgid     qp.GID  // port 1's GID 1: every QP's destination
-	// newQPSRQ, when set, is the SRQ newQP's QP receives from.
-	newQPSRQ *uverbs.SRQ
-)
-
-// ---- markers ----
-
-// mark writes one marker line to markFD. Outside mlx5cmp the descriptor
-// does not exist: say so and exit 2.
-func mark(format string, args ...any) {
-	line := fmt.Sprintf(format, args...)
-	n, err := syscall.Write(markFD, []byte(line))
-	if err != nil || n != len(line) {
-		if err == syscall.EBADF {
-			fmt.Fprintf(os.Stderr, "scenario-go: marker descriptor %d does not exist: run me under mlx5cmp (mlx5cmp run ... -- scenario-go SCENARIO)\n", markFD)
-		} else {
-			fmt.Fprintf(os.Stderr, "scenario-go: marker write: %v (%d of %d bytes)\n", err, n, len(line))
-		}
-		os.Exit(2)
-	}
-}
-
-// errnoOf returns the errno err wraps: 0 for nil, -1 for an error that
-// wraps none.
-func errnoOf(err error) int {
-	if err == nil {
-		return 0
-	}
-	var e syscall.Errno
-	if errors.As(err, &e) {
-		return int(e)
-	}
-	return -1
-}
-
-// fail reports an unexpected failure of call name with err, then exits 1.
-func fail(name string, err error) {
-	mark("ret %s=%d", name, errnoOf(err))
-	fmt.Fprintf(os.Stderr, "scenario-go: %s: %v\n", name, err)
-	os.Exit(1)
-}
-
 // ---- completions ----
 
-// wcStatus maps a status to enum ibv_wc_status's value. wr's values are
-// already ibv_wc's, but the mapping is spelled out so that a change in wr
-// shows here, against the literals rc.c asserts.
-func wcStatus(s wr.Status) int {
-	switch s {
-	case wr.Success:
-		return 0 // IBV_WC_SUCCESS
-	case wr.LocLenErr:
-		return 1
-	case wr.LocQPOpErr:
-		return 2
-	case wr.LocEECOpErr:
-		return 3
-	case wr.LocProtErr:
-		return 4
-	case wr.WRFlushErr:
-		return 5 // IBV_WC_WR_FLUSH_ERR
-	case wr.MWBindErr:
-		return 6
-	case wr.BadRespErr:
-		return 7
-	case wr.LocAccessErr:
-		return 8
-	case wr.RemInvReqErr:
-		return 9
-	case wr.RemAccessErr:
-		return 10
-	case wr.RemOpErr:
-		return 11
-	case wr.RetryExcErr:
-		return 12
-	case wr.RNRRetryExcErr:
-		return 13
-	case wr.LocRDDViolErr:
-		return 14
-	case wr.RemInvRdReqErr:
-		return 15
-	case wr.RemAbortErr:
-		return 16
-	case wr.InvEECNErr:
-		return 17
-	case wr.InvEECStateErr:
-		return 18
-	case wr.FatalErr:
-		return 19
-	case wr.RespTimeoutErr:
-		return 20
-	case wr.GeneralErr:
-		return 21 // IBV_WC_GENERAL_ERR
-	case wr.TMErr:
-		return 22
-	case wr.TMRndvIncomplete:
-		return 23
-	}
-	return 1000 + int(s) // no ibv_wc_status: shows as a difference
-}
-
-// wcOpcode maps a completion opcode to enum ibv_wc_opcode's value.
-// (IBV_WC_ATOMIC_WRITE = 9, the tag-matching and driver opcodes have no
-// wr counterpart; this scenario produces none of them.)
-func wcOpcode(o wr.WCOpcode) int {
-	switch o {
-	case wr.WCSend:
-		return 0 // IBV_WC_SEND
-	case wr.WCRDMAWrite:
-		return 1
-	case wr.WCRDMARead:
-		return 2
-	case wr.WCCompSwap:
-		return 3
-	case wr.WCFetchAdd:
-		return 4
-	case wr.WCBindMW:
-		return 5
-	case wr.WCLocalInv:
-		return 6
-	case wr.WCTSO:
-		return 7
-	case wr.WCRecv:
-		return 128 // IBV_WC_RECV
-	case wr.WCRecvRDMAWithImm:
-		return 129 // IBV_WC_RECV_RDMA_WITH_IMM
-	}
-	return 1000 + int(o)
-}
-
-// wcFlags maps completion flags to IBV_WC_* bits (enum ibv_wc_flags).
-func wcFlags(f wr.WCFlags) uint32 {
-	var v uint32
-	if f&wr.WCGRH != 0 {
-		v |= 1 // IBV_WC_GRH
-	}
-	if f&wr.WCWithImm != 0 {
-		v |= 2 // IBV_WC_WITH_IMM
-	}
-	if f&wr.WCIPCsumOK != 0 {
-		v |= 4 // IBV_WC_IP_CSUM_OK
-	}
-	if f&wr.WCWithInv != 0 {
-		v |= 8 // IBV_WC_WITH_INV
-	}
-	if rest := f &^ (wr.WCGRH | wr.WCWithImm | wr.WCIPCsumOK | wr.WCWithInv); rest != 0 {
-		v |= uint32(rest) << 16 // unknown: shows as a difference
-	}
-	return v
-}
-
-// wcImm returns imm_data as ibv_wc carries it (see the top comment).
-func wcImm(c *wr.Completion) uint32 {
-	if c.Flags&wr.WCWithInv != 0 {
-		return c.Imm // invalidated_rkey: host order in ibv_wc too
-	}
-	var b [4]byte
-	binary.BigEndian.PutUint32(b[:], c.Imm)
-	return binary.NativeEndian.Uint32(b[:])
-}
-
-func emitWC(c *wr.Completion) {
-	mark("wc wr_id=0x%x status=%d opcode=%d vendor_err=0x%x byte_len=%d imm=0x%x "+
-		"qp_num=%d src_qp=%d wc_flags=0x%x pkey_index=%d slid=%d sl=%d dlid_path_bits=%d",
-		c.ID, wcStatus(c.Status), wcOpcode(c.Opcode), c.VendorErr, c.ByteLen, wcImm(c),
-		c.QPNum, c.SrcQP, wcFlags(c.Flags), c.PKeyIndex, c.SLID, c.SL,
-		c.DLIDPathBits)
-}
-
 // drain polls until expect completions have come, 16 at a time, at most
-// maxPolls times, then polls once more (which should find nothing). Polls
-// that find nothing while waiting are not reported, so that the transcript
-// does not depend on when the device writes its CQEs; every other poll is.
+// scen.MaxPolls times, then polls once more (which should find nothing).
+// Polls that find nothing while waiting are not reported, so that the
+// transcript does not depend on when the device writes its CQEs; every
+// other poll is.
 func drain(expect int) {
-	wc := make([]wr.Completion, pollBatch)
+	wc := make([]wr.Completion, scen.PollBatch)
 	got := 0
-	for polls := 0; got < expect && polls < maxPolls; polls++ {
+	for polls := 0; got < expect && polls < scen.MaxPolls; polls++ {
 		clear(wc)
-		n, err := cq.Poll(wc)
+		n, err := scen.CQ.Poll(wc)
 		if err != nil {
-			mark("ret poll_error=1")
+			scen.Mark("ret poll_error=1")
 			return
 		}
 		if n == 0 {
 			continue
 		}
-		mark("poll n=%d", n)
+		scen.Mark("poll n=%d", n)
 		for i := range n {
-			emitWC(&wc[i])
+			scen.EmitWC(&wc[i])
 		}
 		got += n
 	}
 	if got < expect {
-		mark("ret poll_timeout=%d", eTIMEDOUT)
+		scen.Mark("ret poll_timeout=%d", scen.ETIMEDOUT)
 	}
 	clear(wc)
-	n, err := cq.Poll(wc)
+	n, err := scen.CQ.Poll(wc)
 	if err != nil {
-		mark("ret poll_error=1")
+		scen.Mark("ret poll_error=1")
 		return
 	}
-	mark("poll n=%d", n)
+	scen.Mark("poll n=%d", n)
 	for i := range n {
-		emitWC(&wc[i])
+		scen.EmitWC(&wc[i])
 	}
 }
 
 // ---- work requests ----
 
 // sge0 is len bytes at off in buffer 0.
-func sge0(off, n int) wr.SGE { return mr0.SGE(off, n) }
+func sge0(off, n int) wr.SGE { return scen.MR0.SGE(off, n) }
 
 // remote1 is the address of off in buffer 1, as a peer would target it.
-func remote1(off uint64) uint64 { return mr1.Addr() + off }
+func remote1(off uint64) uint64 { return scen.MR1.Addr() + off }
 
 // postSend posts wrs in one call, then marks it posted.
 func postSend(wrs []wr.SendWR) {
-	if _, err := q.PostSend(wrs); err != nil {
-		fail("post_send", err)
+	if _, err := scen.QP.PostSend(wrs); err != nil {
+		scen.Fail("post_send", err)
 	}
-	mark("posted")
+	scen.Mark("posted")
 }
 
 // postRecv posts one receive of n bytes at off in buffer 1.
 func postRecv(id uint64, off, n int) {
-	rwr := []wr.RecvWR{{ID: id, SGList: []wr.SGE{mr1.SGE(off, n)}}}
-	if _, err := q.PostRecv(rwr); err != nil {
-		fail("post_recv", err)
+	rwr := []wr.RecvWR{{ID: id, SGList: []wr.SGE{scen.MR1.SGE(off, n)}}}
+	if _, err := scen.QP.PostRecv(rwr); err != nil {
+		scen.Fail("post_recv", err)
 	}
-	mark("posted")
+	scen.Mark("posted")
 }
 
 // writeWR is a signalled RDMA write of sg to off in buffer 1.
@@ -363,189 +180,7 @@ func writeWR(id uint64, sg []wr.SGE, off uint64) wr.SendWR {
 		Opcode:     wr.OpRDMAWrite,
 		Flags:      wr.Signaled,
 		RemoteAddr: remote1(off),
-		RKey:       mr1.RKey,
-	}
-}
-
-// ---- setup and teardown ----
-
-// newQP creates an RC, UC or UD QP on CQ c with the setup's capabilities
-// and takes it to RTS, an RC or UC QP connected to itself (the device
-// loops it back). With report set it records the granted capabilities in
-// caps and marks them. Each type is given only the attributes it takes
-// (ib_modify_qp_is_ok): UC remote write access and no RDMA read/atomic or
-// retry attributes; UD a Q_Key at INIT and nothing but the state (and the
-// SQ PSN) after.
-func newQP(typ qp.Type, c *uverbs.CQ, report bool) *uverbs.QP {
-	rc, ud := typ == qp.RC, typ == qp.UD
-	nq, err := pd.CreateQP(uverbs.QPInitAttr{
-		Type:   typ,
-		SendCQ: c,
-		RecvCQ: c,
-		SRQ:    newQPSRQ,
-		Caps: qp.Caps{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 4, MaxRecvSGE: 4,
-			MaxInlineData: 128},
-		SignalAll: false,
-	})
-	if err != nil {
-		fail("create_qp", err)
-	}
-	if report {
-		caps = nq.Caps()
-		mark("ret cap.max_send_wr=%d", caps.MaxSendWR)
-		mark("ret cap.max_recv_wr=%d", caps.MaxRecvWR)
-		mark("ret cap.max_send_sge=%d", caps.MaxSendSGE)
-		mark("ret cap.max_recv_sge=%d", caps.MaxRecvSGE)
-		mark("ret cap.max_inline_data=%d", caps.MaxInlineData)
-	}
-
-	a := qp.Attr{
-		State:         qp.StateInit,
-		PKeyIndex:     0,
-		PortNum:       ibPort,
-		QPAccessFlags: wr.RemoteWrite,
-		QKey:          udQKey,
-	}
-	if rc {
-		a.QPAccessFlags |= wr.RemoteRead | wr.RemoteAtomic
-	}
-	mask := qp.AttrState | qp.AttrPKeyIndex | qp.AttrPort | qp.AttrAccessFlags
-	if ud {
-		mask = qp.AttrState | qp.AttrPKeyIndex | qp.AttrPort | qp.AttrQKey
-	}
-	if err := nq.Modify(&a, mask); err != nil {
-		fail("modify_init", err)
-	}
-
-	a = qp.Attr{
-		State:           qp.StateRTR,
-		PathMTU:         qp.MTU1024,
-		DestQPNum:       nq.Num(),
-		RQPSN:           0,
-		MaxDestRdAtomic: 1,
-		MinRNRTimer:     12,
-		AHAttr: qp.AHAttr{
-			IsGlobal:  true,
-			DGID:      dgid,
-			SGIDIndex: gidIndex,
-			HopLimit:  64,
-			PortNum:   ibPort,
-		},
-	}
-	mask = qp.AttrState | qp.AttrAV | qp.AttrPathMTU | qp.AttrDestQPN | qp.AttrRQPSN
-	if rc {
-		mask |= qp.AttrMaxDestRdAtomic | qp.AttrMinRNRTimer
-	}
-	if ud {
-		mask = qp.AttrState
-	}
-	if err := nq.Modify(&a, mask); err != nil {
-		fail("modify_rtr", err)
-	}
-
-	a = qp.Attr{
-		State:       qp.StateRTS,
-		SQPSN:       0,
-		Timeout:     14,
-		RetryCnt:    7,
-		RNRRetry:    7,
-		MaxRdAtomic: 1,
-	}
-	mask = qp.AttrState | qp.AttrSQPSN
-	if rc {
-		mask |= qp.AttrTimeout | qp.AttrRetryCnt | qp.AttrRNRRetry | qp.AttrMaxQPRdAtomic
-	}
-	if err := nq.Modify(&a, mask); err != nil {
-		fail("modify_rts", err)
-	}
-	return nq
-}
-
-func setup() {
-	mark("step setup")
-
-	// uverbs.Open covers ibv_get_device_list, the search for the name and
-	// ibv_open_device.
-	var err error
-	ctx, err = uverbs.Open("mlx5_0")
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "scenario-go: open mlx5_0: %v\n", err)
-		os.Exit(2)
-	}
-
-	// The GID: QueryGIDTable queries the device, each port, then the
-	// whole table (rc.c makes the same calls); there is no single-entry
-	// query like ibv_query_gid.
-	ents, err := ctx.QueryGIDTable()
-	if err != nil {
-		fail("query_gid_table", err)
-	}
-	found := false
-	for _, e := range ents {
-		if e.Port == ibPort && e.Index == gidIndex {
-			dgid = e.GID
-			found = true
-		}
-	}
-	if !found {
-		fail("gid_index_1", syscall.ENOENT)
-	}
-
-	pd, err = ctx.AllocPD()
-	if err != nil {
-		fail("alloc_pd", err)
-	}
-
-	access := wr.LocalWrite | wr.RemoteWrite | wr.RemoteRead | wr.RemoteAtomic
-	// mr.New allocates page-aligned zeroed memory and registers it
-	// (rc.c: aligned_alloc, memset 0, ibv_reg_mr).
-	if mr0, err = mr.New(pd, bufSize, access); err != nil {
-		fail("reg_mr0", err)
-	}
-	if mr1, err = mr.New(pd, bufSize, access); err != nil {
-		fail("reg_mr1", err)
-	}
-	buf0 = mr0.Bytes()
-	for i := range buf0 {
-		buf0[i] = byte(i*7 + 3)
-	}
-
-	if cq, err = ctx.CreateCQ(uverbs.CQAttr{CQE: cqSize}); err != nil {
-		fail("create_cq", err)
-	}
-
-	q = newQP(qp.RC, cq, true)
-}
-
-func teardown() {
-	mark("step teardown")
-	// Move the QP to ERR first: QP.Close does that itself for a QP not in
-	// RESET or ERR (so that outstanding requests flush, waiting for the
-	// flush), which ibv_destroy_qp does not. Doing it explicitly on both
-	// sides keeps the command sequences the same (Close then skips it).
-	a := qp.Attr{State: qp.StateErr}
-	if err := q.Modify(&a, qp.AttrState); err != nil {
-		fail("modify_err", err)
-	}
-	if err := q.Close(); err != nil {
-		fail("destroy_qp", err)
-	}
-	if err := cq.Close(); err != nil {
-		fail("destroy_cq", err)
-	}
-	// Region.Close deregisters and frees (rc.c: ibv_dereg_mr each, then
-	// free both).
-	if err := mr0.Close(); err != nil {
-		fail("dereg_mr0", err)
-	}
-	if err := mr1.Close(); err != nil {
-		fail("dereg_mr1", err)
-	}
-	if err := pd.Close(); err != nil {
-		fail("dealloc_pd", err)
-	}
-	if err := ctx.Close(); err != nil {
-		fail("close_device", err)
+		RKey:       scen.MR1.RKey,
 	}
 }
 
@@ -553,7 +188,7 @@ func teardown() {
 
 // 1. rc.send.sge1: a receive of 256 bytes, then a signalled SEND of 64.
 func scenSend() {
-	mark("step rc.send.sge1")
+	scen.Mark("step rc.send.sge1")
 	postRecv(recvid(idSendSGE1, 0), 0, 256)
 	postSend([]wr.SendWR{{
 		ID:     wrid(idSendSGE1, 0),
@@ -561,13 +196,13 @@ func scenSend() {
 		Opcode: wr.OpSend,
 		Flags:  wr.Signaled,
 	}})
-	mark("complete")
+	scen.Mark("complete")
 	drain(2)
 }
 
 // 2. rc.send_imm: SEND with immediate 0x12345678 into a posted receive.
 func scenSendImm() {
-	mark("step rc.send_imm")
+	scen.Mark("step rc.send_imm")
 	postRecv(recvid(idSendImm, 0), 0x100, 256)
 	postSend([]wr.SendWR{{
 		ID:     wrid(idSendImm, 0),
@@ -576,71 +211,71 @@ func scenSendImm() {
 		Flags:  wr.Signaled,
 		Imm:    0x12345678, // host order; rc.c: htonl(0x12345678)
 	}})
-	mark("complete")
+	scen.Mark("complete")
 	drain(2)
 }
 
 // 3. rc.write.sge{0,1,2,4}: RDMA writes of 0, 1, 2 and 4 SGEs.
 func scenWrite() {
-	mark("step rc.write.sge0")
+	scen.Mark("step rc.write.sge0")
 	w := writeWR(wrid(idWriteSGE0, 0), nil, 0)
 	postSend([]wr.SendWR{w})
-	mark("complete")
+	scen.Mark("complete")
 	drain(1)
 
-	mark("step rc.write.sge1")
+	scen.Mark("step rc.write.sge1")
 	s1 := []wr.SGE{sge0(0, 100)}
 	w = writeWR(wrid(idWriteSGE1, 0), s1, 0x100)
 	postSend([]wr.SendWR{w})
-	mark("complete")
+	scen.Mark("complete")
 	drain(1)
 
-	mark("step rc.write.sge2")
+	scen.Mark("step rc.write.sge2")
 	s2 := []wr.SGE{sge0(3, 17), sge0(0x200, 300)}
 	w = writeWR(wrid(idWriteSGE2, 0), s2, 0x1000)
 	postSend([]wr.SendWR{w})
-	mark("complete")
+	scen.Mark("complete")
 	drain(1)
 
-	mark("step rc.write.sge4")
+	scen.Mark("step rc.write.sge4")
 	s4 := []wr.SGE{sge0(0x10, 1), sge0(0x400, 64), sge0(0x1003, 1000),
 		sge0(0x3000, 4096)}
 	w = writeWR(wrid(idWriteSGE4, 0), s4, 0x2000)
 	postSend([]wr.SendWR{w})
-	mark("complete")
+	scen.Mark("complete")
 	drain(1)
 }
 
 // 4. rc.write_imm: RDMA WRITE WITH IMM, consuming a posted receive.
 func scenWriteImm() {
-	mark("step rc.write_imm")
+	scen.Mark("step rc.write_imm")
 	postRecv(recvid(idWriteImm, 0), 0x800, 256)
 	w := writeWR(wrid(idWriteImm, 0), []wr.SGE{sge0(0x80, 128)}, 0x3000)
 	w.Opcode = wr.OpRDMAWriteWithImm
 	w.Imm = 0x9abcdef0 // host order; rc.c: htonl(0x9abcdef0)
 	postSend([]wr.SendWR{w})
-	mark("complete")
+	scen.Mark("complete")
 	drain(2)
 }
 
 // 5. rc.read: RDMA READ of 512 bytes from buffer 1 into buffer 0.
 func scenRead() {
-	mark("step rc.read")
+	scen.Mark("step rc.read")
 	postSend([]wr.SendWR{{
 		ID:         wrid(idRead, 0),
 		SGList:     []wr.SGE{sge0(0x4000, 512)},
 		Opcode:     wr.OpRDMARead,
 		Flags:      wr.Signaled,
 		RemoteAddr: remote1(0x4000),
-		RKey:       mr1.RKey,
+		RKey:       scen.MR1.RKey,
 	}})
-	mark("complete")
+	scen.Mark("complete")
 	drain(1)
 }
 
 // 6. rc.atomic.cas and rc.atomic.fadd: 8 bytes at 8-aligned addresses.
 func scenAtomic() {
-	mark("step rc.atomic.cas")
+	scen.Mark("step rc.atomic.cas")
 	postSend([]wr.SendWR{{
 		ID:         wrid(idAtomicCAS, 0),
 		SGList:     []wr.SGE{sge0(0x5000, 8)},
@@ -649,12 +284,12 @@ func scenAtomic() {
 		RemoteAddr: remote1(0x5000),
 		CompareAdd: 0,
 		Swap:       0x1122334455667788,
-		RKey:       mr1.RKey,
+		RKey:       scen.MR1.RKey,
 	}})
-	mark("complete")
+	scen.Mark("complete")
 	drain(1)
 
-	mark("step rc.atomic.fadd")
+	scen.Mark("step rc.atomic.fadd")
 	postSend([]wr.SendWR{{
 		ID:         wrid(idAtomicFAdd, 0),
 		SGList:     []wr.SGE{sge0(0x5008, 8)},
@@ -662,9 +297,9 @@ func scenAtomic() {
 		Flags:      wr.Signaled,
 		RemoteAddr: remote1(0x5008),
 		CompareAdd: 0x10,
-		RKey:       mr1.RKey,
+		RKey:       scen.MR1.RKey,
 	}})
-	mark("complete")
+	scen.Mark("complete")
 	drain(1)
 }
 
@@ -675,7 +310,7 @@ var inlineLens = [5]int{0, 1, 16, 64, 128}
 
 func scenInline() {
 	for i, n := range inlineLens {
-		mark("step rc.inline.send.%d", n)
+		scen.Mark("step rc.inline.send.%d", n)
 		postRecv(recvid(idInlineSend+uint64(i), 0), 0x6000, 256)
 		postSend([]wr.SendWR{{
 			ID:     wrid(idInlineSend+uint64(i), 0),
@@ -683,22 +318,22 @@ func scenInline() {
 			Opcode: wr.OpSend,
 			Flags:  wr.Signaled | wr.Inline,
 		}})
-		mark("complete")
+		scen.Mark("complete")
 		drain(2)
 	}
 	for i, n := range inlineLens {
-		mark("step rc.inline.write.%d", n)
+		scen.Mark("step rc.inline.write.%d", n)
 		w := writeWR(wrid(idInlineWrite+uint64(i), 0), []wr.SGE{sge0(0x200, n)}, 0x7000)
 		w.Flags |= wr.Inline
 		postSend([]wr.SendWR{w})
-		mark("complete")
+		scen.Mark("complete")
 		drain(1)
 	}
 }
 
 // 8. rc.unsignaled: one post of 4 writes, only the last signalled.
 func scenUnsignaled() {
-	mark("step rc.unsignaled")
+	scen.Mark("step rc.unsignaled")
 	w := make([]wr.SendWR, 4)
 	for i := range uint64(4) {
 		w[i] = writeWR(wrid(idUnsignaled, i), []wr.SGE{sge0(64*int(i), 64)}, 0x8000+64*i)
@@ -707,23 +342,23 @@ func scenUnsignaled() {
 		}
 	}
 	postSend(w)
-	mark("complete")
+	scen.Mark("complete")
 	drain(1)
 }
 
 // 9a. rc.fence: a signalled write with wr.Fence.
 func scenFence() {
-	mark("step rc.fence")
+	scen.Mark("step rc.fence")
 	w := writeWR(wrid(idFence, 0), []wr.SGE{sge0(0, 64)}, 0x9000)
 	w.Flags |= wr.Fence
 	postSend([]wr.SendWR{w})
-	mark("complete")
+	scen.Mark("complete")
 	drain(1)
 }
 
 // 9b. rc.solicited: a signalled SEND with wr.Solicited.
 func scenSolicited() {
-	mark("step rc.solicited")
+	scen.Mark("step rc.solicited")
 	postRecv(recvid(idSolicited, 0), 0x9100, 256)
 	postSend([]wr.SendWR{{
 		ID:     wrid(idSolicited, 0),
@@ -731,7 +366,7 @@ func scenSolicited() {
 		Opcode: wr.OpSend,
 		Flags:  wr.Signaled | wr.Solicited,
 	}})
-	mark("complete")
+	scen.Mark("complete")
 	drain(2)
 }
 
@@ -740,14 +375,14 @@ func scenSolicited() {
 // wrap (twice, see wrapWrites). One step per batch.
 func scenWrap() {
 	for b := range uint64(wrapWrites / wrapBatch) {
-		mark("step rc.wrap.%d", b)
+		scen.Mark("step rc.wrap.%d", b)
 		w := make([]wr.SendWR, wrapBatch)
 		for i := range uint64(wrapBatch) {
 			k := b*wrapBatch + i
 			w[i] = writeWR(wrid(idWrap, k), []wr.SGE{sge0(32*int(k%64), 32)}, 0xa000+32*(k%64))
 		}
 		postSend(w)
-		mark("complete")
+		scen.Mark("complete")
 		drain(wrapBatch)
 	}
 }
@@ -756,13 +391,13 @@ func scenWrap() {
 // granted max_send_wr, not the 64 asked for: see wrapWrites) on the empty
 // queue. The last is refused with ENOMEM; the ones before it are posted.
 func scenFull() {
-	mark("step rc.full")
-	n := int(caps.MaxSendWR) + 1
+	scen.Mark("step rc.full")
+	n := int(scen.Caps.MaxSendWR) + 1
 	w := make([]wr.SendWR, n)
 	for i := range w {
 		w[i] = writeWR(wrid(idFull, uint64(i)), []wr.SGE{sge0(8*i, 8)}, 0xc000+8*uint64(i))
 	}
-	posted, err := q.PostSend(w)
+	posted, err := scen.QP.PostSend(w)
 	bad := -1
 	var pe *uverbs.PostError
 	if errors.As(err, &pe) {
@@ -770,31 +405,20 @@ func scenFull() {
 	} else if err != nil {
 		bad = posted // not a PostError: the first one not posted
 	}
-	mark("posted")
-	mark("ret post_overflow=%d", errnoOf(err))
-	mark("ret bad_wr_index=%d", bad)
-	mark("complete")
+	scen.Mark("posted")
+	scen.Mark("ret post_overflow=%d", scen.ErrnoOf(err))
+	scen.Mark("ret bad_wr_index=%d", bad)
+	scen.Mark("complete")
 	drain(posted)
 }
 
 // 12. rc.error: a signalled write that the device completes with WR_FLUSH_ERR.
 func scenError() {
-	mark("step rc.error")
+	scen.Mark("step rc.error")
 	w := writeWR(wrid(idError, 0), []wr.SGE{sge0(0, 64)}, 0xd000)
 	postSend([]wr.SendWR{w})
-	mark("complete error=0x05")
+	scen.Mark("complete error=0x05")
 	drain(1)
-}
-
-// destroyQP moves x to ERR, then destroys it (see teardown).
-func destroyQP(x *uverbs.QP) {
-	a := qp.Attr{State: qp.StateErr}
-	if err := x.Modify(&a, qp.AttrState); err != nil {
-		fail("modify_err", err)
-	}
-	if err := x.Close(); err != nil {
-		fail("destroy_qp", err)
-	}
 }
 
 // 13. rc.error.synd.0xSS: every CQE syndrome the drivers decode (enum
@@ -803,34 +427,34 @@ func destroyQP(x *uverbs.QP) {
 // syndrome gets a fresh QP (on the common CQ): one post of two signalled
 // writes; the device fails the first with the syndrome and flushes the
 // second (WR_FLUSH_ERR). The functions below swap the QP the helpers post
-// on (q) for the step and restore it.
+// on (scen.QP) for the step and restore it.
 var errSynds = [...]uint8{0x01, 0x02, 0x04, 0x05, 0x06, 0x10, 0x11,
 	0x12, 0x13, 0x14, 0x15, 0x16, 0x22, 0x7f}
 
 func scenErrorSynd() {
-	mainQP := q
+	mainQP := scen.QP
 	for i, synd := range errSynds {
-		mark("step rc.error.synd.0x%x", synd)
-		q = newQP(qp.RC, cq, false)
+		scen.Mark("step rc.error.synd.0x%x", synd)
+		scen.QP = scen.NewQP(qp.RC, scen.CQ, false)
 		i := uint64(i)
 		postSend([]wr.SendWR{
 			writeWR(wrid(idErrorSynd, 2*i), []wr.SGE{sge0(0, 64)}, 0xd100),
 			writeWR(wrid(idErrorSynd, 2*i+1), []wr.SGE{sge0(64, 64)}, 0xd140),
 		})
-		mark("complete error=0x%x", synd)
+		scen.Mark("complete error=0x%x", synd)
 		drain(2)
-		destroyQP(q)
+		scen.DestroyQP(scen.QP)
 	}
-	q = mainQP
+	scen.QP = mainQP
 }
 
 // 14. rc.error.recv: a SEND of 64 bytes into a receive of 16 on a fresh
 // QP: the device completes the receive with LOCAL_LENGTH_ERR (a responder
 // error CQE) and the send with REMOTE_INVAL_REQ_ERR.
 func scenErrorRecv() {
-	mark("step rc.error.recv")
-	mainQP := q
-	q = newQP(qp.RC, cq, false)
+	scen.Mark("step rc.error.recv")
+	mainQP := scen.QP
+	scen.QP = scen.NewQP(qp.RC, scen.CQ, false)
 	postRecv(recvid(idErrorRecv, 0), 0xd200, 16)
 	postSend([]wr.SendWR{{
 		ID:     wrid(idErrorRecv, 0),
@@ -838,10 +462,10 @@ func scenErrorRecv() {
 		Opcode: wr.OpSend,
 		Flags:  wr.Signaled,
 	}})
-	mark("complete")
+	scen.Mark("complete")
 	drain(2)
-	destroyQP(q)
-	q = mainQP
+	scen.DestroyQP(scen.QP)
+	scen.QP = mainQP
 }
 
 // 15. cq.arm: a CQ with a completion channel and a fresh QP on it. Arm it
@@ -850,48 +474,48 @@ func scenErrorRecv() {
 // "posted" after each arm records the CQ doorbell record's arm word and
 // the UAR doorbell. No event is raised (the device does not model EQs).
 func reqNotify(solicited bool) {
-	if err := cq.ReqNotify(solicited); err != nil {
-		fail("req_notify_cq", err)
+	if err := scen.CQ.ReqNotify(solicited); err != nil {
+		scen.Fail("req_notify_cq", err)
 	}
-	mark("posted")
+	scen.Mark("posted")
 }
 
 func scenArm() {
-	mark("step cq.arm")
-	mainCQ, mainQP := cq, q
-	ch, err := ctx.NewCompChannel()
+	scen.Mark("step cq.arm")
+	mainCQ, mainQP := scen.CQ, scen.QP
+	ch, err := scen.Ctx.NewCompChannel()
 	if err != nil {
-		fail("create_comp_channel", err)
+		scen.Fail("create_comp_channel", err)
 	}
-	if cq, err = ctx.CreateCQ(uverbs.CQAttr{CQE: 16, Channel: ch}); err != nil {
-		fail("create_cq", err)
+	if scen.CQ, err = scen.Ctx.CreateCQ(uverbs.CQAttr{CQE: 16, Channel: ch}); err != nil {
+		scen.Fail("create_cq", err)
 	}
-	q = newQP(qp.RC, cq, false)
+	scen.QP = scen.NewQP(qp.RC, scen.CQ, false)
 	reqNotify(false)
 	reqNotify(true)
 	for i := range uint64(3) {
 		postSend([]wr.SendWR{writeWR(wrid(idArm, i), []wr.SGE{sge0(0, 32)}, 0xd300)})
-		mark("complete")
+		scen.Mark("complete")
 		drain(1)
 		reqNotify(i&1 != 0)
 	}
-	destroyQP(q)
-	if err := cq.Close(); err != nil {
-		fail("destroy_cq", err)
+	scen.DestroyQP(scen.QP)
+	if err := scen.CQ.Close(); err != nil {
+		scen.Fail("destroy_cq", err)
 	}
 	if err := ch.Close(); err != nil {
-		fail("destroy_comp_channel", err)
+		scen.Fail("destroy_comp_channel", err)
 	}
-	cq, q = mainCQ, mainQP
+	scen.CQ, scen.QP = mainCQ, mainQP
 }
 
 // 16. uc.send, uc.write, uc.write_imm: on a fresh UC QP (on the common
 // CQ), a SEND into a posted receive, an RDMA write, and an RDMA write with
 // immediate consuming a posted receive.
 func scenUC() {
-	mark("step uc.send")
-	mainQP := q
-	q = newQP(qp.UC, cq, false)
+	scen.Mark("step uc.send")
+	mainQP := scen.QP
+	scen.QP = scen.NewQP(qp.UC, scen.CQ, false)
 	postRecv(recvid(idUCSend, 0), 0xe000, 256)
 	postSend([]wr.SendWR{{
 		ID:     wrid(idUCSend, 0),
@@ -899,25 +523,25 @@ func scenUC() {
 		Opcode: wr.OpSend,
 		Flags:  wr.Signaled,
 	}})
-	mark("complete")
+	scen.Mark("complete")
 	drain(2)
 
-	mark("step uc.write")
+	scen.Mark("step uc.write")
 	postSend([]wr.SendWR{writeWR(wrid(idUCWrite, 0), []wr.SGE{sge0(0x400, 200)}, 0xe100)})
-	mark("complete")
+	scen.Mark("complete")
 	drain(1)
 
-	mark("step uc.write_imm")
+	scen.Mark("step uc.write_imm")
 	postRecv(recvid(idUCWriteImm, 0), 0xe200, 256)
 	w := writeWR(wrid(idUCWriteImm, 0), []wr.SGE{sge0(0x500, 24)}, 0xe300)
 	w.Opcode = wr.OpRDMAWriteWithImm
 	w.Imm = 0x0badcafe // host order; rc.c: htonl(0x0badcafe)
 	postSend([]wr.SendWR{w})
-	mark("complete")
+	scen.Mark("complete")
 	drain(2)
 
-	destroyQP(q)
-	q = mainQP
+	scen.DestroyQP(scen.QP)
+	scen.QP = mainQP
 }
 
 // 17. ud.send, ud.send_imm_inline: a UD QP (on the common CQ) and an
@@ -934,41 +558,41 @@ func udSend(ah *uverbs.AH, id uint64, sg wr.SGE, op wr.Opcode, flags wr.SendFlag
 		Flags:      flags,
 		Imm:        0x55aa0102, // host order; rc.c: htonl(0x55aa0102)
 		AH:         ah,
-		RemoteQPN:  q.Num(),
-		RemoteQKey: udQKey,
+		RemoteQPN:  scen.QP.Num(),
+		RemoteQKey: scen.UDQKey,
 	}})
 }
 
 func scenUD() {
-	mark("step ud.send")
-	mainQP := q
-	q = newQP(qp.UD, cq, false)
-	ah, err := pd.CreateAH(qp.AHAttr{
+	scen.Mark("step ud.send")
+	mainQP := scen.QP
+	scen.QP = scen.NewQP(qp.UD, scen.CQ, false)
+	ah, err := scen.PD.CreateAH(qp.AHAttr{
 		IsGlobal:  true,
-		DGID:      dgid,
-		SGIDIndex: gidIndex,
+		DGID:      scen.DGID,
+		SGIDIndex: scen.GIDIndex,
 		HopLimit:  64,
-		PortNum:   ibPort,
+		PortNum:   scen.IBPort,
 	})
 	if err != nil {
-		fail("create_ah", err)
+		scen.Fail("create_ah", err)
 	}
 	postRecv(recvid(idUDSend, 0), 0xf000, grhSize+256)
 	udSend(ah, wrid(idUDSend, 0), sge0(0x600, 100), wr.OpSend, wr.Signaled)
-	mark("complete")
+	scen.Mark("complete")
 	drain(2)
 
-	mark("step ud.send_imm_inline")
+	scen.Mark("step ud.send_imm_inline")
 	postRecv(recvid(idUDSendImm, 0), 0xf200, grhSize+256)
 	udSend(ah, wrid(idUDSendImm, 0), sge0(0x700, 20), wr.OpSendWithImm, wr.Signaled|wr.Inline)
-	mark("complete")
+	scen.Mark("complete")
 	drain(2)
 
 	if err := ah.Close(); err != nil {
-		fail("destroy_ah", err)
+		scen.Fail("destroy_ah", err)
 	}
-	destroyQP(q)
-	q = mainQP
+	scen.DestroyQP(scen.QP)
+	scen.QP = mainQP
 }
 
 // 18. rc.batch: the batch API (QP.BeginSend's SendBatch; libmlx5: the
@@ -982,62 +606,62 @@ func scenUD() {
 // (rc.c creates this QP with ibv_create_qp_ex and send_ops_flags, which
 // libmlx5 needs for the ibv_wr_* functions; BeginSend needs nothing.)
 func scenBatch() {
-	mark("step rc.batch")
-	mainQP := q
-	q = newQP(qp.RC, cq, false)
+	scen.Mark("step rc.batch")
+	mainQP := scen.QP
+	scen.QP = scen.NewQP(qp.RC, scen.CQ, false)
 	for i := range uint64(3) {
 		postRecv(recvid(idBatch, i), 0xf400+0x100*int(i), 256)
 	}
-	base := mr0.Addr()
-	b, err := q.BeginSend()
+	base := scen.MR0.Addr()
+	b, err := scen.QP.BeginSend()
 	if err != nil {
-		fail("wr_start", err)
+		scen.Fail("wr_start", err)
 	}
-	b.RDMAWrite(wrid(idBatch, 0), wr.Signaled, mr1.RKey, remote1(0xf800))
-	b.SetSGE(mr0.LKey, base+0x800, 96)
+	b.RDMAWrite(wrid(idBatch, 0), wr.Signaled, scen.MR1.RKey, remote1(0xf800))
+	b.SetSGE(scen.MR0.LKey, base+0x800, 96)
 
 	b.Send(wrid(idBatch, 1), 0)
 	b.SetSGEList([]wr.SGE{sge0(0x900, 10), sge0(0x980, 30)})
 
 	b.SendWithImm(wrid(idBatch, 2), wr.Signaled, 0x600d1dea) // host order; rc.c: htonl
-	b.SetInlineData(buf0[0xa00 : 0xa00+40])
+	b.SetInlineData(scen.Buf0[0xa00 : 0xa00+40])
 
-	b.RDMAWriteWithImm(wrid(idBatch, 3), wr.Signaled, mr1.RKey, remote1(0xfa00), 0x1234abcd)
-	b.SetSGE(mr0.LKey, base+0xb00, 64)
+	b.RDMAWriteWithImm(wrid(idBatch, 3), wr.Signaled, scen.MR1.RKey, remote1(0xfa00), 0x1234abcd)
+	b.SetSGE(scen.MR0.LKey, base+0xb00, 64)
 
-	b.RDMARead(wrid(idBatch, 4), wr.Signaled, mr1.RKey, remote1(0xfc00))
-	b.SetSGE(mr0.LKey, base+0xc00, 128)
+	b.RDMARead(wrid(idBatch, 4), wr.Signaled, scen.MR1.RKey, remote1(0xfc00))
+	b.SetSGE(scen.MR0.LKey, base+0xc00, 128)
 
-	b.AtomicFetchAdd(wrid(idBatch, 5), wr.Signaled, mr1.RKey, remote1(0xfe00), 7)
-	b.SetSGE(mr0.LKey, base+0xe00, 8)
+	b.AtomicFetchAdd(wrid(idBatch, 5), wr.Signaled, scen.MR1.RKey, remote1(0xfe00), 7)
+	b.SetSGE(scen.MR0.LKey, base+0xe00, 8)
 	if _, err := b.Complete(); err != nil {
-		fail("wr_complete", err)
+		scen.Fail("wr_complete", err)
 	}
-	mark("posted")
-	mark("complete")
+	scen.Mark("posted")
+	scen.Mark("complete")
 	drain(3 + 5)
 
-	mark("step rc.batch.abort")
-	if b, err = q.BeginSend(); err != nil {
-		fail("wr_start", err)
+	scen.Mark("step rc.batch.abort")
+	if b, err = scen.QP.BeginSend(); err != nil {
+		scen.Fail("wr_start", err)
 	}
-	b.RDMAWrite(wrid(idBatchAbort, 0), wr.Signaled, mr1.RKey, remote1(0xff00))
-	b.SetSGE(mr0.LKey, base, 16)
+	b.RDMAWrite(wrid(idBatchAbort, 0), wr.Signaled, scen.MR1.RKey, remote1(0xff00))
+	b.SetSGE(scen.MR0.LKey, base, 16)
 	b.Abort()
-	if b, err = q.BeginSend(); err != nil {
-		fail("wr_start", err)
+	if b, err = scen.QP.BeginSend(); err != nil {
+		scen.Fail("wr_start", err)
 	}
-	b.RDMAWrite(wrid(idBatchAbort, 1), wr.Signaled, mr1.RKey, remote1(0xff80))
-	b.SetSGE(mr0.LKey, base+0x40, 32)
+	b.RDMAWrite(wrid(idBatchAbort, 1), wr.Signaled, scen.MR1.RKey, remote1(0xff80))
+	b.SetSGE(scen.MR0.LKey, base+0x40, 32)
 	if _, err := b.Complete(); err != nil {
-		fail("wr_complete", err)
+		scen.Fail("wr_complete", err)
 	}
-	mark("posted")
-	mark("complete")
+	scen.Mark("posted")
+	scen.Mark("complete")
 	drain(1)
 
-	destroyQP(q)
-	q = mainQP
+	scen.DestroyQP(scen.QP)
+	scen.QP = mainQP
 }
 
 // 19. srq.round.K: a basic SRQ (max_wr 8, max_sge 2; the granted sizes
@@ -1047,31 +671,31 @@ func scenBatch() {
 // the SRQ has WQEs in all, so WQEs freed by polling are reused through the
 // free list.
 func scenSRQ() {
-	mark("step srq.round.0")
-	mainQP := q
-	srq, err := pd.CreateSRQ(uverbs.SRQAttr{MaxWR: 8, MaxSGE: 2})
+	scen.Mark("step srq.round.0")
+	mainQP := scen.QP
+	srq, err := scen.PD.CreateSRQ(uverbs.SRQAttr{MaxWR: 8, MaxSGE: 2})
 	if err != nil {
-		fail("create_srq", err)
+		scen.Fail("create_srq", err)
 	}
-	mark("ret srq.max_wr=%d", srq.Attr().MaxWR)
-	mark("ret srq.max_sge=%d", srq.Attr().MaxSGE)
-	newQPSRQ = srq
-	q = newQP(qp.RC, cq, false)
-	newQPSRQ = nil
+	scen.Mark("ret srq.max_wr=%d", srq.Attr().MaxWR)
+	scen.Mark("ret srq.max_sge=%d", srq.Attr().MaxSGE)
+	scen.NewQPSRQ = srq
+	scen.QP = scen.NewQP(qp.RC, scen.CQ, false)
+	scen.NewQPSRQ = nil
 	for r := range uint64(srqRounds) {
 		if r > 0 {
-			mark("step srq.round.%d", r)
+			scen.Mark("step srq.round.%d", r)
 		}
 		rw := make([]wr.RecvWR, srqPerRound)
 		for i := range rw {
 			k := r*srqPerRound + uint64(i)
 			rw[i] = wr.RecvWR{ID: recvid(idSRQ, k), SGList: []wr.SGE{
-				mr1.SGE(0x9400+0x40*i, 16), mr1.SGE(0x9800+0x40*i, 48)}}
+				scen.MR1.SGE(0x9400+0x40*i, 16), scen.MR1.SGE(0x9800+0x40*i, 48)}}
 		}
 		if _, err := srq.PostRecv(rw); err != nil {
-			fail("post_srq_recv", err)
+			scen.Fail("post_srq_recv", err)
 		}
-		mark("posted")
+		scen.Mark("posted")
 		w := make([]wr.SendWR, srqPerRound)
 		for i := range w {
 			k := r*srqPerRound + uint64(i)
@@ -1083,14 +707,14 @@ func scenSRQ() {
 			}
 		}
 		postSend(w)
-		mark("complete")
+		scen.Mark("complete")
 		drain(2 * srqPerRound)
 	}
-	destroyQP(q)
+	scen.DestroyQP(scen.QP)
 	if err := srq.Close(); err != nil {
-		fail("destroy_srq", err)
+		scen.Fail("destroy_srq", err)
 	}
-	q = mainQP
+	scen.QP = mainQP
 }
 
 // ---- main ----
@@ -1131,6 +755,7 @@ func usage() {
 }
 
 func main() {
+	scen.Prog, scen.Args = "scenario-go", "SCENARIO"
 	if len(os.Args) != 2 {
 		usage()
 	}
@@ -1145,12 +770,12 @@ func main() {
 			usage()
 		}
 	}
-	setup()
+	scen.Setup()
 	for i, s := range scenarios {
 		if which < 0 || which == i {
 			s.run()
 		}
 	}
-	teardown()
-	mark("end")
+	scen.Teardown()
+	scen.Mark("end")
 }
