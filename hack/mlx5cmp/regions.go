@@ -52,12 +52,7 @@ func (r *regions) addr(a uint64) string {
 	if a == 0 {
 		return "0"
 	}
-	if n, ok := r.seen[a]; ok {
-		return n
-	}
-	n := fmt.Sprintf("addr%d", len(r.seen))
-	r.seen[a] = n
-	return n
+	return firstSeen(&r.seen, "addr", a)
 }
 
 func (r *regions) key(k uint32) string {

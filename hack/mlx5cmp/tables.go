@@ -166,26 +166,21 @@ func (t *transcript) event(d *device, e fake.Event) {
 	t.lines = append(t.lines, b.String())
 }
 
-func (d *device) userHandle(v uint64) string {
-	if d.uh == nil {
-		d.uh = map[uint64]string{}
-	}
-	if n, ok := d.uh[v]; ok {
-		return n
-	}
-	n := fmt.Sprintf("uh%d", len(d.uh))
-	d.uh[v] = n
-	return n
-}
+func (d *device) userHandle(v uint64) string { return firstSeen(&d.uh, "uh", v) }
 
-func (d *device) fdName(v uint64) string {
-	if d.fds == nil {
-		d.fds = map[uint64]string{}
+func (d *device) fdName(v uint64) string { return firstSeen(&d.fds, "fd", v) }
+
+// firstSeen names v prefix0, prefix1, ... in the order values appear: a
+// value the process chose (an object's address, a descriptor's number)
+// named so that two processes doing the same things name it alike.
+func firstSeen(m *map[uint64]string, prefix string, v uint64) string {
+	if *m == nil {
+		*m = map[uint64]string{}
 	}
-	if n, ok := d.fds[v]; ok {
+	if n, ok := (*m)[v]; ok {
 		return n
 	}
-	n := fmt.Sprintf("fd%d", len(d.fds))
-	d.fds[v] = n
+	n := fmt.Sprintf("%s%d", prefix, len(*m))
+	(*m)[v] = n
 	return n
 }
