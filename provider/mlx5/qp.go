@@ -151,7 +151,6 @@ func (b *qpBuilder) Finish(c provider.Created) (provider.QP, error) {
 			wqeShift: b.rq.wqeShift,
 			maxPost:  b.rq.maxPost,
 			maxGS:    b.rq.maxGS,
-			limitGS:  b.rq.maxGS,
 			wrid:     make([]uint64, b.rq.wqeCnt),
 		}
 	}
@@ -172,12 +171,6 @@ func (b *qpBuilder) Finish(c provider.Created) (provider.QP, error) {
 		if b.attr.SignalAll {
 			qp.sq.sigBits = ctrlCQUpdate
 		}
-	}
-	if qp.sq != nil {
-		qp.caps.MaxSendWR, qp.caps.MaxSendSGE, qp.caps.MaxInlineData = qp.sq.maxPost, qp.sq.maxGS, qp.sq.maxInl
-	}
-	if qp.rq != nil {
-		qp.caps.MaxRecvWR, qp.caps.MaxRecvSGE = qp.rq.maxPost, qp.rq.maxGS
 	}
 	if b.ctx.cqeVersion == cqeVersion1 {
 		qp.rsn = b.cmd.Uidx
@@ -237,11 +230,6 @@ type QP struct {
 	rqMu spinLock
 	rq   *recvQueue
 
-	// caps are the queues' sizes as libmlx5 reports them
-	// (provider.QueueSizer): the requests and SGEs the rings hold, and the
-	// inline data a WQE of the ring's stride holds.
-	caps qp.Caps
-
 	// batch is the open batch (provider.SendBatcher), under sqMu.
 	batch struct {
 		n       uint32         // requests written
@@ -250,6 +238,21 @@ type QP struct {
 		ds      uint32         // and its length in units
 		inl     bool           // and whether it carries inline data
 	}
+}
+
+// GrantedCaps returns the queues' sizes as libmlx5's mlx5_create_qp
+// writes them back into ibv_qp_init_attr (provider.QueueSizer): what the
+// queues let a post carry. max_send_wr is what the send ring holds of the
+// largest WQE, max_inline_data what that WQE holds after its overhead,
+// and the receive queue's count and SGEs are its power-of-two shape's.
+func (qp *QP) GrantedCaps() (c qp.Caps) {
+	if sq := qp.sq; sq != nil {
+		c.MaxSendWR, c.MaxSendSGE, c.MaxInlineData = sq.maxPost, sq.maxGS, sq.maxInl
+	}
+	if rq := qp.rq; rq != nil {
+		c.MaxRecvWR, c.MaxRecvSGE = rq.maxPost, rq.maxGS
+	}
+	return c
 }
 
 // PostSend writes a WQE for each request, then publishes them all with
@@ -261,13 +264,6 @@ type QP struct {
 // The register's two halves are used alternately. (rdma-core stores the
 // record before taking a shared register's lock; here the record store
 // joins the doorbell in one call, under the lock, which orders the same.)
-// GrantedCaps returns the queues' sizes as libmlx5's mlx5_create_qp
-// writes them back into ibv_qp_init_attr: max_send_wr is what the send
-// ring holds of the largest WQE, max_inline_data what that WQE holds
-// after its overhead, and the receive queue's count and SGEs are its
-// power-of-two shape's.
-func (qp *QP) GrantedCaps() qp.Caps { return qp.caps }
-
 func (qp *QP) PostSend(wrs []wr.SendWR) (int, error) {
 	sq := qp.sq
 	if sq == nil {
@@ -459,7 +455,7 @@ func (qp *QP) PostRecv(wrs []wr.RecvWR) (int, error) {
 			err = unix.ENOMEM
 			break
 		}
-		if uint32(len(w.SGList)) > rq.limitGS {
+		if uint32(len(w.SGList)) > rq.maxGS {
 			err = unix.EINVAL
 			break
 		}

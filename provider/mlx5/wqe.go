@@ -451,8 +451,7 @@ type recvQueue struct {
 	head     uint32
 	tail     atomic.Uint32
 	maxPost  uint32
-	maxGS    uint32 // data segments a WQE holds
-	limitGS  uint32 // SGEs a request may carry
+	maxGS    uint32 // data segments a WQE holds, and SGEs a request may carry
 	wrid     []uint64
 }
 
