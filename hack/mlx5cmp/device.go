@@ -79,31 +79,25 @@ type dMR struct {
 const (
 	wqeBB = 64
 
-	opNop          = 0x00
 	opRDMAWrite    = 0x08
 	opRDMAWriteImm = 0x09
 	opSend         = 0x0a
 	opSendImm      = 0x0b
-	opSendInval    = 0x01
 	opRDMARead     = 0x10
 	opAtomicCS     = 0x11
 	opAtomicFA     = 0x12
 
-	ctrlFence     = 0x80 // fm (fence mode) bits 7:5; any value is a fence here
-	ctrlCQUpdate  = 0x08
-	ctrlSolicited = 0x02
+	ctrlCQUpdate = 0x08
 
 	inlineBit   = 0x80000000
 	invalidLKey = 0x100
 
-	cqeReq         = 0x0
-	cqeRespWrImm   = 0x1
-	cqeRespSend    = 0x2
-	cqeRespSendIm  = 0x3
-	cqeRespSendInv = 0x4
-	cqeReqErr      = 0xd
-	cqeRespErr     = 0xe
-	cqeInvalid     = 0xf
+	cqeReq        = 0x0
+	cqeRespWrImm  = 0x1
+	cqeRespSend   = 0x2
+	cqeRespSendIm = 0x3
+	cqeReqErr     = 0xd
+	cqeRespErr    = 0xe
 
 	// enum mlx5_cqe_syndrome (mlx5dv.h); the ones the device itself
 	// raises. Any other a scenario asks for with "complete error=".
