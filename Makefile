@@ -45,13 +45,15 @@ test-unit:
 
 ## test-mlx5cmp: rdma-core's libmlx5 and rdmago's mlx5 provider against one
 ## fake mlx5_ib kernel (hack/mlx5cmp): the scenarios' transcripts compared
-## byte for byte, and a deliberately broken provider caught (docs/mlx5.md).
+## byte for byte, and a deliberately broken provider caught (docs/mlx5.md);
+## rdma-core's pingpongs and perftest against rdmago's through the device
+## (TestTraffic).
 ## Trixie's and sid's libibverbs+libmlx5 (unpacked into .cache/rdma-core by
 ## `vm rdmacore`, about 4 MB each) are compared too (TestCompareVersions).
 ## FuzzCompare draws random sequences of requests and CQEs for both drivers:
 ## 50 inputs here, FUZZTIME in make fuzz.
 test-mlx5cmp: deps
-	RDMAGO_MLX5CMP=1 RDMAGO_MLX5CMP_VERSIONS=1 $(GOTEST) -run '^(TestCompare|TestSupervisor|TestLegacyWriteABI)' ./hack/mlx5cmp
+	RDMAGO_MLX5CMP=1 RDMAGO_MLX5CMP_VERSIONS=1 $(GOTEST) -run '^(TestCompare|TestSupervisor|TestLegacyWriteABI|TestTraffic)' ./hack/mlx5cmp
 	RDMAGO_MLX5CMP=1 $(GOTEST) -run '^$$' -fuzz '^FuzzCompare$$' -fuzztime 50x -fuzzminimizetime 10x ./hack/mlx5cmp
 
 # The fuzz targets, found in the source: ./pkg:FuzzName for every

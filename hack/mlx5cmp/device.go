@@ -16,6 +16,7 @@ package main
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -41,6 +42,9 @@ type dQP struct {
 	rqSeen, rqDone uint32 // receive counters
 	pendingErr     uint8  // the next executed request fails with this syndrome
 	failed         bool
+	mem            remoteMem // the memory of the process that owns it
+	kicked         bool      // a doorbell named it since it last caught up (pair_linux.go)
+	xrcdn          uint32    // an XRC receive QP's domain
 }
 
 type dCQ struct {
@@ -52,6 +56,7 @@ type dCQ struct {
 	db   uint64
 	pi   uint32 // the device's producer counter
 	arm  uint32 // the doorbell record's arm word as last recorded
+	mem  remoteMem
 }
 
 // dSRQ is a shared receive queue: a ring of WQEs linked into a free list
@@ -67,11 +72,18 @@ type dSRQ struct {
 	postHead   uint16 // where the driver posts next, as the links say
 	seen, done uint32 // receives recorded and consumed
 	head       uint16 // the next WQE the device consumes
+	mem        remoteMem
+	// An XRC SRQ's domain, CQ and user index (MLX5_IB_DEFAULT_UIDX
+	// under CQE version 0); cq is nil for a basic SRQ.
+	xrcdn uint32
+	cq    *dCQ
+	uidx  uint32
 }
 
 type dMR struct {
 	addr, length uint64
 	lkey, rkey   uint32
+	pid          int // the process whose memory it registers
 }
 
 // PRM constants (the mlx5 Programmer's Reference Manual, as mlx5dv.h and
@@ -135,6 +147,31 @@ type device struct {
 	clock uint64
 	uh    map[uint64]string // user handles by order of appearance
 	fds   map[uint64]string // descriptor numbers by order of appearance
+	// waitRNR: a send that finds no receive waits for one (a requester
+	// with an infinite RNR retry count) instead of failing. The paired
+	// runs (pair_linux.go) set it; the scenarios' steps want the error.
+	waitRNR bool
+	// traffic counts what each process's queues did, by pid.
+	traffic map[int]*traffic
+}
+
+// traffic is what one process's queues did on the device.
+type traffic struct {
+	executed      int    // send-queue requests executed
+	received      int    // messages landed on its receive queues
+	bytesReceived uint64 // their payloads
+}
+
+func (d *device) count(pid int) *traffic {
+	if d.traffic == nil {
+		d.traffic = map[int]*traffic{}
+	}
+	t := d.traffic[pid]
+	if t == nil {
+		t = &traffic{}
+		d.traffic[pid] = t
+	}
+	return t
 }
 
 // kernelTables is what the device reads of the kernel's objects.
@@ -169,6 +206,9 @@ func (d *device) sync() {
 		if old, ok := d.srqs[s.srqn]; ok && old.buf == s.buf {
 			continue
 		}
+		if s.cq != nil {
+			s.cq = d.cqs[s.cq.cqn]
+		}
 		d.srqs[s.srqn] = s
 	}
 	for _, q := range d.kern.qps() {
@@ -176,7 +216,13 @@ func (d *device) sync() {
 			old.peer = q.peer
 			continue
 		}
-		q.sendCQ, q.recvCQ = d.cqs[q.sendCQ.cqn], d.cqs[q.recvCQ.cqn]
+		// An XRC send QP has no receive CQ, an XRC receive QP no CQ.
+		if q.sendCQ != nil {
+			q.sendCQ = d.cqs[q.sendCQ.cqn]
+		}
+		if q.recvCQ != nil {
+			q.recvCQ = d.cqs[q.recvCQ.cqn]
+		}
 		if q.srq {
 			q.srqp = d.srqs[d.kern.qpSRQN(q.qpn)]
 		}
@@ -187,11 +233,14 @@ func (d *device) sync() {
 // posted records what the driver wrote since the last snapshot: for each
 // QP whose doorbell record moved, the new WQEs decoded; the doorbell
 // record; the stores to the UAR pages.
-func (d *device) posted(mem remoteMem, out *transcript) error {
+func (d *device) posted(out *transcript) error {
 	d.sync()
 	for _, q := range d.sortedQPs() {
+		if q.db == 0 {
+			continue // an XRC receive QP: no queues
+		}
 		var rec [8]byte
-		if err := mem.ReadAt(rec[:], q.db); err != nil {
+		if err := q.mem.ReadAt(rec[:], q.db); err != nil {
 			return fmt.Errorf("QP %#x doorbell record: %w", q.qpn, err)
 		}
 		rcv, snd := be.Uint32(rec[0:]), be.Uint32(rec[4:])
@@ -200,7 +249,7 @@ func (d *device) posted(mem remoteMem, out *transcript) error {
 			for uint16(q.rqSeen) != uint16(rcv) {
 				w := make([]byte, 1<<q.rqShift)
 				idx := q.rqSeen & (q.rqCnt - 1)
-				if err := mem.ReadAt(w, q.rq+uint64(idx)<<q.rqShift); err != nil {
+				if err := q.mem.ReadAt(w, q.rq+uint64(idx)<<q.rqShift); err != nil {
 					return err
 				}
 				out.line("%s rwqe[%d] %s", q.key, idx, d.renderRecv(w))
@@ -210,7 +259,7 @@ func (d *device) posted(mem remoteMem, out *transcript) error {
 		if uint16(snd) != uint16(q.sqSeen) {
 			out.line("%s dbrec.send %#x", q.key, snd)
 			for uint16(q.sqSeen) != uint16(snd) {
-				w, err := d.readWQE(mem, q, q.sqSeen)
+				w, err := d.readWQE(q, q.sqSeen)
 				if err != nil {
 					return err
 				}
@@ -224,7 +273,7 @@ func (d *device) posted(mem remoteMem, out *transcript) error {
 	// each took the WQE at the head of the free list.
 	for _, s := range d.sortedSRQs() {
 		var rec [4]byte
-		if err := mem.ReadAt(rec[:], s.db); err != nil {
+		if err := s.mem.ReadAt(rec[:], s.db); err != nil {
 			return fmt.Errorf("SRQ %#x doorbell record: %w", s.srqn, err)
 		}
 		cnt := be.Uint32(rec[:])
@@ -235,7 +284,7 @@ func (d *device) posted(mem remoteMem, out *transcript) error {
 		for uint16(s.seen) != uint16(cnt) {
 			w := make([]byte, 1<<s.shift)
 			idx := uint32(s.postHead) & (s.cnt - 1)
-			if err := mem.ReadAt(w, s.buf+uint64(idx)<<s.shift); err != nil {
+			if err := s.mem.ReadAt(w, s.buf+uint64(idx)<<s.shift); err != nil {
 				return err
 			}
 			out.line("%s wqe[%d] next{%x} %s", s.key, idx, w[:16], d.renderRecv(w[16:]))
@@ -247,7 +296,7 @@ func (d *device) posted(mem remoteMem, out *transcript) error {
 	// arming writes before its UAR doorbell), when they moved.
 	for _, c := range d.sortedCQs() {
 		var rec [4]byte
-		if err := mem.ReadAt(rec[:], c.db+4); err != nil {
+		if err := c.mem.ReadAt(rec[:], c.db+4); err != nil {
 			return fmt.Errorf("CQ %#x doorbell record: %w", c.cqn, err)
 		}
 		if arm := be.Uint32(rec[:]); arm != c.arm {
@@ -319,10 +368,10 @@ func (d *device) renderUAR(p uarPage, out *transcript) {
 
 // readWQE gathers the WQE at WQEBB counter c, following the ring past its
 // end, by the size its control segment gives.
-func (d *device) readWQE(mem remoteMem, q *dQP, c uint32) ([]byte, error) {
+func (d *device) readWQE(q *dQP, c uint32) ([]byte, error) {
 	idx := c & (q.sqCnt - 1)
 	var ctrl [16]byte
-	if err := mem.ReadAt(ctrl[:], q.sq+uint64(idx)*wqeBB); err != nil {
+	if err := q.mem.ReadAt(ctrl[:], q.sq+uint64(idx)*wqeBB); err != nil {
 		return nil, err
 	}
 	ds := be.Uint32(ctrl[4:]) & 0x3f
@@ -333,7 +382,7 @@ func (d *device) readWQE(mem remoteMem, q *dQP, c uint32) ([]byte, error) {
 	end := uint64(q.sqCnt) * wqeBB
 	for off := uint64(0); off < uint64(len(out)); off += 16 {
 		pos := (uint64(idx)*wqeBB + off) % end
-		if err := mem.ReadAt(out[off:off+16], q.sq+pos); err != nil {
+		if err := q.mem.ReadAt(out[off:off+16], q.sq+pos); err != nil {
 			return nil, err
 		}
 	}
@@ -349,7 +398,12 @@ func (d *device) renderWQE(q *dQP, w []byte) string {
 	fmt.Fprintf(&sb, "ctrl{opmod=%#x idx=%d op=%#x qpn=%s ds=%d sig=%#x dci=%#x fm_ce_se=%#x imm=%#x}",
 		w0>>24, uint16(w0>>8), opcode, d.qpName(w1>>8), w1&0x3f, w[8], be.Uint16(w[9:]), w[11], be.Uint32(w[12:]))
 	rest := w[16:]
-	if q.typ == "rc" || q.typ == "uc" {
+	if q.typ == "xrc_send" && len(rest) >= 16 {
+		// struct mlx5_wqe_xrc_seg: the target's XRC SRQ.
+		fmt.Fprintf(&sb, " xrc{srqn=%#x rsvd=%x}", be.Uint32(rest), rest[4:16])
+		rest = rest[16:]
+	}
+	if q.typ == "rc" || q.typ == "uc" || q.typ == "xrc_send" {
 		switch opcode {
 		case opRDMAWrite, opRDMAWriteImm, opRDMARead:
 			if len(rest) >= 16 {
@@ -446,7 +500,7 @@ func (d *device) sortedQPs() []*dQP {
 // syndrome: the first request of the first QP that has one recorded (so
 // that a QP with nothing posted does not carry the error into a later
 // step).
-func (d *device) complete(mem remoteMem, args string, out *transcript) error {
+func (d *device) complete(args string) error {
 	d.sync()
 	limit := -1
 	var synd uint8
@@ -470,12 +524,7 @@ func (d *device) complete(mem remoteMem, args string, out *transcript) error {
 			q.pendingErr, synd = synd, 0
 		}
 		for q.sqDone != q.sqSeen && limit != 0 {
-			w, err := d.readWQE(mem, q, q.sqDone)
-			if err != nil {
-				return err
-			}
-			q.sqDone += uint32(len(w)+wqeBB-1) / wqeBB
-			if err := d.execute(mem, q, w); err != nil {
+			if err := d.step(q); err != nil {
 				return err
 			}
 			if limit > 0 {
@@ -485,6 +534,26 @@ func (d *device) complete(mem remoteMem, args string, out *transcript) error {
 	}
 	return nil
 }
+
+// step executes the request at q's execution counter and moves the
+// counter past it, unless the request waits for a receive (errRNR).
+func (d *device) step(q *dQP) error {
+	w, err := d.readWQE(q, q.sqDone)
+	if err != nil {
+		return err
+	}
+	if err := d.execute(q, w); err != nil {
+		return err
+	}
+	q.sqDone += uint32(len(w)+wqeBB-1) / wqeBB
+	d.count(q.mem.pid).executed++
+	return nil
+}
+
+// errRNR is a request that found no receive posted, on a device that
+// waits for one (waitRNR) as an RC requester with an infinite RNR retry
+// count does, instead of failing it.
+var errRNR = errors.New("no receive posted")
 
 // sendOp is a parsed send WQE.
 type sendOp struct {
@@ -498,6 +567,7 @@ type sendOp struct {
 	inline       []byte
 	gather       [][3]uint64 // length, lkey, addr
 	av           []byte      // UD: the datagram segment (struct mlx5_wqe_av)
+	xrcSRQN      uint32      // XRC: the target's SRQ
 }
 
 // The address vector of a UD WQE (struct mlx5_wqe_av, 48 bytes).
@@ -514,7 +584,11 @@ const (
 func parseWQE(q *dQP, w []byte) sendOp {
 	op := sendOp{opcode: uint8(be.Uint32(w)), wqeIdx: uint16(be.Uint32(w) >> 8), fmCeSe: w[11], imm: be.Uint32(w[12:])}
 	rest := w[16:]
-	if q.typ == "rc" || q.typ == "uc" {
+	if q.typ == "xrc_send" && len(rest) >= 16 {
+		op.xrcSRQN = be.Uint32(rest) & 0xffffff
+		rest = rest[16:]
+	}
+	if q.typ == "rc" || q.typ == "uc" || q.typ == "xrc_send" {
 		switch op.opcode {
 		case opRDMAWrite, opRDMAWriteImm, opRDMARead:
 			op.raddr, op.rkey = be.Uint64(rest), be.Uint32(rest[8:])
@@ -543,31 +617,32 @@ func parseWQE(q *dQP, w []byte) sendOp {
 	return op
 }
 
-// mr finds the region a key names that holds [addr, addr+n).
-func (d *device) mr(key uint32, addr, n uint64, remote bool) bool {
+// mr finds the region a key names that holds [addr, addr+n) in the
+// memory of process pid.
+func (d *device) mr(key uint32, addr, n uint64, remote bool, pid int) bool {
 	for _, m := range d.kern.mrs() {
 		k := m.lkey
 		if remote {
 			k = m.rkey
 		}
-		if k == key && addr >= m.addr && addr+n <= m.addr+m.length {
+		if k == key && m.pid == pid && addr >= m.addr && addr+n <= m.addr+m.length {
 			return true
 		}
 	}
 	return false
 }
 
-func (d *device) gatherData(mem remoteMem, op *sendOp) ([]byte, uint8, error) {
+func (d *device) gatherData(q *dQP, op *sendOp) ([]byte, uint8, error) {
 	if op.inline != nil {
 		return op.inline, 0, nil
 	}
 	var data []byte
 	for _, g := range op.gather {
-		if !d.mr(uint32(g[1]), g[2], g[0], false) {
+		if !d.mr(uint32(g[1]), g[2], g[0], false, q.mem.pid) {
 			return nil, syndLocalProtErr, nil
 		}
 		b := make([]byte, g[0])
-		if err := mem.ReadAt(b, g[2]); err != nil {
+		if err := q.mem.ReadAt(b, g[2]); err != nil {
 			return nil, 0, err
 		}
 		data = append(data, b...)
@@ -575,44 +650,78 @@ func (d *device) gatherData(mem remoteMem, op *sendOp) ([]byte, uint8, error) {
 	return data, 0, nil
 }
 
-func (d *device) execute(mem remoteMem, q *dQP, w []byte) error {
+func (d *device) execute(q *dQP, w []byte) error {
 	op := parseWQE(q, w)
 	if q.failed {
-		return d.reqCQE(mem, q, &op, 0, syndWRFlushErr)
+		return d.reqCQE(q, &op, 0, syndWRFlushErr)
 	}
 	if q.pendingErr != 0 {
 		s := q.pendingErr
 		q.pendingErr = 0
 		q.failed = true
-		return d.reqCQE(mem, q, &op, 0, s)
+		return d.reqCQE(q, &op, 0, s)
 	}
-	synd, n, err := d.perform(mem, q, &op)
+	synd, n, err := d.perform(q, &op)
 	if err != nil {
 		return err
 	}
 	if synd != 0 {
 		q.failed = true
-		return d.reqCQE(mem, q, &op, 0, synd)
+		return d.reqCQE(q, &op, 0, synd)
 	}
 	if op.fmCeSe&ctrlCQUpdate != 0 {
-		return d.reqCQE(mem, q, &op, n, 0)
+		return d.reqCQE(q, &op, n, 0)
 	}
 	return nil
 }
 
+// receiver is the QP whose receive queue a message of q's lands on: the
+// destination QP, or for an XRC send QP, its XRC receive QP receiving
+// into the XRC SRQ the request names (xrcTarget). nil: none.
+func (d *device) receiver(q *dQP, op *sendOp) *dQP {
+	if q.typ == "xrc_send" {
+		return d.xrcTarget(q, op.xrcSRQN)
+	}
+	return d.qps[q.peer]
+}
+
+// xrcTarget is the receiving side of an XRC request: the XRC receive QP
+// q is connected to, as it receives into the XRC SRQ srqn, which must be
+// in that QP's domain. Its receives take the SRQ's WQEs and complete on
+// the SRQ's CQ, with the SRQ's user index (CQE version 1) or number
+// (version 0) in srqn_uidx and the receive QP's number in sop_drop_qpn.
+func (d *device) xrcTarget(q *dQP, srqn uint32) *dQP {
+	tgt, s := d.qps[q.peer], d.srqs[srqn]
+	if tgt == nil || tgt.typ != "xrc_recv" || s == nil || s.cq == nil || s.xrcdn != tgt.xrcdn {
+		return nil
+	}
+	return &dQP{key: tgt.key, qpn: tgt.qpn, uidx: s.uidx, typ: tgt.typ, recvCQ: s.cq, srq: true, srqp: s, mem: s.mem}
+}
+
+// responder is the memory an RC or UC request's remote address is in:
+// the destination QP's process, or q's own when it has none the device
+// knows.
+func (d *device) responder(q *dQP) remoteMem {
+	if p := d.qps[q.peer]; p != nil {
+		return p.mem
+	}
+	return q.mem
+}
+
 // perform moves the data of one request and returns an error syndrome (0
 // for success) and the byte count a requester CQE reports.
-func (d *device) perform(mem remoteMem, q *dQP, op *sendOp) (uint8, uint32, error) {
+func (d *device) perform(q *dQP, op *sendOp) (uint8, uint32, error) {
+	rmem := d.responder(q)
 	switch op.opcode {
 	case opSend, opSendImm:
-		data, synd, err := d.gatherData(mem, op)
+		data, synd, err := d.gatherData(q, op)
 		if err != nil || synd != 0 {
 			return synd, 0, err
 		}
 		if q.typ == "ud" {
-			return 0, 0, d.deliverUD(mem, q, data, op)
+			return 0, 0, d.deliverUD(q, data, op)
 		}
-		dst := d.qps[q.peer]
+		dst := d.receiver(q, op)
 		if dst == nil {
 			return syndRemoteOpErr, 0, nil
 		}
@@ -620,25 +729,25 @@ func (d *device) perform(mem remoteMem, q *dQP, op *sendOp) (uint8, uint32, erro
 		if op.opcode == opSendImm {
 			resp = cqeRespSendIm
 		}
-		s, err := d.deliver(mem, q, dst, data, resp, op)
+		s, err := d.deliver(q, dst, data, resp, op)
 		return s, 0, err
 	case opRDMAWrite, opRDMAWriteImm:
-		data, synd, err := d.gatherData(mem, op)
+		data, synd, err := d.gatherData(q, op)
 		if err != nil || synd != 0 {
 			return synd, 0, err
 		}
-		if !d.mr(op.rkey, op.raddr, uint64(len(data)), true) {
+		if !d.mr(op.rkey, op.raddr, uint64(len(data)), true, rmem.pid) {
 			return syndRemoteAccessErr, 0, nil
 		}
-		if err := mem.WriteAt(data, op.raddr); err != nil {
+		if err := rmem.WriteAt(data, op.raddr); err != nil {
 			return 0, 0, err
 		}
 		if op.opcode == opRDMAWriteImm {
-			dst := d.qps[q.peer]
+			dst := d.receiver(q, op)
 			if dst == nil {
 				return syndRemoteOpErr, 0, nil
 			}
-			s, err := d.deliver(mem, q, dst, nil, cqeRespWrImm, op)
+			s, err := d.deliver(q, dst, nil, cqeRespWrImm, op)
 			return s, 0, err
 		}
 		return 0, 0, nil
@@ -647,18 +756,18 @@ func (d *device) perform(mem remoteMem, q *dQP, op *sendOp) (uint8, uint32, erro
 		for _, g := range op.gather {
 			n += g[0]
 		}
-		if !d.mr(op.rkey, op.raddr, n, true) {
+		if !d.mr(op.rkey, op.raddr, n, true, rmem.pid) {
 			return syndRemoteAccessErr, 0, nil
 		}
 		src := make([]byte, n)
-		if err := mem.ReadAt(src, op.raddr); err != nil {
+		if err := rmem.ReadAt(src, op.raddr); err != nil {
 			return 0, 0, err
 		}
 		for _, g := range op.gather {
-			if !d.mr(uint32(g[1]), g[2], g[0], false) {
+			if !d.mr(uint32(g[1]), g[2], g[0], false, q.mem.pid) {
 				return syndLocalProtErr, 0, nil
 			}
-			if err := mem.WriteAt(src[:g[0]], g[2]); err != nil {
+			if err := q.mem.WriteAt(src[:g[0]], g[2]); err != nil {
 				return 0, 0, err
 			}
 			src = src[g[0]:]
@@ -668,19 +777,19 @@ func (d *device) perform(mem remoteMem, q *dQP, op *sendOp) (uint8, uint32, erro
 		if len(op.gather) != 1 || op.gather[0][0] != 8 {
 			return syndLocalLengthErr, 0, nil
 		}
-		if !d.mr(uint32(op.gather[0][1]), op.gather[0][2], 8, false) {
+		if !d.mr(uint32(op.gather[0][1]), op.gather[0][2], 8, false, q.mem.pid) {
 			return syndLocalProtErr, 0, nil
 		}
-		if op.raddr&7 != 0 || !d.mr(op.rkey, op.raddr, 8, true) {
+		if op.raddr&7 != 0 || !d.mr(op.rkey, op.raddr, 8, true, rmem.pid) {
 			return syndRemoteAccessErr, 0, nil
 		}
 		var remote [8]byte
-		if err := mem.ReadAt(remote[:], op.raddr); err != nil {
+		if err := rmem.ReadAt(remote[:], op.raddr); err != nil {
 			return 0, 0, err
 		}
 		// Remote memory holds big-endian words: the model's choice.
 		old := be.Uint64(remote[:])
-		if err := mem.WriteAt(remote[:], op.gather[0][2]); err != nil {
+		if err := q.mem.WriteAt(remote[:], op.gather[0][2]); err != nil {
 			return 0, 0, err
 		}
 		nv, write := old+op.swapAdd, true
@@ -689,7 +798,7 @@ func (d *device) perform(mem remoteMem, q *dQP, op *sendOp) (uint8, uint32, erro
 		}
 		if write {
 			be.PutUint64(remote[:], nv)
-			if err := mem.WriteAt(remote[:], op.raddr); err != nil {
+			if err := rmem.WriteAt(remote[:], op.raddr); err != nil {
 				return 0, 0, err
 			}
 		}
@@ -703,7 +812,7 @@ func (d *device) perform(mem remoteMem, q *dQP, op *sendOp) (uint8, uint32, erro
 // completes either way). The receive gets a GRH built from the address
 // vector before the payload. The Q_Key is not checked: the device does
 // not see the QPs' attributes.
-func (d *device) deliverUD(mem remoteMem, src *dQP, data []byte, op *sendOp) error {
+func (d *device) deliverUD(src *dQP, data []byte, op *sendOp) error {
 	if len(op.av) < avSize {
 		return nil
 	}
@@ -739,19 +848,30 @@ func (d *device) deliverUD(mem remoteMem, src *dQP, data []byte, op *sendOp) err
 	if op.opcode == opSendImm {
 		resp = cqeRespSendIm
 	}
-	_, err := d.deliverFlags(mem, src, dst, append(grh[:], data...), resp, op, flags)
+	_, err := d.deliverFlags(src, dst, append(grh[:], data...), resp, op, flags)
+	if errors.Is(err, errRNR) {
+		// An unreliable datagram with no receive waiting is dropped.
+		return nil
+	}
 	return err
 }
 
 // deliver lands a message on dst's receive queue: its next receive WQE's
 // scatter list takes the data, and a responder CQE reports it.
-func (d *device) deliver(mem remoteMem, src, dst *dQP, data []byte, respOp uint8, op *sendOp) (uint8, error) {
-	return d.deliverFlags(mem, src, dst, data, respOp, op, 0)
+func (d *device) deliver(src, dst *dQP, data []byte, respOp uint8, op *sendOp) (uint8, error) {
+	return d.deliverFlags(src, dst, data, respOp, op, 0)
 }
 
 // deliverFlags is deliver with the upper bits of the responder CQE's
 // flags_rqpn word.
-func (d *device) deliverFlags(mem remoteMem, src, dst *dQP, data []byte, respOp uint8, op *sendOp, flags uint32) (uint8, error) {
+func (d *device) deliverFlags(src, dst *dQP, data []byte, respOp uint8, op *sendOp, flags uint32) (uint8, error) {
+	mem := dst.mem
+	rnr := func() (uint8, error) {
+		if d.waitRNR {
+			return 0, errRNR
+		}
+		return syndRNRRetryErr, nil
+	}
 	var w []byte
 	if dst.srq {
 		// The WQE at the head of the SRQ's free list; its next segment
@@ -765,7 +885,7 @@ func (d *device) deliverFlags(mem remoteMem, src, dst *dQP, data []byte, respOp 
 			return 0, err
 		}
 		if uint16(be.Uint32(rec[:])) == uint16(s.done) {
-			return syndRNRRetryErr, nil
+			return rnr()
 		}
 		idx := uint32(s.head) & (s.cnt - 1)
 		w = make([]byte, 1<<s.shift)
@@ -782,7 +902,7 @@ func (d *device) deliverFlags(mem remoteMem, src, dst *dQP, data []byte, respOp 
 			return 0, err
 		}
 		if uint16(be.Uint32(rec[:])) == uint16(dst.rqDone) {
-			return syndRNRRetryErr, nil
+			return rnr()
 		}
 		idx := dst.rqDone & (dst.rqCnt - 1)
 		w = make([]byte, 1<<dst.rqShift)
@@ -799,8 +919,8 @@ func (d *device) deliverFlags(mem remoteMem, src, dst *dQP, data []byte, respOp 
 			break
 		}
 		k := min(uint64(n), uint64(len(left)))
-		if !d.mr(key, addr, k, false) {
-			return syndRemoteOpErr, d.respCQE(mem, dst, src, cqeRespErr, syndLocalProtErr, op, 0, 0)
+		if !d.mr(key, addr, k, false, mem.pid) {
+			return syndRemoteOpErr, d.respCQE(dst, src, cqeRespErr, syndLocalProtErr, op, 0, 0)
 		}
 		if err := mem.WriteAt(left[:k], addr); err != nil {
 			return 0, err
@@ -808,7 +928,7 @@ func (d *device) deliverFlags(mem remoteMem, src, dst *dQP, data []byte, respOp 
 		left = left[k:]
 	}
 	if len(left) > 0 {
-		return syndRemoteInvalReqErr, d.respCQE(mem, dst, src, cqeRespErr, syndLocalLengthErr, op, 0, 0)
+		return syndRemoteInvalReqErr, d.respCQE(dst, src, cqeRespErr, syndLocalLengthErr, op, 0, 0)
 	}
 	n := uint32(len(data))
 	if respOp == cqeRespWrImm {
@@ -820,15 +940,18 @@ func (d *device) deliverFlags(mem remoteMem, src, dst *dQP, data []byte, respOp 
 			n = uint32(len(op.inline))
 		}
 	}
-	return 0, d.respCQE(mem, dst, src, respOp, 0, op, n, flags)
+	t := d.count(mem.pid)
+	t.received++
+	t.bytesReceived += uint64(len(data))
+	return 0, d.respCQE(dst, src, respOp, 0, op, n, flags)
 }
 
-func (d *device) reqCQE(mem remoteMem, q *dQP, op *sendOp, byteCnt uint32, synd uint8) error {
+func (d *device) reqCQE(q *dQP, op *sendOp, byteCnt uint32, synd uint8) error {
 	opcode := uint8(cqeReq)
 	if synd != 0 {
 		opcode = cqeReqErr
 	}
-	return d.push(mem, q.sendCQ, opcode, func(c []byte) {
+	return d.push(q.sendCQ, opcode, func(c []byte) {
 		be.PutUint32(c[cqeOffSopDropQPN:], uint32(op.opcode)<<24|q.qpn)
 		be.PutUint32(c[cqeOffSrqnUidx:], srqnUIdx(q, false))
 		be.PutUint16(c[cqeOffWQECounter:], op.wqeIdx)
@@ -840,8 +963,8 @@ func (d *device) reqCQE(mem remoteMem, q *dQP, op *sendOp, byteCnt uint32, synd 
 	})
 }
 
-func (d *device) respCQE(mem remoteMem, dst, src *dQP, opcode, synd uint8, op *sendOp, byteCnt, flags uint32) error {
-	return d.push(mem, dst.recvCQ, opcode, func(c []byte) {
+func (d *device) respCQE(dst, src *dQP, opcode, synd uint8, op *sendOp, byteCnt, flags uint32) error {
+	return d.push(dst.recvCQ, opcode, func(c []byte) {
 		be.PutUint32(c[cqeOffSopDropQPN:], dst.qpn)
 		be.PutUint32(c[cqeOffSrqnUidx:], srqnUIdx(dst, true))
 		// The index of the receive WQE consumed (every caller has just
@@ -883,7 +1006,8 @@ func srqnUIdx(q *dQP, recv bool) uint32 {
 // the op_own byte with the owner bit of the pass, as the device does. It
 // refuses to overrun the ring: the consumer counter is the CQ's doorbell
 // record's.
-func (d *device) push(mem remoteMem, cq *dCQ, opcode uint8, fill func([]byte)) error {
+func (d *device) push(cq *dCQ, opcode uint8, fill func([]byte)) error {
+	mem := cq.mem
 	var rec [4]byte
 	if err := mem.ReadAt(rec[:], cq.db); err != nil {
 		return err

@@ -6,8 +6,12 @@
 // device. docs/mlx5.md explains the method and what it proves.
 //
 //	mlx5cmp run -profile FILE -o TRANSCRIPT [-v] -- PROGRAM [ARG...]
+//	mlx5cmp pair -profile FILE -port N [-timeout D] [-v] -- PROGRAM [ARG...] -- PROGRAM [ARG...]
 //	mlx5cmp diff A B
 //
+// pair runs two programs on one fake device, which carries their
+// messages: the first must listen on TCP port N before the second starts
+// (a server and its client, as ibv_rc_pingpong's).
 // run needs root: it mounts a fake sysfs over /sys/class in a mount
 // namespace of the target's own. It is
 // written for x86-64 Linux: the filter names that architecture's system
@@ -18,6 +22,8 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
+	"time"
 )
 
 func main() {
@@ -34,6 +40,8 @@ func main() {
 	switch os.Args[1] {
 	case "run":
 		err = runCmd(os.Args[2:])
+	case "pair":
+		err = pairCmd(os.Args[2:])
 	case "diff":
 		err = diffCmd(os.Args[2:])
 	default:
@@ -46,7 +54,9 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: mlx5cmp run -profile FILE -o TRANSCRIPT [-v] -- PROGRAM [ARG...]\n       mlx5cmp diff A B")
+	fmt.Fprintln(os.Stderr, "usage: mlx5cmp run -profile FILE -o TRANSCRIPT [-v] -- PROGRAM [ARG...]\n"+
+		"       mlx5cmp pair -profile FILE -port N [-timeout D] [-v] -- PROGRAM [ARG...] -- PROGRAM [ARG...]\n"+
+		"       mlx5cmp diff A B")
 	os.Exit(2)
 }
 
@@ -67,6 +77,22 @@ func runCmd(args []string) error {
 		}
 	}
 	return err
+}
+
+func pairCmd(args []string) error {
+	fs := flag.NewFlagSet("pair", flag.ExitOnError)
+	var o pairOptions
+	fs.StringVar(&o.profile, "profile", "", "the device profile (JSON)")
+	fs.IntVar(&o.port, "port", 0, "the TCP `port` the first program listens on")
+	fs.DurationVar(&o.timeout, "timeout", 2*time.Minute, "kill both programs after this long")
+	fs.BoolVar(&o.verbose, "v", false, "log every trapped call to standard error")
+	fs.Parse(args)
+	rest := fs.Args()
+	sep := slices.Index(rest, "--")
+	if o.profile == "" || o.port <= 0 || o.port > 65535 || sep < 1 || sep == len(rest)-1 {
+		usage()
+	}
+	return runPair(o, [2][]string{rest[:sep], rest[sep+1:]})
 }
 
 func diffCmd(args []string) error {

@@ -85,6 +85,7 @@ var build = sync.OnceValues(func() (string, error) {
 		goBuild("random-go-mutant", "./scenario/gorandom", "mlx5cmp_mutant"),
 		goBuild("bench-go", "./scenario/gobench"),
 		goBuild("mlx5cmp", "."),
+		goBuild("rdmago", "github.com/rdmago/rdma/cmd/rdmago"),
 	}
 	for _, s := range steps {
 		cmd := exec.Command(s[0], s[1:]...)

@@ -30,21 +30,10 @@ func run(profilePath string, argv []string, verbose bool) (*transcript, error) {
 		return nil, fmt.Errorf("writing the fake sysfs: %w", err)
 	}
 	t := &transcript{}
-	s := &supervisor{out: t, files: map[int]*openFile{}}
+	s := &supervisor{out: t, files: map[int]*openFile{}, fab: newFabric(prof, t), log: io.Discard}
 	if verbose {
 		s.log = os.Stderr
-	} else {
-		s.log = io.Discard
 	}
-	s.kern = fake.New(prof, func(e fake.Event) { t.event(s.dev, e) })
-	s.dev = newDevice(s.kern, t, func(f *fake.File) []byte {
-		for _, of := range s.files {
-			if of.f == f {
-				return of.devmem
-			}
-		}
-		return nil
-	})
 	err = supervise(argv, dir, s)
 	return t, err
 }

@@ -12,8 +12,12 @@ func srqKey(srqn uint32) string { return fmt.Sprintf("srq%#x", srqn) }
 func (t tables) srqs() []*dSRQ {
 	var out []*dSRQ
 	for _, s := range t.k.SRQs() {
-		out = append(out, &dSRQ{key: srqKey(s.SRQN), srqn: s.SRQN, buf: uint64(s.Buf), db: uint64(s.DBRec),
-			cnt: s.WQECount, shift: uint(s.WQEShift)})
+		d := &dSRQ{key: srqKey(s.SRQN), srqn: s.SRQN, buf: uint64(s.Buf), db: uint64(s.DBRec),
+			cnt: s.WQECount, shift: uint(s.WQEShift), mem: t.mem(s.File), uidx: s.UIdx}
+		if s.XRCD != nil {
+			d.xrcdn, d.cq = s.XRCD.XRCDN, &dCQ{cqn: s.CQ.CQN}
+		}
+		out = append(out, d)
 	}
 	return out
 }

@@ -18,6 +18,8 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 
@@ -34,16 +36,40 @@ const devMajor, devMinor = 231, 192
 // supervisor holds one target's state.
 type supervisor struct {
 	listener int
-	kern     *fake.Kernel
-	dev      *device
+	pid      int // the target's
+	proc     atomic.Pointer[os.Process]
+	fab      *fabric
 	out      *transcript
 	files    map[int]*openFile // by descriptor number in the target
 	log      io.Writer         // -v: every trapped call
+	output   io.Writer         // the target's standard output and error; nil: ours
+}
+
+// fabric is one fake device and the open files of every process on it.
+// Its lock is held while a call is answered and while the device acts
+// (pair_linux.go), so that the kernel and the device see one order.
+type fabric struct {
+	mu    sync.Mutex
+	kern  *fake.Kernel
+	dev   *device
+	opens map[*fake.File]*openFile
+}
+
+func newFabric(prof *fake.Profile, t *transcript) *fabric {
+	fab := &fabric{opens: map[*fake.File]*openFile{}}
+	var emit func(fake.Event)
+	if t != nil {
+		emit = func(e fake.Event) { t.event(fab.dev, e) }
+	}
+	fab.kern = fake.New(prof, emit)
+	fab.dev = newDevice(fab.kern, t, func(f *fake.File) *openFile { return fab.opens[f] })
+	return fab
 }
 
 type openFile struct {
 	f      *fake.File
 	devmem []byte
+	pid    int // the process that opened it
 }
 
 // supervise runs argv under the filter, with the fake sysfs in sysfsDir.
@@ -60,6 +86,9 @@ func supervise(argv []string, sysfsDir string, s *supervisor) error {
 	child := os.NewFile(uintptr(pair[1]), "shim")
 	cmd := exec.Command("/proc/self/exe", append([]string{shimArg, sysfsDir, "--"}, argv...)...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	if s.output != nil {
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, s.output, s.output
+	}
 	cmd.ExtraFiles = []*os.File{child}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: unix.CLONE_NEWNS, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -68,6 +97,7 @@ func supervise(argv []string, sysfsDir string, s *supervisor) error {
 		return err
 	}
 	child.Close()
+	s.proc.Store(cmd.Process)
 	listener, err := recvListener(pair[0])
 	unix.Close(pair[0])
 	if err != nil {
@@ -76,6 +106,7 @@ func supervise(argv []string, sysfsDir string, s *supervisor) error {
 		return err
 	}
 	s.listener = listener
+	s.pid = cmd.Process.Pid
 	// The listener hangs up once no task uses the filter, but a kernel may
 	// count the exited target until it is reaped (6.1 does), which
 	// happens only after the loop: the loop also watches the process.
@@ -93,10 +124,11 @@ func supervise(argv []string, sysfsDir string, s *supervisor) error {
 		cmd.Process.Kill()
 	}
 	waitErr := cmd.Wait()
+	s.fab.mu.Lock()
 	for fd, of := range s.files {
-		of.f.Close()
-		delete(s.files, fd)
+		s.closeFile(fd, of)
 	}
+	s.fab.mu.Unlock()
 	return errors.Join(loopErr, waitErr)
 }
 
@@ -151,7 +183,10 @@ func (s *supervisor) loop(pidfd int) error {
 			}
 			return fmt.Errorf("mlx5cmp: SECCOMP_IOCTL_NOTIF_RECV: %w", err)
 		}
-		if err := s.handle(&n); err != nil {
+		s.fab.mu.Lock()
+		err := s.handle(&n)
+		s.fab.mu.Unlock()
+		if err != nil {
 			return err
 		}
 	}
@@ -179,7 +214,7 @@ func (s *supervisor) handle(n *seccompNotif) error {
 	// Commands that create a file (the async event file, completion
 	// channels) get an eventfd installed in the target while the call
 	// is pending; the kernel answers with its number.
-	s.kern.NewFD = func(kind string) (int, error) {
+	s.fab.kern.NewFD = func(kind string) (int, error) {
 		efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
 		if err != nil {
 			return -1, err
@@ -249,8 +284,7 @@ func (s *supervisor) handle(n *seccompNotif) error {
 	case unix.SYS_CLOSE:
 		if of, ok := s.files[fd]; ok {
 			s.logf("close(%d): device file", fd)
-			of.f.Close()
-			delete(s.files, fd)
+			s.closeFile(fd, of)
 		}
 		return cont()
 	case unix.SYS_IOCTL:
@@ -271,7 +305,7 @@ func (s *supervisor) handle(n *seccompNotif) error {
 			if err := mem.ReadAt(buf, a[1]); err != nil {
 				return answer(0, unix.EFAULT)
 			}
-			if err := s.marker(mem, string(bytes.TrimRight(buf, "\n"))); err != nil {
+			if err := s.marker(string(bytes.TrimRight(buf, "\n"))); err != nil {
 				return err
 			}
 			return answer(int64(n), 0)
@@ -329,10 +363,21 @@ func (s *supervisor) openDevice(n *seccompNotif, mem remoteMem, flags uint64) er
 		}
 		return fmt.Errorf("mlx5cmp: SECCOMP_IOCTL_NOTIF_ADDFD: %w", err)
 	}
-	s.files[num] = &openFile{f: s.kern.Open(devmem), devmem: devmem}
+	of := &openFile{f: s.fab.kern.Open(devmem), devmem: devmem, pid: s.pid}
+	s.files[num] = of
+	s.fab.opens[of.f] = of
 	s.logf("open(%s) = %d", devPath, num)
 	s.out.line("open %s", devPath)
 	return nil
+}
+
+// closeFile closes the device file at fd: the kernel destroys its
+// objects.
+func (s *supervisor) closeFile(fd int, of *openFile) {
+	of.f.Close()
+	delete(s.fab.opens, of.f)
+	delete(s.files, fd)
+	unix.Munmap(of.devmem)
 }
 
 // statOfDevice is struct stat (x86-64) of a character device 231:192,
@@ -367,15 +412,15 @@ func (s *supervisor) logf(format string, args ...any) {
 }
 
 // marker handles one line the scenario wrote to markFD.
-func (s *supervisor) marker(mem remoteMem, line string) error {
+func (s *supervisor) marker(line string) error {
 	verb, rest, _ := strings.Cut(line, " ")
 	switch verb {
 	case "step":
 		s.out.line("step %s", rest)
 	case "posted":
-		return s.dev.posted(mem, s.out)
+		return s.fab.dev.posted(s.out)
 	case "complete":
-		return s.dev.complete(mem, rest, s.out)
+		return s.fab.dev.complete(rest)
 	case "wc", "poll", "ret", "end":
 		s.out.line("%s", line)
 	default:

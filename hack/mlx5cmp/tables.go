@@ -11,12 +11,27 @@ import (
 
 // tables is the device's view of the fake kernel's objects.
 type tables struct {
-	k      *fake.Kernel
-	devmem func(*fake.File) []byte
+	k    *fake.Kernel
+	open func(*fake.File) *openFile // nil for a file no longer open
 }
 
-func newDevice(k *fake.Kernel, t *transcript, devmem func(*fake.File) []byte) *device {
-	return &device{kern: tables{k, devmem}, out: t, names: newRegions(), qps: map[uint32]*dQP{}, cqs: map[uint32]*dCQ{}}
+func newDevice(k *fake.Kernel, t *transcript, open func(*fake.File) *openFile) *device {
+	return &device{kern: tables{k, open}, out: t, names: newRegions(), qps: map[uint32]*dQP{}, cqs: map[uint32]*dCQ{}}
+}
+
+// mem is the memory of the process that opened f.
+func (t tables) mem(f *fake.File) remoteMem {
+	if of := t.open(f); of != nil {
+		return remoteMem{pid: of.pid}
+	}
+	return remoteMem{pid: -1}
+}
+
+func (t tables) devmem(f *fake.File) []byte {
+	if of := t.open(f); of != nil {
+		return of.devmem
+	}
+	return nil
 }
 
 func cqKey(cqn uint32) string { return fmt.Sprintf("cq%#x", cqn) }
@@ -25,7 +40,7 @@ func qpKey(qpn uint32) string { return fmt.Sprintf("qp%#x", qpn) }
 func (t tables) cqs() []*dCQ {
 	var out []*dCQ
 	for _, c := range t.k.CQs() {
-		out = append(out, &dCQ{key: cqKey(c.CQN), cqn: c.CQN, buf: uint64(c.Buf), size: uint32(c.CQESize), ncqe: uint32(c.NCQE), db: uint64(c.DBRec)})
+		out = append(out, &dCQ{key: cqKey(c.CQN), cqn: c.CQN, buf: uint64(c.Buf), size: uint32(c.CQESize), ncqe: uint32(c.NCQE), db: uint64(c.DBRec), mem: t.mem(c.File)})
 	}
 	return out
 }
@@ -33,13 +48,16 @@ func (t tables) cqs() []*dCQ {
 func (t tables) qps() []*dQP {
 	var out []*dQP
 	for _, q := range t.k.QPs() {
-		typ := map[uint32]string{2: "rc", 3: "uc", 4: "ud"}[q.Type]
+		typ := map[uint32]string{2: "rc", 3: "uc", 4: "ud", 9: "xrc_send", 10: "xrc_recv"}[q.Type]
 		d := &dQP{key: qpKey(q.QPN), qpn: q.QPN, uidx: q.UIdx, typ: typ,
 			sq: uint64(q.Buf) + uint64(q.SQOffset), rq: uint64(q.Buf) + uint64(q.RQOffset),
 			sqCnt: q.SQWQECount, rqCnt: q.RQWQECount, rqShift: uint(q.RQWQEShift), db: uint64(q.DBRec),
-			peer: q.Attr.Dest_qp_num, srq: q.SRQ != ^uint32(0)}
+			peer: q.Attr.Dest_qp_num, srq: q.SRQ != ^uint32(0), mem: t.mem(q.File)}
 		if q.SQBuf != 0 {
 			d.sq = uint64(q.SQBuf)
+		}
+		if q.XRCD != nil {
+			d.xrcdn = q.XRCD.XRCDN
 		}
 		if q.SendCQ != nil {
 			d.sendCQ = &dCQ{cqn: q.SendCQ.CQN}
@@ -55,7 +73,7 @@ func (t tables) qps() []*dQP {
 func (t tables) mrs() []dMR {
 	var out []dMR
 	for _, m := range t.k.MRs() {
-		out = append(out, dMR{addr: uint64(m.Addr), length: m.Length, lkey: m.LKey, rkey: m.RKey})
+		out = append(out, dMR{addr: uint64(m.Addr), length: m.Length, lkey: m.LKey, rkey: m.RKey, pid: t.mem(m.File).pid})
 	}
 	return out
 }

@@ -42,6 +42,19 @@
 // b8:ce:f6:a1:b2:c4 for cx6.json) and refuses with EHOSTUNREACH
 // otherwise. libmlx5 puts that MAC in every UD WQE's address vector.
 //
+// # XRC
+//
+// OPEN_XRCD (write path) makes a new domain only (fd -1 with O_CREAT;
+// sharing a domain through a file's inode is refused with EOPNOTSUPP), on
+// a profile whose device_cap_flags has IB_DEVICE_XRC; its ioctl destroy
+// refuses a domain still in use (EBUSY). An XRC SRQ must name its domain
+// and CQ, and takes the user index of its driver data as
+// get_srq_user_index does (required and not the default under CQE
+// version 1; a basic SRQ's is never read). An XRC_INI QP takes no SRQ and
+// has no receive queue or receive CQ; an XRC_TGT QP takes the domain and
+// nothing else (no PD, CQ or indirection table: EINVAL), and its driver
+// data, if any, is ignored, as ib_create_qp passes mlx5_ib none.
+//
 // # Profile switches beyond the default
 //
 // With "dyn_uar" false the kernel answers GET_CONTEXT as mlx5_ib does for a

@@ -41,9 +41,9 @@ const (
 	CQDoorbellOffset = 0x20
 )
 
-// Kernel is the fake mlx5_ib kernel of one target process: the device's
-// numbering (QPNs, CQNs, mkeys, UAR indexes) is shared by its files, as a
-// device's is.
+// Kernel is the fake mlx5_ib kernel of one device: the device's numbering
+// (QPNs, CQNs, mkeys, UAR indexes) is shared by its files, as a device's
+// is, whether one process opened them or several (mlx5cmp pair).
 type Kernel struct {
 	// NewFD installs a new file in the target and returns its number: the
 	// async event file (kind "async_event") and completion channels
@@ -73,6 +73,8 @@ type Kernel struct {
 	srqs    []*SRQ
 	// nextSRQN: the next SRQ number (srq.go), 0 until the first.
 	nextSRQN uint32
+	// nextXRCDN: the next XRC domain number (xrc.go), 0 until the first.
+	nextXRCDN uint32
 }
 
 // New makes the kernel of one target. emit receives every command's
@@ -171,6 +173,7 @@ const (
 	objUAR
 	objSRQ
 	objAH
+	objXRCD
 	numObjTypes
 )
 
@@ -227,6 +230,15 @@ type PD struct {
 	users  int
 }
 
+// XRCD is an XRC domain: the scope of XRC receive QPs and XRC SRQs.
+// XRCDN numbers it device-wide, as the firmware's alloc_xrcd does.
+type XRCD struct {
+	Handle uint32
+	XRCDN  uint32
+	File   *File
+	users  int // XRC SRQs and receive QPs in it
+}
+
 // MR is a registered memory region: the target's [Addr, Addr+Length)
 // seen by the device at IOVA.
 type MR struct {
@@ -280,8 +292,9 @@ type QP struct {
 	Handle     uint32
 	QPN        uint32
 	File       *File
-	Type       uint32 // enum ib_uverbs_qp_type: RC 2, UC 3, UD 4
+	Type       uint32 // enum ib_uverbs_qp_type: RC 2, UC 3, UD 4, XRC_INI 9, XRC_TGT 10
 	UserHandle UserHandle
+	XRCD       *XRCD // an XRC_TGT QP's domain; nil for the others
 	PD         uint32
 	SendCQ     *CQ
 	RecvCQ     *CQ
@@ -329,7 +342,7 @@ func (f *File) Close() {
 		return
 	}
 	f.closed = true
-	for _, t := range []objType{objQP, objAH, objSRQ, objCQ, objMR, objPD, objUAR} {
+	for _, t := range []objType{objQP, objAH, objSRQ, objCQ, objMR, objPD, objXRCD, objUAR} {
 		for h, o := range f.ids[t] {
 			f.destroyLocked(o)
 			delete(f.ids[t], h)
@@ -346,6 +359,10 @@ func (f *File) destroyLocked(o any) {
 	case *QP:
 		k.qps = remove(k.qps, o)
 		f.freeBfreg(o)
+		if o.XRCD != nil {
+			o.XRCD.users-- // an XRC_TGT QP holds its domain and nothing else
+			return
+		}
 		o.SendCQ.users--
 		if o.RecvCQ != nil {
 			o.RecvCQ.users--
@@ -360,6 +377,10 @@ func (f *File) destroyLocked(o any) {
 		k.srqs = remove(k.srqs, o)
 		if pd, ok := lookup[*PD](f, objPD, o.PD); ok {
 			pd.users--
+		}
+		if o.XRCD != nil {
+			o.XRCD.users--
+			o.CQ.users--
 		}
 	case *CQ:
 		k.cqs = remove(k.cqs, o)

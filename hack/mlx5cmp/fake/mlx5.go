@@ -302,19 +302,25 @@ func runCQCreate(c *call) error {
 }
 
 // runQPCreate is the QP_CREATE handler with mlx5_ib_create_qp for user
-// RC, UC and UD QPs.
+// RC, UC, UD and XRC_INI QPs; XRC_TGT QPs are runXRCTgtCreate's.
 func runQPCreate(c *call) error {
 	f, p := c.f, c.f.k.p
 	typ := uint32(c.u64(abi.UVERBS_ATTR_CREATE_QP_TYPE))
 	switch typ {
-	case 2, 3, 4: // IB_UVERBS_QPT_RC, _UC, _UD
-	case 8, 9, 10, 0xff: // RAW_PACKET, XRC_INI, XRC_TGT, DRIVER
+	case 2, 3, 4, abi.IB_UVERBS_QPT_XRC_INI: // IB_UVERBS_QPT_RC, _UC, _UD
+	case abi.IB_UVERBS_QPT_XRC_TGT:
+		return runXRCTgtCreate(c)
+	case 8, 0xff: // RAW_PACKET, DRIVER
 		return refuse(syscall.EOPNOTSUPP, fmt.Sprintf("QP type %d not emulated", typ))
 	default:
 		return refuse(syscall.EINVAL, fmt.Sprintf("QP type %d", typ))
 	}
+	xrcIni := typ == abi.IB_UVERBS_QPT_XRC_INI
 	if c.has(abi.UVERBS_ATTR_CREATE_QP_XRCD_HANDLE) || c.has(abi.UVERBS_ATTR_CREATE_QP_IND_TABLE_HANDLE) || c.has(abi.UVERBS_ATTR_CREATE_QP_SOURCE_QPN) {
-		return refuse(syscall.EINVAL, "XRCD, indirection table or source QPN for an RC/UC/UD QP")
+		return refuse(syscall.EINVAL, "XRCD, indirection table or source QPN for an RC/UC/UD/XRC_INI QP")
+	}
+	if xrcIni && c.has(abi.UVERBS_ATTR_CREATE_QP_SRQ_HANDLE) {
+		return refuse(syscall.EINVAL, "an SRQ for an XRC_INI QP")
 	}
 	if flags := c.u64(abi.UVERBS_ATTR_CREATE_QP_FLAGS); flags != 0 {
 		// IB_UVERBS_QP_CREATE_* other than none need capabilities the
@@ -345,8 +351,11 @@ func runQPCreate(c *call) error {
 		}
 		srqHandle = h
 	}
-	rcq := scq
-	if h, ok := c.handle(abi.UVERBS_ATTR_CREATE_QP_RECV_CQ_HANDLE); ok {
+	var rcq *CQ
+	if xrcIni {
+		// The core does not take an XRC_INI QP's receive CQ, named or
+		// not: the QP receives nothing.
+	} else if h, ok := c.handle(abi.UVERBS_ATTR_CREATE_QP_RECV_CQ_HANDLE); ok {
 		if rcq, ok = lookup[*CQ](f, objCQ, h); !ok {
 			return refuse(syscall.ENOENT, fmt.Sprintf("no CQ %d", h))
 		}
@@ -395,9 +404,10 @@ func runQPCreate(c *call) error {
 		// MLX5_IB_DEFAULT_UIDX there; anything else is refused.
 		return refuse(syscall.EINVAL, fmt.Sprintf("uidx %#x with CQE version 0", ucmd.Uidx))
 	}
-	// set_rq_size: a QP on an SRQ has no receive queue (!has_rq): no
-	// ring whatever the driver says, and no receive capabilities.
-	if srq != nil {
+	// set_rq_size: a QP on an SRQ, or an XRC one, has no receive queue
+	// (!qp_has_rq): no ring whatever the driver says, and no receive
+	// capabilities.
+	if srq != nil || xrcIni {
 		ucmd.Rq_wqe_count, ucmd.Rq_wqe_shift = 0, 0
 		capIn.Max_recv_wr, capIn.Max_recv_sge = 0, 0
 	}
@@ -491,12 +501,63 @@ func runQPCreate(c *call) error {
 	qp.Handle = f.alloc(objQP, qp)
 	pd.users++
 	scq.users++
-	rcq.users++
+	if rcq != nil {
+		rcq.users++
+	}
 	if srq != nil {
 		srq.users++
 	}
 	f.k.qps = append(f.k.qps, qp)
 	created = true
+	c.setNew(abi.UVERBS_ATTR_CREATE_QP_HANDLE, uint64(qp.Handle))
+	return nil
+}
+
+// runXRCTgtCreate is QP_CREATE of an XRC_TGT QP: the core takes only the
+// domain (no PD, CQs or indirection table) and creates the QP with
+// ib_create_qp, which passes mlx5_ib no udata (create_xrc_tgt_qp): driver
+// data that came with the call is ignored, and the QP has no queues,
+// doorbell record, UAR or user index. What reaches it lands in the XRC
+// SRQ each message names.
+func runXRCTgtCreate(c *call) error {
+	f := c.f
+	if c.has(abi.UVERBS_ATTR_CREATE_QP_RECV_CQ_HANDLE) || c.has(abi.UVERBS_ATTR_CREATE_QP_SEND_CQ_HANDLE) ||
+		c.has(abi.UVERBS_ATTR_CREATE_QP_PD_HANDLE) || c.has(abi.UVERBS_ATTR_CREATE_QP_IND_TABLE_HANDLE) {
+		return refuse(syscall.EINVAL, "a PD, CQ or indirection table for an XRC_TGT QP")
+	}
+	xh, ok := c.handle(abi.UVERBS_ATTR_CREATE_QP_XRCD_HANDLE)
+	if !ok {
+		return refuse(syscall.ENOENT, "an XRC_TGT QP without an XRCD")
+	}
+	x, ok := lookup[*XRCD](f, objXRCD, xh)
+	if !ok {
+		return refuse(syscall.ENOENT, fmt.Sprintf("no XRCD %d", xh))
+	}
+	if flags := c.u64(abi.UVERBS_ATTR_CREATE_QP_FLAGS); flags != 0 {
+		return refuse(syscall.EOPNOTSUPP, fmt.Sprintf("create flags %#x", flags))
+	}
+	if c.has(abi.UVERBS_ATTR_CREATE_QP_SRQ_HANDLE) {
+		// An XRC_TGT QP takes an XRC SRQ only, and mlx5 uses none.
+		return refuse(syscall.EINVAL, "an SRQ for an XRC_TGT QP")
+	}
+	if _, err := c.fdOf(abi.UVERBS_ATTR_CREATE_QP_EVENT_FD, "async_event"); err != nil {
+		return err
+	}
+	capIn := fromBytes[abi.IbUverbsQpCap](c.in(abi.UVERBS_ATTR_CREATE_QP_CAP))
+	qp := &QP{File: f, QPN: f.k.nextQPN, Type: abi.IB_UVERBS_QPT_XRC_TGT, XRCD: x, SRQ: ^uint32(0),
+		UserHandle: UserHandle(c.u64(abi.UVERBS_ATTR_CREATE_QP_USER_HANDLE)), PD: ^uint32(0),
+		Caps: *capIn, UIdx: defaultUIdx, UAROffset: -1}
+	capOut := *capIn
+	if err := c.out(abi.UVERBS_ATTR_CREATE_QP_RESP_CAP, bytesOf(&capOut)); err != nil {
+		return err
+	}
+	if err := c.out(abi.UVERBS_ATTR_CREATE_QP_RESP_QP_NUM, bytesOf(&qp.QPN)); err != nil {
+		return err
+	}
+	f.k.nextQPN++
+	qp.Handle = f.alloc(objQP, qp)
+	x.users++
+	f.k.qps = append(f.k.qps, qp)
 	c.setNew(abi.UVERBS_ATTR_CREATE_QP_HANDLE, uint64(qp.Handle))
 	return nil
 }

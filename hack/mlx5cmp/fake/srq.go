@@ -37,6 +37,12 @@ type SRQ struct {
 	MaxSGE     uint32 // data segments a WQE holds (max_avail_gather)
 	Flags      Hex
 	users      int
+	// An XRC SRQ's domain, the CQ its receives complete on, and the
+	// user index its CQEs carry under CQE version 1 (else
+	// MLX5_IB_DEFAULT_UIDX). A basic SRQ has none of them.
+	XRCD *XRCD
+	CQ   *CQ
+	UIdx uint32
 }
 
 func init() {
@@ -72,12 +78,33 @@ func init() {
 
 func runSRQCreate(c *call) error {
 	f, p := c.f, c.f.k.p
-	if typ := c.u64(abi.UVERBS_ATTR_CREATE_SRQ_TYPE); typ != abi.IB_UVERBS_SRQT_BASIC {
-		// XRC and tag-matching SRQs need objects the fake does not model.
+	var xrcd *XRCD
+	var cq *CQ
+	switch typ := c.u64(abi.UVERBS_ATTR_CREATE_SRQ_TYPE); typ {
+	case abi.IB_UVERBS_SRQT_BASIC:
+		if c.has(abi.UVERBS_ATTR_CREATE_SRQ_XRCD_HANDLE) || c.has(abi.UVERBS_ATTR_CREATE_SRQ_CQ_HANDLE) {
+			return refuse(syscall.EINVAL, "XRCD or CQ for a basic SRQ")
+		}
+	case abi.IB_UVERBS_SRQT_XRC:
+		// uverbs_std_types_srq: an XRC SRQ names its domain and the CQ
+		// its receives complete on.
+		xh, ok := c.handle(abi.UVERBS_ATTR_CREATE_SRQ_XRCD_HANDLE)
+		if !ok {
+			return refuse(syscall.EINVAL, "an XRC SRQ without an XRCD")
+		}
+		if xrcd, ok = lookup[*XRCD](f, objXRCD, xh); !ok {
+			return refuse(syscall.ENOENT, fmt.Sprintf("no XRCD %d", xh))
+		}
+		ch, ok := c.handle(abi.UVERBS_ATTR_CREATE_SRQ_CQ_HANDLE)
+		if !ok {
+			return refuse(syscall.EINVAL, "an XRC SRQ without a CQ")
+		}
+		if cq, ok = lookup[*CQ](f, objCQ, ch); !ok {
+			return refuse(syscall.ENOENT, fmt.Sprintf("no CQ %d", ch))
+		}
+	default:
+		// Tag-matching SRQs need objects the fake does not model.
 		return refuse(syscall.EOPNOTSUPP, fmt.Sprintf("SRQ type %d not emulated", typ))
-	}
-	if c.has(abi.UVERBS_ATTR_CREATE_SRQ_XRCD_HANDLE) || c.has(abi.UVERBS_ATTR_CREATE_SRQ_CQ_HANDLE) {
-		return refuse(syscall.EINVAL, "XRCD or CQ for a basic SRQ")
 	}
 	pdh, _ := c.handle(abi.UVERBS_ATTR_CREATE_SRQ_PD_HANDLE)
 	pd, ok := lookup[*PD](f, objPD, pdh)
@@ -118,6 +145,22 @@ func runSRQCreate(c *call) error {
 	if ucmd.Reserved0 != 0 || ucmd.Reserved1 != 0 {
 		return refuse(syscall.EINVAL, "mlx5_ib_create_srq reserved fields")
 	}
+	// get_srq_user_index, for SRQs other than basic ones: under CQE
+	// version 1 the request must hold a user index, and not the
+	// default; under version 0 it may hold only the default.
+	uidx := uint32(defaultUIdx)
+	if xrcd != nil {
+		has := len(in) >= int(unsafe.Offsetof(ucmd.Uidx))+4
+		switch {
+		case has && f.ctx.cqeVersion == 0 && ucmd.Uidx == defaultUIdx:
+		case has != (f.ctx.cqeVersion == 1):
+			return refuse(syscall.EINVAL, fmt.Sprintf("XRC SRQ: uidx present %v with CQE version %d", has, f.ctx.cqeVersion))
+		case f.ctx.cqeVersion == 1 && (ucmd.Uidx == defaultUIdx || ucmd.Uidx&^uidxMask != 0):
+			return refuse(syscall.EINVAL, fmt.Sprintf("XRC SRQ: uidx %#x with CQE version 1", ucmd.Uidx))
+		case f.ctx.cqeVersion == 1:
+			uidx = ucmd.Uidx
+		}
+	}
 	bufSize := uint64(count) << shift
 	if !readable(c.m, ucmd.Buf_addr, bufSize) {
 		return refuse(syscall.EFAULT, "SRQ buffer not mapped (ib_umem_get)")
@@ -131,7 +174,7 @@ func runSRQCreate(c *call) error {
 	}
 	srq := &SRQ{SRQN: k.nextSRQN, File: f, UserHandle: UserHandle(c.u64(abi.UVERBS_ATTR_CREATE_SRQ_USER_HANDLE)),
 		PD: pdh, Buf: Addr(ucmd.Buf_addr), DBRec: Addr(ucmd.Db_addr), WQECount: count, WQEShift: shift,
-		MaxSGE: uint32(desc-16) / 16, Flags: Hex(ucmd.Flags)}
+		MaxSGE: uint32(desc-16) / 16, Flags: Hex(ucmd.Flags), XRCD: xrcd, CQ: cq, UIdx: uidx}
 	// The answer: max_wr as the device holds it (one WQE stays free),
 	// max_sge as asked (mlx5 does not report max_avail_gather).
 	respWR, respSGE := count-1, maxSGE
@@ -145,9 +188,18 @@ func runSRQCreate(c *call) error {
 	if err := c.out(abi.UVERBS_ATTR_UHW_OUT, bytesOf(&resp)); err != nil {
 		return err
 	}
+	if xrcd != nil && c.has(abi.UVERBS_ATTR_CREATE_SRQ_RESP_SRQ_NUM) {
+		if err := c.out(abi.UVERBS_ATTR_CREATE_SRQ_RESP_SRQ_NUM, bytesOf(&srq.SRQN)); err != nil {
+			return err
+		}
+	}
 	k.nextSRQN++
 	srq.Handle = f.alloc(objSRQ, srq)
 	pd.users++
+	if xrcd != nil {
+		xrcd.users++
+		cq.users++
+	}
 	k.srqs = append(k.srqs, srq)
 	c.setNew(abi.UVERBS_ATTR_CREATE_SRQ_HANDLE, uint64(srq.Handle))
 	return nil

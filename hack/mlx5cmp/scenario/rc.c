@@ -5,7 +5,7 @@
  * markers written to descriptor 899 (see mark in common.c). The steps: RC
  * requests of every kind on the setup's QP, then, each on fresh objects,
  * every CQE error syndrome, a receive error, CQ arming, UC, UD with an
- * address handle, the ibv_wr_* batch API and an SRQ.
+ * address handle, the ibv_wr_* batch API, an SRQ and XRC.
  *
  * Its Go twin is hack/mlx5cmp/scenario/goscen/main.go: the two must perform
  * the SAME calls in the SAME order with the SAME arguments and print the
@@ -40,6 +40,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -98,6 +99,7 @@ enum {
 	ID_BATCH = 35,
 	ID_BATCH_ABORT = 36,
 	ID_SRQ = 37,
+	ID_XRC = 38,
 	SRQ_ROUNDS = 4,
 	SRQ_PER_ROUND = 5,
 };
@@ -855,6 +857,169 @@ static void scen_srq(void)
 	qp = main_qp;
 }
 
+/*
+ * 20. xrc.*: XRC, both sides in this process. xrc.setup: a new XRC domain
+ * (fd -1), an XRC SRQ on it (max_wr 16, max_sge 1) completing on the
+ * setup's CQ, an XRC receive QP in the domain and an XRC send QP (16
+ * sends, 2 SGEs, 64 bytes inline) on the setup's PD and CQ, connected to
+ * the receive QP; the granted sizes and the SRQ's number are marked.
+ * xrc.send: three receives of 64 bytes posted to the SRQ, then one post
+ * of a send, a send with immediate and an RDMA write with immediate, each
+ * naming the SRQ; drained. xrc.rdma: an RDMA write of two SGEs and an
+ * RDMA read through the send QP, which name the SRQ too (every XRC WQE
+ * carries it). xrc.teardown: the QPs (moved to ERR first), the SRQ and
+ * the domain destroyed.
+ */
+static void scen_xrc(void)
+{
+	mark("step xrc.setup");
+	struct ibv_qp *main_qp = qp;
+	struct ibv_xrcd_init_attr xa = {
+		.comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS,
+		.fd = -1,
+		.oflags = O_CREAT,
+	};
+	struct ibv_xrcd *xrcd = ibv_open_xrcd(ctx, &xa);
+	if (!xrcd)
+		fail("open_xrcd", errno);
+	struct ibv_srq_init_attr_ex sa = {
+		.attr = {.max_wr = 16, .max_sge = 1},
+		.comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_XRCD |
+			     IBV_SRQ_INIT_ATTR_CQ,
+		.srq_type = IBV_SRQT_XRC,
+		.pd = pd,
+		.xrcd = xrcd,
+		.cq = cq,
+	};
+	struct ibv_srq *srq = ibv_create_srq_ex(ctx, &sa);
+	if (!srq)
+		fail("create_srq_ex", errno);
+	mark("ret srq.max_wr=%u", sa.attr.max_wr);
+	mark("ret srq.max_sge=%u", sa.attr.max_sge);
+	uint32_t srqn;
+	int err = ibv_get_srq_num(srq, &srqn);
+	if (err)
+		fail("get_srq_num", err);
+	mark("ret srq.num=0x%x", srqn);
+
+	struct ibv_qp_init_attr_ex ra = {
+		.qp_type = IBV_QPT_XRC_RECV,
+		.comp_mask = IBV_QP_INIT_ATTR_XRCD,
+		.xrcd = xrcd,
+	};
+	struct ibv_qp *tgt = ibv_create_qp_ex(ctx, &ra);
+	if (!tgt)
+		fail("create_qp_xrc_recv", errno);
+	struct ibv_qp_init_attr_ex ia = {
+		.qp_type = IBV_QPT_XRC_SEND,
+		.comp_mask = IBV_QP_INIT_ATTR_PD,
+		.pd = pd,
+		.send_cq = cq,
+		.recv_cq = cq,
+		.cap = {.max_send_wr = 16, .max_send_sge = 2, .max_inline_data = 64},
+	};
+	struct ibv_qp *ini = ibv_create_qp_ex(ctx, &ia);
+	if (!ini)
+		fail("create_qp_xrc_send", errno);
+	mark("ret cap.max_send_wr=%u", ia.cap.max_send_wr);
+	mark("ret cap.max_send_sge=%u", ia.cap.max_send_sge);
+	mark("ret cap.max_inline_data=%u", ia.cap.max_inline_data);
+
+	/* The transitions with the attributes ib_modify_qp_is_ok asks of each type. */
+	struct ibv_qp_attr a = {
+		.qp_state = IBV_QPS_INIT,
+		.port_num = IB_PORT,
+		.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ,
+	};
+	int init = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
+	if ((err = ibv_modify_qp(tgt, &a, init)))
+		fail("modify_init_tgt", err);
+	if ((err = ibv_modify_qp(ini, &a, init)))
+		fail("modify_init_ini", err);
+	struct ibv_qp_attr rtr = {
+		.qp_state = IBV_QPS_RTR,
+		.path_mtu = IBV_MTU_1024,
+		.max_dest_rd_atomic = 1,
+		.min_rnr_timer = 12,
+		.ah_attr = {.is_global = 1,
+			    .grh = {.dgid = dgid, .sgid_index = GID_INDEX, .hop_limit = 64},
+			    .port_num = IB_PORT},
+	};
+	int rtr_mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
+	rtr.dest_qp_num = ini->qp_num;
+	if ((err = ibv_modify_qp(tgt, &rtr, rtr_mask | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER)))
+		fail("modify_rtr_tgt", err);
+	rtr.dest_qp_num = tgt->qp_num;
+	if ((err = ibv_modify_qp(ini, &rtr, rtr_mask)))
+		fail("modify_rtr_ini", err);
+	struct ibv_qp_attr rts = {
+		.qp_state = IBV_QPS_RTS,
+		.timeout = 14,
+		.retry_cnt = 7,
+		.rnr_retry = 7,
+		.max_rd_atomic = 1,
+	};
+	if ((err = ibv_modify_qp(tgt, &rts, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_SQ_PSN)))
+		fail("modify_rts_tgt", err);
+	if ((err = ibv_modify_qp(ini, &rts,
+				 IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+					 IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC)))
+		fail("modify_rts_ini", err);
+	qp = ini;
+
+	mark("step xrc.send");
+	struct ibv_sge rs[3];
+	struct ibv_recv_wr rw[3];
+	for (unsigned i = 0; i < 3; i++) {
+		rs[i] = (struct ibv_sge){.addr = (uintptr_t)buf1 + 0xa000 + 0x40 * i, .length = 64, .lkey = mr1->lkey};
+		rw[i] = (struct ibv_recv_wr){.wr_id = recvid(ID_XRC, i), .sg_list = &rs[i], .num_sge = 1,
+					     .next = i < 2 ? &rw[i + 1] : NULL};
+	}
+	struct ibv_recv_wr *bad = NULL;
+	if ((err = ibv_post_srq_recv(srq, rw, &bad)))
+		fail("post_srq_recv", err);
+	mark("posted");
+	struct ibv_sge sg[3] = {sge0(0x100, 48), sge0(0x140, 32), sge0(0x180, 16)};
+	struct ibv_send_wr w[3] = {
+		{.wr_id = wrid(ID_XRC, 0), .sg_list = &sg[0], .num_sge = 1, .opcode = IBV_WR_SEND,
+		 .send_flags = IBV_SEND_SIGNALED},
+		{.wr_id = wrid(ID_XRC, 1), .sg_list = &sg[1], .num_sge = 1, .opcode = IBV_WR_SEND_WITH_IMM,
+		 .send_flags = IBV_SEND_SIGNALED, .imm_data = htonl(0x11223344)},
+		{.wr_id = wrid(ID_XRC, 2), .sg_list = &sg[2], .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE_WITH_IMM,
+		 .send_flags = IBV_SEND_SIGNALED, .imm_data = htonl(0x55667788),
+		 .wr.rdma = {.remote_addr = remote1(0xa400), .rkey = mr1->rkey}},
+	};
+	for (int i = 0; i < 3; i++)
+		w[i].qp_type.xrc.remote_srqn = srqn;
+	post_send(w, 3);
+	mark("complete");
+	drain(6);
+
+	mark("step xrc.rdma");
+	struct ibv_sge ws[2] = {sge0(0x200, 24), sge0(0x240, 40)};
+	struct ibv_sge rd = {.addr = (uintptr_t)buf1 + 0xa800, .length = 64, .lkey = mr1->lkey};
+	struct ibv_send_wr w2[2] = {
+		write_wr(wrid(ID_XRC, 3), ws, 2, 0xa600),
+		{.wr_id = wrid(ID_XRC, 4), .sg_list = &rd, .num_sge = 1, .opcode = IBV_WR_RDMA_READ,
+		 .send_flags = IBV_SEND_SIGNALED,
+		 .wr.rdma = {.remote_addr = (uintptr_t)buf0 + 0x300, .rkey = mr0->rkey}},
+	};
+	for (int i = 0; i < 2; i++)
+		w2[i].qp_type.xrc.remote_srqn = srqn;
+	post_send(w2, 2);
+	mark("complete");
+	drain(2);
+
+	mark("step xrc.teardown");
+	destroy_qp(ini);
+	destroy_qp(tgt);
+	if ((err = ibv_destroy_srq(srq)))
+		fail("destroy_srq", err);
+	if ((err = ibv_close_xrcd(xrcd)))
+		fail("close_xrcd", err);
+	qp = main_qp;
+}
+
 /* ---- main ---- */
 
 static const struct {
@@ -881,6 +1046,7 @@ static const struct {
 	{"ud", scen_ud},
 	{"batch", scen_batch},
 	{"srq", scen_srq},
+	{"xrc", scen_xrc},
 };
 
 enum { NSCEN = sizeof scenarios / sizeof scenarios[0] };

@@ -48,6 +48,8 @@ import (
 	"fmt"
 	"os"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/rdmago/rdma/hack/mlx5cmp/scenario/scen"
 	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/uverbs"
@@ -98,6 +100,7 @@ const (
 	idBatch       = 35
 	idBatchAbort  = 36
 	idSRQ         = 37
+	idXRC         = 38
 	srqRounds     = 4
 	srqPerRound   = 5
 )
@@ -717,6 +720,133 @@ func scenSRQ() {
 	scen.QP = mainQP
 }
 
+// 20. xrc.*: XRC, both sides in this process (rc.c's scen_xrc).
+func scenXRC() {
+	scen.Mark("step xrc.setup")
+	mainQP := scen.QP
+	xrcd, err := scen.Ctx.OpenXRCD(-1, unix.O_CREAT)
+	if err != nil {
+		scen.Fail("open_xrcd", err)
+	}
+	srq, err := scen.PD.CreateXRCSRQ(xrcd, scen.CQ, uverbs.SRQAttr{MaxWR: 16, MaxSGE: 1})
+	if err != nil {
+		scen.Fail("create_srq_ex", err)
+	}
+	scen.Mark("ret srq.max_wr=%d", srq.Attr().MaxWR)
+	scen.Mark("ret srq.max_sge=%d", srq.Attr().MaxSGE)
+	srqn, err := srq.Num()
+	if err != nil {
+		scen.Fail("get_srq_num", err)
+	}
+	scen.Mark("ret srq.num=0x%x", srqn)
+
+	tgt, err := xrcd.CreateRecvQP()
+	if err != nil {
+		scen.Fail("create_qp_xrc_recv", err)
+	}
+	ini, err := scen.PD.CreateQP(uverbs.QPInitAttr{
+		Type:   qp.XRCSend,
+		SendCQ: scen.CQ,
+		RecvCQ: scen.CQ,
+		Caps:   qp.Caps{MaxSendWR: 16, MaxSendSGE: 2, MaxInlineData: 64},
+	})
+	if err != nil {
+		scen.Fail("create_qp_xrc_send", err)
+	}
+	caps := ini.Caps()
+	scen.Mark("ret cap.max_send_wr=%d", caps.MaxSendWR)
+	scen.Mark("ret cap.max_send_sge=%d", caps.MaxSendSGE)
+	scen.Mark("ret cap.max_inline_data=%d", caps.MaxInlineData)
+
+	// The transitions with the attributes ib_modify_qp_is_ok asks of each type.
+	a := qp.Attr{State: qp.StateInit, PortNum: scen.IBPort, QPAccessFlags: wr.RemoteWrite | wr.RemoteRead}
+	init := qp.AttrState | qp.AttrPKeyIndex | qp.AttrPort | qp.AttrAccessFlags
+	if err := tgt.Modify(&a, init); err != nil {
+		scen.Fail("modify_init_tgt", err)
+	}
+	if err := ini.Modify(&a, init); err != nil {
+		scen.Fail("modify_init_ini", err)
+	}
+	rtr := qp.Attr{
+		State:           qp.StateRTR,
+		PathMTU:         qp.MTU1024,
+		MaxDestRdAtomic: 1,
+		MinRNRTimer:     12,
+		AHAttr: qp.AHAttr{
+			IsGlobal:  true,
+			DGID:      scen.DGID,
+			SGIDIndex: scen.GIDIndex,
+			HopLimit:  64,
+			PortNum:   scen.IBPort,
+		},
+	}
+	rtrMask := qp.AttrState | qp.AttrAV | qp.AttrPathMTU | qp.AttrDestQPN | qp.AttrRQPSN
+	rtr.DestQPNum = ini.Num()
+	if err := tgt.Modify(&rtr, rtrMask|qp.AttrMaxDestRdAtomic|qp.AttrMinRNRTimer); err != nil {
+		scen.Fail("modify_rtr_tgt", err)
+	}
+	rtr.DestQPNum = tgt.Num()
+	if err := ini.Modify(&rtr, rtrMask); err != nil {
+		scen.Fail("modify_rtr_ini", err)
+	}
+	rts := qp.Attr{State: qp.StateRTS, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1}
+	if err := tgt.Modify(&rts, qp.AttrState|qp.AttrTimeout|qp.AttrSQPSN); err != nil {
+		scen.Fail("modify_rts_tgt", err)
+	}
+	if err := ini.Modify(&rts, qp.AttrState|qp.AttrTimeout|qp.AttrRetryCnt|qp.AttrRNRRetry|
+		qp.AttrSQPSN|qp.AttrMaxQPRdAtomic); err != nil {
+		scen.Fail("modify_rts_ini", err)
+	}
+	scen.QP = ini
+
+	scen.Mark("step xrc.send")
+	rw := make([]wr.RecvWR, 3)
+	for i := range rw {
+		rw[i] = wr.RecvWR{ID: recvid(idXRC, uint64(i)), SGList: []wr.SGE{scen.MR1.SGE(0xa000+0x40*i, 64)}}
+	}
+	if _, err := srq.PostRecv(rw); err != nil {
+		scen.Fail("post_srq_recv", err)
+	}
+	scen.Mark("posted")
+	w := []wr.SendWR{
+		{ID: wrid(idXRC, 0), SGList: []wr.SGE{sge0(0x100, 48)}, Opcode: wr.OpSend, Flags: wr.Signaled},
+		{ID: wrid(idXRC, 1), SGList: []wr.SGE{sge0(0x140, 32)}, Opcode: wr.OpSendWithImm, Flags: wr.Signaled,
+			Imm: 0x11223344},
+		{ID: wrid(idXRC, 2), SGList: []wr.SGE{sge0(0x180, 16)}, Opcode: wr.OpRDMAWriteWithImm, Flags: wr.Signaled,
+			Imm: 0x55667788, RemoteAddr: remote1(0xa400), RKey: scen.MR1.RKey},
+	}
+	for i := range w {
+		w[i].RemoteSRQN = srqn
+	}
+	postSend(w)
+	scen.Mark("complete")
+	drain(6)
+
+	scen.Mark("step xrc.rdma")
+	w2 := []wr.SendWR{
+		writeWR(wrid(idXRC, 3), []wr.SGE{sge0(0x200, 24), sge0(0x240, 40)}, 0xa600),
+		{ID: wrid(idXRC, 4), SGList: []wr.SGE{scen.MR1.SGE(0xa800, 64)}, Opcode: wr.OpRDMARead, Flags: wr.Signaled,
+			RemoteAddr: scen.MR0.Addr() + 0x300, RKey: scen.MR0.RKey},
+	}
+	for i := range w2 {
+		w2[i].RemoteSRQN = srqn
+	}
+	postSend(w2)
+	scen.Mark("complete")
+	drain(2)
+
+	scen.Mark("step xrc.teardown")
+	scen.DestroyQP(ini)
+	scen.DestroyQP(tgt)
+	if err := srq.Close(); err != nil {
+		scen.Fail("destroy_srq", err)
+	}
+	if err := xrcd.Close(); err != nil {
+		scen.Fail("close_xrcd", err)
+	}
+	scen.QP = mainQP
+}
+
 // ---- main ----
 
 var scenarios = []struct {
@@ -743,6 +873,7 @@ var scenarios = []struct {
 	{"ud", scenUD},
 	{"batch", scenBatch},
 	{"srq", scenSRQ},
+	{"xrc", scenXRC},
 }
 
 func usage() {
