@@ -20,6 +20,7 @@ import (
 	"github.com/rdmago/rdma/internal/abi"
 	"github.com/rdmago/rdma/internal/qpabi"
 	"github.com/rdmago/rdma/qp"
+	"github.com/rdmago/rdma/uverbs"
 )
 
 // EventChannel is an open rdma_cm event channel (struct
@@ -131,13 +132,31 @@ func NewEventChannel() (*EventChannel, error) {
 	if err != nil {
 		switch {
 		case errors.Is(err, unix.ENOENT), errors.Is(err, unix.ENODEV), errors.Is(err, unix.ENXIO):
-			return nil, fmt.Errorf("cm: open %s (is the rdma_ucm module loaded?): %w", devPath, err)
+			return nil, &noDeviceError{err}
 		case errors.Is(err, unix.EACCES), errors.Is(err, unix.EPERM):
 			return nil, fmt.Errorf("cm: open %s (needs read-write access): %w", devPath, err)
 		}
 		return nil, fmt.Errorf("cm: open %s: %w", devPath, err)
 	}
 	return newEventChannel(f), nil
+}
+
+// noDeviceError is the connection manager's device file missing: the
+// rdma_ucm module is not loaded, or the kernel has no RDMA at all. It
+// matches syscall.ENODEV, the errno librdmacm gives there (ucma_init finds
+// no device), and uverbs.ErrNoDevice, so that one test covers a host
+// without RDMA whichever package the program reached first; it wraps the
+// open's own errno (ENOENT, say).
+type noDeviceError struct{ err error }
+
+func (e *noDeviceError) Error() string {
+	return fmt.Sprintf("cm: no RDMA connection manager: open %s (is the rdma_ucm module loaded?): %v", devPath, e.err)
+}
+
+func (e *noDeviceError) Unwrap() error { return e.err }
+
+func (e *noDeviceError) Is(target error) bool {
+	return target == unix.ENODEV || target == uverbs.ErrNoDevice
 }
 
 // newEventChannel makes a channel on f. A channel dropped without Close

@@ -31,7 +31,11 @@
 // report their outcome as events on its EventChannel, and a synchronous
 // ID's (created without a channel) wait for their event and return it as
 // an error. Errors wrap the kernel's errno (see Error): test them with
-// errors.Is(err, unix.ECONNREFUSED) and the like.
+// errors.Is(err, unix.ECONNREFUSED) and the like. On a host without the
+// connection manager (the rdma_ucm module not loaded, or no RDMA modules at
+// all) every call that needs it fails with an error matching
+// syscall.ENODEV, as librdmacm's do there, and uverbs.ErrNoDevice; its text
+// names the module to load.
 //
 // The device an ID is bound to is opened with package uverbs, once per
 // device for all IDs, with one protection domain (ID.Verbs, ID.PD), and

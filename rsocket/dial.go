@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rdmago/rdma/cm"
+	"github.com/rdmago/rdma/uverbs"
 )
 
 // Dialer holds options for connecting. The zero Dialer connects with
@@ -85,7 +86,9 @@ func (d *Dialer) Dial(network, address string) (*Conn, error) {
 // connected, it no longer matters. Errors are *net.OpError; the refusals
 // of package net match theirs: errors.Is(err, syscall.ECONNREFUSED) for a
 // port nobody listens on, ENETUNREACH or EHOSTUNREACH for a peer that
-// cannot be reached, and ENODEV when no RDMA device serves the route; a
+// cannot be reached, and ENODEV when no RDMA device serves the route or
+// the host has no RDMA connection manager (then it also matches
+// uverbs.ErrNoDevice, and its text names the module to load); a
 // dial that outlives Timeout or ctx's deadline fails with
 // os.ErrDeadlineExceeded, a net.Error whose Timeout is true.
 func (d *Dialer) DialContext(ctx context.Context, network, address string) (*Conn, error) {
@@ -175,8 +178,13 @@ func establish(e *endpoint, peer *connData, network string, cfg config) (*Conn, 
 }
 
 // sysErr gives an rdma_cm failure the shape package net gives a system
-// call's: an *os.SyscallError around the errno, which errors.Is finds.
+// call's: an *os.SyscallError around the errno, which errors.Is finds. A
+// host without the connection manager keeps package cm's error, which
+// matches ENODEV and uverbs.ErrNoDevice and says which module to load.
 func sysErr(call string, err error) error {
+	if errors.Is(err, uverbs.ErrNoDevice) {
+		return err
+	}
 	var errno syscall.Errno
 	if errors.As(err, &errno) {
 		return os.NewSyscallError(call, errno)

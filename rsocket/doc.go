@@ -22,7 +22,9 @@
 // Failures to connect come back as *net.OpError wrapping the errno package
 // net would give: syscall.ECONNREFUSED when nothing listens,
 // syscall.ENETUNREACH or syscall.EHOSTUNREACH when the address cannot be
-// reached, and syscall.ENODEV when no RDMA device serves the route.
+// reached, and syscall.ENODEV when no RDMA device serves the route or the
+// host has no RDMA at all (an error that then also matches
+// uverbs.ErrNoDevice and names the module to load).
 // A peer that breaks the protocol (a malformed
 // message, credits it did not have, private data of another version) ends
 // the connection with an error; it cannot make this side read or write

@@ -104,7 +104,9 @@ func (r *ctxRes) close() error {
 }
 
 // Open opens the named device. An unknown name gives an error that lists the
-// devices that exist; a host without devices gives ErrNoDevice.
+// devices that exist; a host without devices gives an error matching
+// ErrNoDevice (and syscall.ENOSYS when the kernel has no RDMA at all, as
+// for Devices).
 func Open(name string) (*Context, error) {
 	d, err := findDevice(name)
 	if err != nil {

@@ -34,7 +34,10 @@ var (
 	devRoot   = "/dev/infiniband"
 )
 
-// ErrNoDevice is returned by Open when the host has no RDMA device at all.
+// ErrNoDevice is what a host without an RDMA device gives: Open's error, and
+// Devices' when the kernel has no RDMA at all. The connection manager's
+// errors match it too when the kernel has none (package cm), and so do
+// package rsocket's through them. Test for it with errors.Is.
 var ErrNoDevice = errors.New("uverbs: no RDMA devices found (no /dev/infiniband/uverbs* device; is an RDMA driver such as rdma_rxe or mlx5_ib loaded?)")
 
 // errNoRDMA is returned when the kernel has no RDMA subsystem loaded: neither
@@ -45,8 +48,14 @@ var errNoRDMA = fmt.Errorf("%w (the kernel has no RDMA subsystem: no RDMA netlin
 
 // Devices lists the RDMA devices that have a uverbs interface, sorted by
 // name. It asks RDMA netlink first, which also reports each device's driver,
-// and reads sysfs when netlink is unavailable. A host without RDMA gives an
-// empty list and no error.
+// and reads sysfs when netlink is unavailable.
+//
+// A kernel with the RDMA subsystem but no device gives an empty list and no
+// error. A kernel without the subsystem (no RDMA modules loaded: no RDMA
+// netlink, no /sys/class/infiniband_verbs) gives an error that matches
+// ErrNoDevice and syscall.ENOSYS, as ibv_get_device_list fails there with
+// ENOSYS and as net.Interfaces fails when its netlink is missing: the two
+// cases need different fixes, and the error says which.
 func Devices() ([]Device, error) {
 	if err := supported("list devices"); err != nil {
 		return nil, err

@@ -1,11 +1,14 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"runtime"
 	"runtime/debug"
+	"syscall"
 
 	"github.com/rdmago/rdma/cmd/rdmago/internal/cmtime"
 	"github.com/rdmago/rdma/cmd/rdmago/internal/command"
@@ -21,6 +24,7 @@ import (
 	"github.com/rdmago/rdma/cmd/rdmago/internal/rstream"
 	"github.com/rdmago/rdma/cmd/rdmago/internal/ucmatose"
 	"github.com/rdmago/rdma/cmd/rdmago/internal/udaddy"
+	"github.com/rdmago/rdma/uverbs"
 )
 
 // commands are rdmago's subcommands: each tool's, with help and version.
@@ -40,7 +44,50 @@ func main() {
 // rdmago runs the command line (without the program name) and returns the
 // exit status.
 func rdmago(args []string, stdout, stderr io.Writer) int {
-	return commands.Run(args, stdout, stderr)
+	status := commands.Run(args, stdout, stderr)
+	if status != 0 && status != 2 && needsRDMA(args) {
+		// The ports print what rdma-core's tools print ("Failed to get
+		// IB devices list: Function not implemented"); a user on a host
+		// without RDMA also gets what is missing, and where to look.
+		if hint := noRDMAHint(); hint != "" {
+			fmt.Fprintf(stderr, "rdmago: %s; 'rdmago doctor' says what to fix\n", hint)
+		}
+	}
+	return status
+}
+
+// needsRDMA reports whether args run a command that uses RDMA (not help,
+// version or doctor, and not a request for a command's usage).
+func needsRDMA(args []string) bool {
+	if len(args) == 0 {
+		return false
+	}
+	switch args[0] {
+	case "help", "version", "doctor", "-h", "-help", "--help", "--version":
+		return false
+	}
+	for _, a := range args[1:] {
+		if a == "-h" || a == "-help" || a == "--help" {
+			return false
+		}
+	}
+	return true
+}
+
+// noRDMAHint names what this host lacks for RDMA, or "" when it has an RDMA
+// device and the connection manager.
+func noRDMAHint() string {
+	devs, err := uverbs.Devices()
+	switch {
+	case errors.Is(err, syscall.ENOSYS):
+		return "this host has no RDMA (no RDMA kernel modules are loaded)"
+	case err == nil && len(devs) == 0:
+		return "this host has no RDMA device (no driver such as rdma_rxe or mlx5_ib is loaded)"
+	}
+	if _, err := os.Stat("/dev/infiniband/rdma_cm"); errors.Is(err, fs.ErrNotExist) {
+		return "this host has no RDMA connection manager (is the rdma_ucm module loaded?)"
+	}
+	return ""
 }
 
 // runVersion is "rdmago version".

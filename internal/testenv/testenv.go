@@ -62,6 +62,24 @@ func RequireNoDevice(t testing.TB) {
 	}
 }
 
+// RequireNoRDMA is for tests of a host with no RDMA at all: no RDMA
+// modules, so no /sys/class/infiniband_verbs, no /sys/class/infiniband and
+// no /dev/infiniband, the first machine a user tries. They skip on a
+// host that has any of it, unless RDMAGO_EXPECT_NO_RDMA=1 (make test
+// sets it for its host phase, which runs outside the VM), where such a
+// host fails them: a CI runner that grew RDMA must not pass by skipping.
+func RequireNoRDMA(t testing.TB) {
+	t.Helper()
+	for _, p := range []string{"/sys/class/infiniband_verbs", "/sys/class/infiniband", "/dev/infiniband"} {
+		if _, err := os.Stat(p); err == nil {
+			if os.Getenv("RDMAGO_EXPECT_NO_RDMA") == "1" && !InVM() {
+				t.Fatalf("RDMAGO_EXPECT_NO_RDMA=1 but this host has %s (run make test with RDMAGO_EXPECT_NO_RDMA=0 on a host with RDMA)", p)
+			}
+			t.Skipf("this host has RDMA (%s); the no-RDMA contract is tested on hosts without it (make test's host phase)", p)
+		}
+	}
+}
+
 // kernelLogged holds the tests that will print the kernel log.
 var kernelLogged sync.Map
 
