@@ -30,7 +30,11 @@
 // Calls that wait take a context.Context; an asynchronous ID's operations
 // report their outcome as events on its EventChannel, and a synchronous
 // ID's (created without a channel) wait for their event and return it as
-// an error. Errors wrap the kernel's errno (see Error): test them with
+// an error. When the context ends first, the call returns an error that
+// wraps the context's (errors.Is(err, context.Canceled) or
+// context.DeadlineExceeded). A completion's error (ID.GetSendComp,
+// GetRecvComp) is a *wr.CompletionError, which matches its status's errno
+// and, for a flushed request, wr.ErrFlushed. Errors wrap the kernel's errno (see Error): test them with
 // errors.Is(err, unix.ECONNREFUSED) and the like. On a host without the
 // connection manager (the rdma_ucm module not loaded, or no RDMA modules at
 // all) every call that needs it fails with an error matching

@@ -749,6 +749,9 @@ func TestPairRNRExhaustion(t *testing.T) {
 	if !errors.As(err, &ce) || wc.Status != wr.RNRRetryExcErr || wc.ID != 7 {
 		t.Fatalf("send to a QP without receives: %+v, %v; want status %v (%d)", wc, err, wr.RNRRetryExcErr, wr.RNRRetryExcErr)
 	}
+	if !errors.Is(err, unix.ETIMEDOUT) {
+		t.Errorf("RNR retries exceeded: %v does not match ETIMEDOUT", err)
+	}
 	t.Logf("the send completed with %q after %.2f s (rnr_retry %d)", wc.Status, elapsed.Seconds(), a.RNRRetry)
 	logCounters(t, hw)
 	pairDisconnect(ctx, t, c)

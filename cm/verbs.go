@@ -352,8 +352,9 @@ func (id *ID) PostUDSend(wrID uint64, buf []byte, mr *uverbs.MR, flags wr.SendFl
 // (rdma_get_send_comp): it polls, arms the CQ, polls again, and only then
 // waits for the CQ's completion event, so no completion is missed and none
 // is waited for twice. It returns the completion, with its failure as the
-// error (a *wr.CompletionError, for example with status wr.WRFlushErr
-// after a disconnect). ctx ends the wait. On a synchronous ID the wait also
+// error (a *wr.CompletionError, which matches its status's errno, and
+// wr.ErrFlushed after a disconnect). ctx ends the wait, and its error
+// (context.Canceled or context.DeadlineExceeded) comes back wrapped. On a synchronous ID the wait also
 // watches the rdma_cm channel, and when the peer has disconnected, work
 // that has not completed a second later is flushed: the QP is moved to the
 // error state, so it comes back with wr.WRFlushErr instead of never.

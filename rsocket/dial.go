@@ -12,6 +12,7 @@ import (
 
 	"github.com/rdmago/rdma/cm"
 	"github.com/rdmago/rdma/uverbs"
+	"github.com/rdmago/rdma/wr"
 )
 
 // Dialer holds options for connecting. The zero Dialer connects with
@@ -182,7 +183,9 @@ func establish(e *endpoint, peer *connData, network string, cfg config) (*Conn, 
 // host without the connection manager keeps package cm's error, which
 // matches ENODEV and uverbs.ErrNoDevice and says which module to load.
 func sysErr(call string, err error) error {
-	if errors.Is(err, uverbs.ErrNoDevice) {
+	var ce *wr.CompletionError
+	if errors.Is(err, uverbs.ErrNoDevice) || errors.As(err, &ce) {
+		// A completion's error keeps its status (and matches its errno).
 		return err
 	}
 	var errno syscall.Errno

@@ -306,6 +306,9 @@ func TestDeviceRecvInErrorStateFlushes(t *testing.T) {
 			if c.ID != uint64(i+1) || c.Status != wr.WRFlushErr || c.Opcode != wr.WCRecv || c.QPNum != r.A.QP.Num() {
 				t.Errorf("completion %d: %+v; want a flushed receive %d", i, c, i+1)
 			}
+			if err := c.Err(); !errors.Is(err, wr.ErrFlushed) || !errors.Is(err, unix.ECANCELED) {
+				t.Errorf("completion %d: %v does not match wr.ErrFlushed and ECANCELED", i, err)
+			}
 		}
 	})
 	t.Run("ErrorCompletion", func(t *testing.T) {
@@ -316,14 +319,60 @@ func TestDeviceRecvInErrorStateFlushes(t *testing.T) {
 		}
 		if c := rdmatest.WaitWC(t, r.A.CQ, 1)[0]; c.Status != wr.RemAccessErr {
 			t.Fatalf("write with a bad rkey: %v", c.Status)
+		} else if err := c.Err(); !errors.Is(err, unix.EACCES) || errors.Is(err, wr.ErrFlushed) {
+			t.Errorf("write with a bad rkey: %v does not match EACCES alone", err)
 		}
 		if _, err := r.A.QP.PostRecv([]wr.RecvWR{{ID: 8, SGList: []wr.SGE{r.A.Buf.SGE(0, 64)}}}); err != nil {
 			t.Fatal(err)
 		}
 		if c := rdmatest.WaitWC(t, r.A.CQ, 1)[0]; c.ID != 8 || c.Status != wr.WRFlushErr {
 			t.Errorf("receive after the QP failed: %+v; want a flushed receive 8", c)
+		} else if !errors.Is(c.Err(), wr.ErrFlushed) {
+			t.Errorf("receive after the QP failed: %v does not match wr.ErrFlushed", c.Err())
 		}
 	})
 }
 
 func addrOf(b []byte) uint64 { return uint64(uintptr(unsafe.Pointer(&b[0]))) }
+
+// TestDeviceRetryExceeded connects an RC QP to a QP number nobody has, with
+// a short timeout and one retry: rxe drops what arrives for it, so the
+// write's completion is a transport retry error, which matches ETIMEDOUT
+// (wr.Status.Errno), and the request behind it is flushed.
+func TestDeviceRetryExceeded(t *testing.T) {
+	caps := qp.Caps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}
+	r := rdmatest.NewPair(t, qp.RC, caps)
+	a := qp.Attr{State: qp.StateReset}
+	rdmatest.Must(t, r.A.QP.Modify(&a, qp.AttrState))
+	nobody := r.B.QP.Num() + 0x100
+	for _, step := range []func() (qp.Attr, qp.AttrMask){
+		func() (qp.Attr, qp.AttrMask) { return qp.ToInit(qp.RC, 1, 0, rdmatest.AllAccess, 0) },
+		func() (qp.Attr, qp.AttrMask) {
+			return qp.ToRTR(qp.RC, qp.Remote{QPN: nobody, GID: r.GID, SGIDIndex: r.GIDIndex, PortNum: 1}, qp.MTU1024)
+		},
+		func() (qp.Attr, qp.AttrMask) {
+			a, m := qp.ToRTS(qp.RC, 0)
+			a.Timeout, a.RetryCnt = 12, 1 // 16.8 ms, one retry
+			return a, m | qp.AttrTimeout | qp.AttrRetryCnt
+		},
+	} {
+		attr, mask := step()
+		rdmatest.Must(t, r.A.QP.Modify(&attr, mask))
+	}
+	start := time.Now()
+	_, err := r.A.QP.PostSend([]wr.SendWR{
+		{ID: 1, Opcode: wr.OpRDMAWrite, Flags: wr.Signaled, SGList: []wr.SGE{r.A.Buf.SGE(0, 8)}, RemoteAddr: r.B.Buf.Addr(), RKey: r.B.Buf.RKey},
+		{ID: 2, Opcode: wr.OpRDMAWrite, Flags: wr.Signaled, SGList: []wr.SGE{r.A.Buf.SGE(8, 8)}, RemoteAddr: r.B.Buf.Addr(), RKey: r.B.Buf.RKey},
+	})
+	rdmatest.Must(t, err)
+	wcs := rdmatest.WaitWC(t, r.A.CQ, 2)
+	t.Logf("completions after %v: %v, %v", time.Since(start).Round(time.Millisecond), wcs[0].Status, wcs[1].Status)
+	if c := wcs[0]; c.ID != 1 || c.Status != wr.RetryExcErr {
+		t.Errorf("write to QP %#x, which does not exist: %+v; want %v", nobody, c, wr.RetryExcErr)
+	} else if err := c.Err(); !errors.Is(err, unix.ETIMEDOUT) || errors.Is(err, wr.ErrFlushed) {
+		t.Errorf("retry exceeded: %v does not match ETIMEDOUT alone", err)
+	}
+	if c := wcs[1]; c.ID != 2 || !errors.Is(c.Err(), wr.ErrFlushed) {
+		t.Errorf("the write behind it: %+v, %v; want it flushed", c, c.Err())
+	}
+}

@@ -10,7 +10,9 @@
 package wr
 
 import (
+	"errors"
 	"fmt"
+	"syscall"
 
 	"github.com/rdmago/rdma/internal/seal"
 )
@@ -187,6 +189,67 @@ func (s Status) String() string {
 	return "unknown"
 }
 
+// statusErrnos are the errnos a socket program would expect for each
+// status (Status.Errno).
+var statusErrnos = [...]syscall.Errno{
+	Success:          0,
+	LocLenErr:        syscall.EMSGSIZE,
+	LocQPOpErr:       syscall.EINVAL,
+	LocEECOpErr:      syscall.EINVAL,
+	LocProtErr:       syscall.EFAULT,
+	WRFlushErr:       syscall.ECANCELED,
+	MWBindErr:        syscall.EINVAL,
+	BadRespErr:       syscall.EPROTO,
+	LocAccessErr:     syscall.EACCES,
+	RemInvReqErr:     errRemoteIO,
+	RemAccessErr:     syscall.EACCES,
+	RemOpErr:         errRemoteIO,
+	RetryExcErr:      syscall.ETIMEDOUT,
+	RNRRetryExcErr:   syscall.ETIMEDOUT,
+	LocRDDViolErr:    syscall.EINVAL,
+	RemInvRdReqErr:   errRemoteIO,
+	RemAbortErr:      syscall.ECONNABORTED,
+	InvEECNErr:       syscall.EINVAL,
+	InvEECStateErr:   syscall.EINVAL,
+	FatalErr:         syscall.EIO,
+	RespTimeoutErr:   syscall.ETIMEDOUT,
+	GeneralErr:       syscall.EIO,
+	TMErr:            syscall.EINVAL,
+	TMRndvIncomplete: syscall.EIO,
+}
+
+// Errno is the errno a socket program would expect for a work request
+// that ended with status s, 0 for Success. A *CompletionError unwraps to
+// it, so errors.Is(err, syscall.ETIMEDOUT) tests for a peer that never
+// answered. Several statuses share one errno; Status tells them apart.
+//
+//	status                                   errno
+//	RetryExcErr, RNRRetryExcErr, RespTimeoutErr  ETIMEDOUT: the peer did not answer, or posted no receive, in time
+//	RemAccessErr, LocAccessErr               EACCES: a key or its access rights do not allow the operation
+//	LocProtErr                               EFAULT: a local buffer its key does not cover
+//	LocLenErr                                EMSGSIZE: a message longer than the receive, or than the port allows
+//	RemInvReqErr, RemOpErr, RemInvRdReqErr   EREMOTEIO: the peer refused or failed the request
+//	RemAbortErr                              ECONNABORTED
+//	BadRespErr                               EPROTO
+//	WRFlushErr                               ECANCELED (and ErrFlushed)
+//	FatalErr, GeneralErr, TMRndvIncomplete   EIO
+//	the others, and unknown statuses         EINVAL, EIO for unknown
+func (s Status) Errno() syscall.Errno {
+	if int(s) < len(statusErrnos) {
+		return statusErrnos[s]
+	}
+	return syscall.EIO
+}
+
+// ErrFlushed is what the error of a flushed work request (status
+// WRFlushErr) matches: a request its queue pair never executed because the
+// QP entered the error state, by a failed request before it, by the
+// program's own move to ERR, or as it closed. It does not match
+// net.ErrClosed or ECONNRESET: a flush is the consequence, not the cause,
+// and the cause is the first completion of that QP with another status
+// (or the program's own close). It also matches syscall.ECANCELED.
+var ErrFlushed = errors.New("work request flushed: its queue pair is in the error state")
+
 // WCOpcode says what a completion completes (enum ibv_wc_opcode). Receive
 // opcodes have bit 7 set.
 type WCOpcode uint32
@@ -277,6 +340,10 @@ func (c *Completion) Err() error {
 }
 
 // CompletionError is a work request that completed with an error status.
+// It unwraps to the status's errno (Status.Errno), so errors.Is tests it as
+// a socket error (errors.Is(err, syscall.ETIMEDOUT) when the peer never
+// answered), and a flushed request's matches ErrFlushed; errors.As gets
+// the Status for those who want it.
 type CompletionError struct {
 	ID        uint64
 	Status    Status
@@ -285,6 +352,19 @@ type CompletionError struct {
 
 func (e *CompletionError) Error() string {
 	return fmt.Sprintf("work request %d completed with status %q (%d, vendor error 0x%x)", e.ID, e.Status.String(), uint32(e.Status), e.VendorErr)
+}
+
+// Unwrap returns the status's errno, or nil for Success.
+func (e *CompletionError) Unwrap() error {
+	if errno := e.Status.Errno(); errno != 0 {
+		return errno
+	}
+	return nil
+}
+
+// Is reports whether target is ErrFlushed and the request was flushed.
+func (e *CompletionError) Is(target error) bool {
+	return target == ErrFlushed && e.Status == WRFlushErr
 }
 
 // Access flags of memory regions and remote access (enum ibv_access_flags).

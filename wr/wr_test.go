@@ -2,7 +2,9 @@ package wr
 
 import (
 	"errors"
+	"net"
 	"strings"
+	"syscall"
 	"testing"
 	"unsafe"
 )
@@ -43,5 +45,35 @@ func TestSGELayout(t *testing.T) {
 func TestOpcodeStrings(t *testing.T) {
 	if OpRDMAWriteWithImm.String() != "RDMA_WRITE_WITH_IMM" || WCRecvRDMAWithImm.String() != "RECV_RDMA_WITH_IMM" || Opcode(99).String() != "Opcode(99)" {
 		t.Error("opcode names")
+	}
+}
+
+func TestCompletionErrorIs(t *testing.T) {
+	if err := (&Completion{Status: Success}).Err(); err != nil {
+		t.Fatalf("Success: %v", err)
+	}
+	for s := LocLenErr; s <= TMRndvIncomplete+1; s++ {
+		err := (&Completion{ID: 9, Status: s}).Err()
+		var ce *CompletionError
+		if !errors.As(err, &ce) || ce.Status != s || ce.ID != 9 {
+			t.Errorf("status %d: errors.As gives %+v", s, ce)
+		}
+		if s.Errno() == 0 || !errors.Is(err, s.Errno()) {
+			t.Errorf("status %v: %v does not match its errno %v", s, err, s.Errno())
+		}
+		if errors.Is(err, ErrFlushed) != (s == WRFlushErr) {
+			t.Errorf("status %v: errors.Is(err, ErrFlushed) = %v", s, errors.Is(err, ErrFlushed))
+		}
+	}
+	for s, want := range map[Status]syscall.Errno{
+		RetryExcErr: syscall.ETIMEDOUT, RNRRetryExcErr: syscall.ETIMEDOUT, RemAccessErr: syscall.EACCES,
+		LocProtErr: syscall.EFAULT, LocLenErr: syscall.EMSGSIZE, WRFlushErr: syscall.ECANCELED, 99: syscall.EIO,
+	} {
+		if err := (&Completion{Status: s}).Err(); !errors.Is(err, want) {
+			t.Errorf("status %v: %v does not match %v", s, err, want)
+		}
+	}
+	if err := (&Completion{Status: WRFlushErr}).Err(); errors.Is(err, net.ErrClosed) || errors.Is(err, syscall.ECONNRESET) {
+		t.Errorf("a flush matches net.ErrClosed or ECONNRESET: %v", err)
 	}
 }
