@@ -350,3 +350,21 @@ func ExampleID_SetKeepAlive() {
 	}
 	fmt.Printf("%q\n", reply)
 }
+
+// GetAddrInfo turns a literal address into what CreateEP takes; for
+// numeric addresses it needs no device and no name service.
+func ExampleGetAddrInfo() {
+	res, err := cm.GetAddrInfo("10.0.2.15", "7471", &cm.AddrInfo{Flags: cm.AINumericHost})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(res.DstAddr, res.QPType, res.PortSpace)
+	passive, err := cm.GetAddrInfo("", "7471", &cm.AddrInfo{Flags: cm.AIPassive})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(passive.SrcAddr)
+	// Output:
+	// 10.0.2.15:7471 RC RDMA_PS_TCP
+	// 0.0.0.0:7471
+}

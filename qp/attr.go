@@ -1,12 +1,13 @@
 // Package qp holds queue-pair attributes and the queue-pair state machine:
 // the part of ibv_modify_qp and ibv_query_qp that needs no kernel. It
 // mirrors libibverbs' struct ibv_qp_attr and its attribute mask, checks a
-// transition the way the kernel's ib_modify_qp_is_ok does (Validate), turns
-// attributes into the uverbs command structs and back (EncodeModify,
-// EncodeQuery, DecodeQuery), and builds the attributes of the usual
-// RESET→INIT→RTR→RTS sequence (ToInit, ToRTR, ToRTS).
+// transition the way the kernel's ib_modify_qp_is_ok does (Validate), and
+// builds the attributes of the usual RESET→INIT→RTR→RTS sequence (ToInit,
+// ToRTR, ToRTS).
 //
-// Package uverbs sends the commands; this package never touches a device.
+// Package uverbs turns the attributes into the kernel's commands and sends
+// them (uverbs.QP.Modify, Query); this package never touches a device, so
+// everything in it works on any host.
 package qp
 
 import (

@@ -196,9 +196,11 @@ func sysErr(call string, err error) error {
 }
 
 // ResolveAddr resolves address (host:port) on the named network, as
-// net.ResolveTCPAddr does; an empty host is the loopback address.
+// net.ResolveTCPAddr does: an empty host is the unspecified address (IPv4
+// for "rdma4", IPv6 otherwise), as Listen takes it. (Dial and Dialer.Dial
+// take an empty host as the local system, as package net's do.)
 func ResolveAddr(network, address string) (*Addr, error) {
-	ap, err := resolve(context.Background(), network, address, false)
+	ap, err := resolve(context.Background(), network, address, true)
 	if err != nil {
 		return nil, err
 	}

@@ -1,7 +1,8 @@
 // Package rsocket is a net.Conn and net.Listener over RDMA, speaking
 // librdmacm's rsocket protocol, so that Go programs and C programs built
-// on rsockets (rstream, riostream, anything under librspreload.so) talk to
-// each other.
+// on rsockets (rstream, programs under librspreload.so) talk to each
+// other. riostream is not a peer: its transfers need rsockets' iomap
+// extension, which this package does not offer (docs/rsocket.md).
 //
 // A connection is an rdma_cm connection of a reliable QP. Each side
 // registers a receive ring and tells the peer where it is in the

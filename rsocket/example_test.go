@@ -32,7 +32,11 @@ func Example_httpClient() {
 	var d rsocket.Dialer
 	client := &http.Client{Transport: &http.Transport{
 		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
-			return d.DialContext(ctx, "rdma", addr)
+			c, err := d.DialContext(ctx, "rdma", addr)
+			if err != nil {
+				return nil, err // not c: a nil *rsocket.Conn is a non-nil net.Conn
+			}
+			return c, nil
 		},
 	}}
 	resp, err := client.Get("http://10.0.2.15:8080/hello")
@@ -60,4 +64,22 @@ func ExampleDial() {
 		log.Fatal(err)
 	}
 	fmt.Printf("%s\n", reply)
+}
+
+// ResolveAddr parses an address as net.ResolveTCPAddr does, for
+// Dialer.LocalAddr; it needs no device.
+func ExampleResolveAddr() {
+	for _, s := range []string{"10.0.2.15:8080", "[fe80::1%eth0]:8080", ":8080"} {
+		for _, network := range []string{"rdma", "rdma4"} {
+			a, err := rsocket.ResolveAddr(network, s)
+			fmt.Println(network, s, "→", a, err)
+		}
+	}
+	// Output:
+	// rdma 10.0.2.15:8080 → 10.0.2.15:8080 <nil>
+	// rdma4 10.0.2.15:8080 → 10.0.2.15:8080 <nil>
+	// rdma [fe80::1%eth0]:8080 → [fe80::1%eth0]:8080 <nil>
+	// rdma4 [fe80::1%eth0]:8080 → <nil> address fe80::1%eth0: address of the wrong family for rdma4
+	// rdma :8080 → [::]:8080 <nil>
+	// rdma4 :8080 → 0.0.0.0:8080 <nil>
 }

@@ -73,7 +73,11 @@ func TestDeviceHTTP(t *testing.T) {
 		Timeout: 60 * time.Second,
 		Transport: &http.Transport{
 			DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
-				return d.DialContext(ctx, "rdma", addr)
+				c, err := d.DialContext(ctx, "rdma", addr)
+				if err != nil {
+					return nil, err // not c: a nil *rsocket.Conn is a non-nil net.Conn
+				}
+				return c, nil
 			},
 		},
 	}
