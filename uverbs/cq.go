@@ -54,6 +54,18 @@ type CompChannel struct {
 	// (the one SetReadDeadline set) before it waits.
 	dlMu     sync.Mutex
 	deadline time.Time
+	// CQ.Wait's reader (cqwait.go). waitMode: a CQ has waited, so the
+	// events belong to Wait. Under waitMu: waitCQs, the open CQs that
+	// have waited; reading, the reader runs; stopping, it has been asked
+	// to stop. waitFailed is closed, with waitErr set, when the reader
+	// ended for good (the channel closed or failed).
+	waitMode   atomic.Bool
+	waitMu     sync.Mutex
+	waitCQs    int
+	reading    bool
+	stopping   bool
+	waitFailed chan struct{}
+	waitErr    error
 }
 
 // NewCompChannel creates a completion channel (ibv_create_comp_channel).
@@ -68,7 +80,7 @@ func (c *Context) NewCompChannel() (*CompChannel, error) {
 		unix.Close(int(resp.Fd))
 		return nil, &Error{Op: "create completion channel", Err: err}
 	}
-	ch := &CompChannel{ctx: c, file: f}
+	ch := &CompChannel{ctx: c, file: f, waitFailed: make(chan struct{})}
 	if ch.conn, err = f.SyscallConn(); err != nil {
 		f.Close()
 		return nil, &Error{Op: "create completion channel", Err: err}
@@ -115,6 +127,9 @@ func (ch *CompChannel) GetEvent(ctx context.Context) (*CQ, error) {
 	if ch == nil {
 		return nil, errNil
 	}
+	if ch.waitMode.Load() {
+		return nil, errWaitOwnsChannel
+	}
 	return ch.getEvent(ctx, false)
 }
 
@@ -138,7 +153,7 @@ func (ch *CompChannel) getEvent(ctx context.Context, direct bool) (*CQ, error) {
 	ch.pending = ch.pending[1:]
 	cq := ch.ctx.cqByID(h)
 	if cq == nil {
-		return nil, fmt.Errorf("uverbs: completion event for unknown CQ %d", h)
+		return nil, fmt.Errorf("%w (handle %d)", errUnknownCQ, h)
 	}
 	cq.eventsGot.Add(1)
 	// Providers that arm CQs in user space count events: the next arm
@@ -248,6 +263,9 @@ const directSlice = time.Millisecond
 func (ch *CompChannel) GetEventDirect(ctx context.Context) (*CQ, error) {
 	if ch == nil {
 		return nil, errNil
+	}
+	if ch.waitMode.Load() {
+		return nil, errWaitOwnsChannel
 	}
 	return ch.getEvent(ctx, true)
 }
@@ -376,6 +394,8 @@ type CQ struct {
 	probeQPs   map[uint32]*probes
 	eventsGot  atomic.Uint32
 	eventsAckd atomic.Uint32
+	// w is CQ.Wait's state, for a CQ with a channel (cqwait.go).
+	w *waiter
 }
 
 // CQAttr configures a completion queue.
@@ -453,6 +473,9 @@ func (c *Context) createCQ(attr CQAttr, kernelOnly bool) (*CQ, error) {
 		return nil, wrapErr("create CQ", err)
 	}
 	cq := &CQ{channel: attr.Channel}
+	if attr.Channel != nil {
+		cq.w = &waiter{wake: make(chan struct{}, 1)}
+	}
 	id := c.nextID.Add(1)
 	var respCQE uint32
 	cmd := newCommand(abi.UVERBS_OBJECT_CQ, abi.UVERBS_METHOD_CQ_CREATE)
@@ -484,6 +507,9 @@ func (c *Context) createCQ(attr CQAttr, kernelOnly bool) (*CQ, error) {
 	}
 	if attr.Channel != nil {
 		cq.deps = append(cq.deps, attr.Channel)
+		// Not cq itself: the object must not keep its CQ reachable.
+		ch, w := attr.Channel, cq.w
+		cq.onFinish = func() { ch.removeWaiter(w) }
 	}
 	cq.cqe = int(respCQE)
 	cq.single = attr.SingleThreaded

@@ -7,8 +7,11 @@
 // pair through its states (QP.Modify, with the attributes package qp
 // builds), and then posts work requests (QP.PostSend, QP.PostRecv, with
 // the values of package wr) and polls their completions (CQ.Poll), or waits
-// for them on a completion channel. Connection setup over IP is package
-// cm's (rdma_cm); memory helpers are package mr's.
+// for them: CQ.Wait polls, arms and blocks on the CQ's completion channel
+// in the runtime poller, allocating nothing, and ends with its context;
+// CompChannel.GetEvent and CQ.ReqNotify are there for programs that
+// arrange the wait themselves. Connection setup over IP is package cm's
+// (rdma_cm); memory helpers are package mr's.
 //
 // The control path (creating and destroying objects, modifying and
 // querying them) uses the kernel's ioctl interface (RDMA_VERBS_IOCTL) and,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"time"
 
 	"github.com/rdmago/rdma/mr"
 	"github.com/rdmago/rdma/qp"
@@ -116,8 +117,46 @@ func ExamplePD_CreateQP() {
 	fmt.Println(string(buf.Bytes()[2048:2053]))
 }
 
-// Wait for completions without spinning: arm the CQ and park the goroutine
-// on its completion channel.
+// Wait for completions without spinning, until a deadline: Wait polls,
+// arms the CQ and parks the goroutine on its completion channel.
+func ExampleCQ_Wait() {
+	ctx, err := uverbs.Open("rxe0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer ctx.Close()
+	ch, err := ctx.NewCompChannel()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer ch.Close()
+	cq, err := ctx.CreateCQ(uverbs.CQAttr{CQE: 16, Channel: ch})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer cq.Close()
+
+	// ... create QPs on cq and post to them ...
+	wctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	wc := make([]wr.Completion, 16)
+	for {
+		n, err := cq.Wait(wctx, wc)
+		if errors.Is(err, context.DeadlineExceeded) {
+			fmt.Println("no completion for 10 s")
+			return
+		}
+		if err != nil {
+			log.Fatal(err)
+		}
+		for _, c := range wc[:n] {
+			fmt.Println(c.ID, c.Err())
+		}
+	}
+}
+
+// Wait for completions without spinning, by hand: arm the CQ and park the
+// goroutine on its completion channel (CQ.Wait does this).
 func ExampleCompChannel_GetEvent() {
 	ctx, err := uverbs.Open("rxe0")
 	if err != nil {

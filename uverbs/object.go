@@ -64,6 +64,8 @@ type object struct {
 	deps    []any
 	mem     []byte
 	cleanup runtime.Cleanup
+	// onFinish, if set, runs when the object is finished (under rw).
+	onFinish func()
 }
 
 func newObject(c *Context, kind objKind, handle uint32, deps ...any) *object {
@@ -179,6 +181,9 @@ func (o *object) closeLocked() error {
 func (o *object) finish() error {
 	o.dead.Store(true)
 	o.cleanup.Stop()
+	if o.onFinish != nil {
+		o.onFinish()
+	}
 	o.ctx.forget(o)
 	o.deps, o.mem = nil, nil
 	if o.prov != nil {
