@@ -22,10 +22,10 @@ type PortSpace uint16
 
 // Port spaces.
 const (
-	PSIPoIB PortSpace = abi.RDMA_PS_IPOIB
-	PSTCP   PortSpace = abi.RDMA_PS_TCP // reliable connected (RC) QPs
-	PSUDP   PortSpace = abi.RDMA_PS_UDP // unreliable datagram (UD) QPs
-	PSIB    PortSpace = abi.RDMA_PS_IB
+	PSIPoIB PortSpace = 0x002 // RDMA_PS_IPOIB
+	PSTCP   PortSpace = 0x106 // RDMA_PS_TCP: reliable connected (RC) QPs
+	PSUDP   PortSpace = 0x111 // RDMA_PS_UDP: unreliable datagram (UD) QPs
+	PSIB    PortSpace = 0x13f // RDMA_PS_IB
 )
 
 func (ps PortSpace) String() string {

@@ -17,9 +17,9 @@ type JoinFlags uint16
 // Join flags.
 const (
 	// JoinFullMember sends to and receives from the group.
-	JoinFullMember JoinFlags = abi.RDMA_MC_JOIN_FLAG_FULLMEMBER
+	JoinFullMember JoinFlags = 0 // RDMA_MC_JOIN_FLAG_FULLMEMBER
 	// JoinSendOnlyFullMember only sends; the QP is not attached.
-	JoinSendOnlyFullMember JoinFlags = abi.RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER
+	JoinSendOnlyFullMember JoinFlags = 1 // RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER
 )
 
 // multicast is one group an ID joined (librdmacm's struct cma_multicast).

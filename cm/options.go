@@ -7,16 +7,16 @@ import (
 	"github.com/rdmago/rdma/internal/abi"
 )
 
-// Options of SetOption (RDMA_OPTION_*).
+// Options of SetOption: the kernel's RDMA_OPTION_* values (rdma_user_cm.h).
 const (
-	OptionLevelID = abi.RDMA_OPTION_ID // level of the ID options below
-	OptionLevelIB = abi.RDMA_OPTION_IB
+	OptionLevelID = 0 // RDMA_OPTION_ID: level of the ID options below
+	OptionLevelIB = 1 // RDMA_OPTION_IB
 
-	OptionIDTOS        = abi.RDMA_OPTION_ID_TOS         // u8: type of service
-	OptionIDReuseAddr  = abi.RDMA_OPTION_ID_REUSEADDR   // int: reuse the port while in timewait
-	OptionIDAFOnly     = abi.RDMA_OPTION_ID_AFONLY      // int: an IPv6 bind excludes IPv4
-	OptionIDAckTimeout = abi.RDMA_OPTION_ID_ACK_TIMEOUT // u8: the QP's local ACK timeout
-	OptionIBPath       = abi.RDMA_OPTION_IB_PATH        // struct ibv_path_data[]: set the route
+	OptionIDTOS        = 0 // RDMA_OPTION_ID_TOS, u8: type of service
+	OptionIDReuseAddr  = 1 // RDMA_OPTION_ID_REUSEADDR, int: reuse the port while in timewait
+	OptionIDAFOnly     = 2 // RDMA_OPTION_ID_AFONLY, int: an IPv6 bind excludes IPv4
+	OptionIDAckTimeout = 3 // RDMA_OPTION_ID_ACK_TIMEOUT, u8: the QP's local ACK timeout
+	OptionIBPath       = 1 // RDMA_OPTION_IB_PATH, struct ibv_path_data[]: set the route
 )
 
 // SetOption sets an option (rdma_set_option) with the value's bytes as the

@@ -240,7 +240,6 @@ type DeviceAttr struct {
 
 	// Extended attributes (ibv_query_device_ex). Zero where the kernel or
 	// provider does not report them.
-	CompMask                uint32
 	ODPCaps                 ODPCaps
 	CompletionTimestampMask uint64
 	HCACoreClock            uint64 // kHz

@@ -572,7 +572,6 @@ func decodeDeviceAttr(a *DeviceAttr, r *abi.IbUverbsExQueryDeviceResp) {
 
 	n := uintptr(r.Response_length)
 	has := func(end uintptr) bool { return n >= end }
-	a.CompMask = r.Comp_mask
 	if has(unsafe.Offsetof(r.Odp_caps) + unsafe.Sizeof(r.Odp_caps)) {
 		a.ODPCaps = ODPCaps{
 			GeneralCaps: r.Odp_caps.General_caps,

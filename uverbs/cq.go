@@ -365,11 +365,13 @@ func (ch *CompChannel) Close() error {
 	return err
 }
 
-// CQ is a completion queue (struct ibv_cq).
-//
-// Its object's rw lets Poll run without blocking other pollers while Close
-// waits for them before the provider unmaps the queue.
+// CQ is a completion queue (struct ibv_cq). Poll, Wait and ReqNotify may
+// be called from several goroutines at once (unless the CQ was made
+// SingleThreaded), and Close waits for those under way before the queue
+// is unmapped.
 type CQ struct {
+	// The object's rw lets Poll run without blocking other pollers
+	// while Close waits for them.
 	*object
 	prov provider.CQ
 	// rxe and mlx5: prov as its concrete type, as in QP.
@@ -526,8 +528,6 @@ func (c *Context) createCQ(attr CQAttr, kernelOnly bool) (*CQ, error) {
 // CQE returns the number of entries the device allocated.
 func (cq *CQ) CQE() int { return cq.cqe }
 
-// Handle returns the kernel's handle for the CQ.
-func (cq *CQ) Handle() uint32 { return cq.handle }
 
 // Poll moves up to len(wc) completions into wc (ibv_poll_cq) and returns
 // how many. It never blocks and does not allocate. A CQ whose completions

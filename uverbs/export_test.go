@@ -8,3 +8,6 @@ var CollectUntil = waitFor
 // for even where the provider lacks them, so that a device test sees
 // what the kernel itself answers.
 func CreateCQKernelFlags(c *Context, attr CQAttr) (*CQ, error) { return c.createCQ(attr, true) }
+
+// HandleOf is a PD's kernel handle, which the device tests log.
+func HandleOf(pd *PD) uint32 { return pd.handle }

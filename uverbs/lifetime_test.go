@@ -106,8 +106,8 @@ func TestClosedObjectsStayClosed(t *testing.T) {
 		t.Fatalf("second Close: %v", err)
 	}
 	pd := allocPD(t, c)
-	if pd.Handle() != old.Handle() {
-		t.Fatalf("the fake kernel did not reuse handle %d (got %d)", old.Handle(), pd.Handle())
+	if pd.handle != old.handle {
+		t.Fatalf("the fake kernel did not reuse handle %d (got %d)", old.handle, pd.handle)
 	}
 	calls, _ := k.snapshot()
 	before := len(calls)

@@ -180,7 +180,7 @@ func TestDeviceUseAfterClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("closed PD handle %d, new PD handle %d", old.Handle(), pd.Handle())
+	t.Logf("closed PD handle %d, new PD handle %d", uverbs.HandleOf(old), uverbs.HandleOf(pd))
 	closed := func(what string, err error) {
 		t.Helper()
 		if !errors.Is(err, net.ErrClosed) {

@@ -78,11 +78,11 @@ type Advice uint32
 // Advices.
 const (
 	// AdvicePrefetch faults the pages in for reading.
-	AdvicePrefetch Advice = abi.IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH
+	AdvicePrefetch Advice = 0 // IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH
 	// AdvicePrefetchWrite faults them in for writing.
-	AdvicePrefetchWrite Advice = abi.IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH_WRITE
+	AdvicePrefetchWrite Advice = 1 // IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH_WRITE
 	// AdvicePrefetchNoFault maps the pages already present, faulting none.
-	AdvicePrefetchNoFault Advice = abi.IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT
+	AdvicePrefetchNoFault Advice = 2 // IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT
 )
 
 // AdviseFlags modify AdviseMR (enum ibv_advise_mr_flags).
@@ -90,7 +90,7 @@ type AdviseFlags uint32
 
 // AdviseFlush makes AdviseMR return only once the pages are mapped;
 // without it the prefetch runs in the background.
-const AdviseFlush AdviseFlags = abi.IB_UVERBS_ADVISE_MR_FLAG_FLUSH
+const AdviseFlush AdviseFlags = 1 // IB_UVERBS_ADVISE_MR_FLAG_FLUSH
 
 // AdviseMR advises the device about the on-demand-paging regions the SGEs
 // name (ibv_advise_mr, UVERBS_METHOD_ADVISE_MR): chiefly to prefetch

@@ -35,8 +35,6 @@ func (c *Context) AllocPD() (*PD, error) {
 // Context returns the context the PD belongs to.
 func (pd *PD) Context() *Context { return pd.ctx }
 
-// Handle returns the kernel's handle for the PD.
-func (pd *PD) Handle() uint32 { return pd.handle }
 
 // Close deallocates the PD (ibv_dealloc_pd). The kernel refuses while
 // objects still use it (EBUSY). A PD dropped without Close is deallocated

@@ -262,9 +262,6 @@ func (q *QP) Caps() qp.Caps { return q.caps }
 // enter the error state on its own; Query asks the kernel.
 func (q *QP) State() qp.State { return qp.State(q.state.Load()) }
 
-// Handle returns the kernel's handle for the QP.
-func (q *QP) Handle() uint32 { return q.handle }
-
 // Modify changes the QP's attributes and state (ibv_modify_qp). The mask is
 // checked against the transition's required and allowed attributes first,
 // so a wrong one fails with a message naming the attributes, before the

@@ -54,9 +54,6 @@ func (c *Context) OpenXRCD(fd int, flags int) (*XRCD, error) {
 // Context returns the context the domain was opened on.
 func (x *XRCD) Context() *Context { return x.ctx }
 
-// Handle returns the kernel's handle for the domain.
-func (x *XRCD) Handle() uint32 { return x.handle }
-
 // Close closes the domain (ibv_close_xrcd). The kernel refuses while XRC
 // SRQs or receive QPs of this context use it (EBUSY); a domain shared
 // through a file lives on while another process has it open.

@@ -269,7 +269,7 @@ func TestOpenXRCDABI(t *testing.T) {
 	if len(got) != n {
 		t.Errorf("%d bad requests reached the kernel", len(got)-n)
 	}
-	h := x.Handle()
+	h := x.handle
 	if err := x.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -329,9 +329,9 @@ func TestXRCSRQABI(t *testing.T) {
 	a := call.ids()
 	for id, want := range map[uint16]uint64{
 		abi.UVERBS_ATTR_CREATE_SRQ_TYPE:        abi.IB_UVERBS_SRQT_XRC,
-		abi.UVERBS_ATTR_CREATE_SRQ_XRCD_HANDLE: uint64(x.Handle()),
+		abi.UVERBS_ATTR_CREATE_SRQ_XRCD_HANDLE: uint64(x.handle),
 		abi.UVERBS_ATTR_CREATE_SRQ_CQ_HANDLE:   uint64(cq.handle),
-		abi.UVERBS_ATTR_CREATE_SRQ_PD_HANDLE:   uint64(pd.Handle()),
+		abi.UVERBS_ATTR_CREATE_SRQ_PD_HANDLE:   uint64(pd.handle),
 		abi.UVERBS_ATTR_CREATE_SRQ_MAX_WR:      5,
 		abi.UVERBS_ATTR_CREATE_SRQ_MAX_SGE:     2,
 		abi.UVERBS_ATTR_CREATE_SRQ_LIMIT:       1,
@@ -418,7 +418,7 @@ func TestXRCQPABI(t *testing.T) {
 	}
 	call := k.lastCall(t, abi.UVERBS_OBJECT_QP, abi.UVERBS_METHOD_QP_CREATE)
 	a := call.ids()
-	if a[abi.UVERBS_ATTR_CREATE_QP_TYPE].Data != abi.IB_UVERBS_QPT_XRC_INI || a[abi.UVERBS_ATTR_CREATE_QP_PD_HANDLE].Data != uint64(pd.Handle()) ||
+	if a[abi.UVERBS_ATTR_CREATE_QP_TYPE].Data != abi.IB_UVERBS_QPT_XRC_INI || a[abi.UVERBS_ATTR_CREATE_QP_PD_HANDLE].Data != uint64(pd.handle) ||
 		a[abi.UVERBS_ATTR_CREATE_QP_SEND_CQ_HANDLE].Data != uint64(cq.handle) {
 		t.Errorf("XRC_INI create: %+v", call.Attrs)
 	}
@@ -446,7 +446,7 @@ func TestXRCQPABI(t *testing.T) {
 	}
 	call = k.lastCall(t, abi.UVERBS_OBJECT_QP, abi.UVERBS_METHOD_QP_CREATE)
 	a = call.ids()
-	if a[abi.UVERBS_ATTR_CREATE_QP_TYPE].Data != abi.IB_UVERBS_QPT_XRC_TGT || a[abi.UVERBS_ATTR_CREATE_QP_XRCD_HANDLE].Data != uint64(x.Handle()) {
+	if a[abi.UVERBS_ATTR_CREATE_QP_TYPE].Data != abi.IB_UVERBS_QPT_XRC_TGT || a[abi.UVERBS_ATTR_CREATE_QP_XRCD_HANDLE].Data != uint64(x.handle) {
 		t.Errorf("XRC_TGT create: %+v", call.Attrs)
 	}
 	for _, id := range []uint16{abi.UVERBS_ATTR_CREATE_QP_PD_HANDLE, abi.UVERBS_ATTR_CREATE_QP_SEND_CQ_HANDLE,
@@ -467,7 +467,7 @@ func TestXRCQPABI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if k.openQP.Pd_handle != x.Handle() || k.openQP.Qpn != rq.Num() || k.openQP.Qp_type != abi.IB_UVERBS_QPT_XRC_TGT || k.openQP.User_handle == 0 {
+	if k.openQP.Pd_handle != x.handle || k.openQP.Qpn != rq.Num() || k.openQP.Qp_type != abi.IB_UVERBS_QPT_XRC_TGT || k.openQP.User_handle == 0 {
 		t.Errorf("OPEN_QP request %+v", k.openQP)
 	}
 	if oq.Num() != rq.Num() || oq.Type() != qp.XRCRecv {
