@@ -144,10 +144,10 @@ const (
 
 // ODPCaps are the on-demand-paging capabilities (struct ibv_odp_caps).
 type ODPCaps struct {
-	GeneralCaps uint64
-	RCODPCaps   uint32
-	UCODPCaps   uint32
-	UDODPCaps   uint32
+	GeneralCaps ODPGeneralCaps
+	RCODPCaps   ODPTransportCaps
+	UCODPCaps   ODPTransportCaps
+	UDODPCaps   ODPTransportCaps
 }
 
 // TSOCaps are the TCP segmentation offload capabilities (struct ibv_tso_caps).
@@ -253,7 +253,7 @@ type DeviceAttr struct {
 	CQModCaps               CQModerationCaps
 	MaxDMSize               uint64
 	PCIAtomicCaps           PCIAtomicCaps
-	XRCODPCaps              uint32
+	XRCODPCaps              ODPTransportCaps
 	PhysPortCntEx           uint32
 }
 

@@ -574,10 +574,10 @@ func decodeDeviceAttr(a *DeviceAttr, r *abi.IbUverbsExQueryDeviceResp) {
 	has := func(end uintptr) bool { return n >= end }
 	if has(unsafe.Offsetof(r.Odp_caps) + unsafe.Sizeof(r.Odp_caps)) {
 		a.ODPCaps = ODPCaps{
-			GeneralCaps: r.Odp_caps.General_caps,
-			RCODPCaps:   r.Odp_caps.Per_transport_caps.Rc_odp_caps,
-			UCODPCaps:   r.Odp_caps.Per_transport_caps.Uc_odp_caps,
-			UDODPCaps:   r.Odp_caps.Per_transport_caps.Ud_odp_caps,
+			GeneralCaps: ODPGeneralCaps(r.Odp_caps.General_caps),
+			RCODPCaps:   ODPTransportCaps(r.Odp_caps.Per_transport_caps.Rc_odp_caps),
+			UCODPCaps:   ODPTransportCaps(r.Odp_caps.Per_transport_caps.Uc_odp_caps),
+			UDODPCaps:   ODPTransportCaps(r.Odp_caps.Per_transport_caps.Ud_odp_caps),
 		}
 	}
 	if has(unsafe.Offsetof(r.Timestamp_mask) + 8) {
@@ -619,7 +619,7 @@ func decodeDeviceAttr(a *DeviceAttr, r *abi.IbUverbsExQueryDeviceResp) {
 		a.MaxDMSize = r.Max_dm_size
 	}
 	if has(unsafe.Offsetof(r.Xrc_odp_caps) + 4) {
-		a.XRCODPCaps = r.Xrc_odp_caps
+		a.XRCODPCaps = ODPTransportCaps(r.Xrc_odp_caps)
 	}
 }
 

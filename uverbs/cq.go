@@ -528,7 +528,6 @@ func (c *Context) createCQ(attr CQAttr, kernelOnly bool) (*CQ, error) {
 // CQE returns the number of entries the device allocated.
 func (cq *CQ) CQE() int { return cq.cqe }
 
-
 // Poll moves up to len(wc) completions into wc (ibv_poll_cq) and returns
 // how many. It never blocks and does not allocate. A CQ whose completions
 // overflowed it reports ErrCQOverrun once it is empty: size a CQ for every

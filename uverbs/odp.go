@@ -11,15 +11,33 @@ import (
 	"github.com/rdmago/rdma/wr"
 )
 
-// On-demand paging capabilities (ODPCaps.GeneralCaps, enum
-// ibv_odp_general_caps).
+// ODPGeneralCaps are a device's on-demand paging capabilities
+// (ODPCaps.GeneralCaps, enum ibv_odp_general_caps).
+type ODPGeneralCaps uint64
+
+// On-demand paging capabilities.
 const (
 	// ODPSupport: regions registered with wr.OnDemand are paged in by the
 	// device as it touches them, not pinned at registration.
-	ODPSupport uint64 = 1 << 0
+	ODPSupport ODPGeneralCaps = 1 << 0
 	// ODPSupportImplicit: RegImplicitODP can register the whole address
 	// space.
-	ODPSupportImplicit uint64 = 1 << 1
+	ODPSupportImplicit ODPGeneralCaps = 1 << 1
+)
+
+// ODPTransportCaps are what one transport can do with on-demand-paging
+// memory (ODPCaps.RCODPCaps and the others, enum
+// ibv_odp_transport_cap_bits).
+type ODPTransportCaps uint32
+
+// What a transport can do with on-demand-paging memory.
+const (
+	ODPSupportSend    ODPTransportCaps = 1 << 0 // send from it
+	ODPSupportRecv    ODPTransportCaps = 1 << 1 // receive into it
+	ODPSupportWrite   ODPTransportCaps = 1 << 2 // be the target of RDMA writes
+	ODPSupportRead    ODPTransportCaps = 1 << 3 // be the target of RDMA reads
+	ODPSupportAtomic  ODPTransportCaps = 1 << 4 // be the target of atomics
+	ODPSupportSRQRecv ODPTransportCaps = 1 << 5 // receive into it through an SRQ
 )
 
 // RegImplicitODP registers the process's whole address space as one
@@ -61,7 +79,7 @@ func (pd *PD) RegImplicitODP(access wr.Access) (*MR, error) {
 
 // requireODP fails with EOPNOTSUPP unless the device reports every bit of
 // caps in its general ODP capabilities.
-func (c *Context) requireODP(caps uint64) error {
+func (c *Context) requireODP(caps ODPGeneralCaps) error {
 	attr, err := c.QueryDevice()
 	if err != nil {
 		return err

@@ -35,7 +35,6 @@ func (c *Context) AllocPD() (*PD, error) {
 // Context returns the context the PD belongs to.
 func (pd *PD) Context() *Context { return pd.ctx }
 
-
 // Close deallocates the PD (ibv_dealloc_pd). The kernel refuses while
 // objects still use it (EBUSY). A PD dropped without Close is deallocated
 // once it is unreachable and every object made on it is gone.

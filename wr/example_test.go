@@ -30,3 +30,22 @@ func ExampleCompletion_Err() {
 	// 2: flushed, never executed
 	// 3: done
 }
+
+// A region's Remote travels to the peer in 12 bytes; the peer decodes it
+// and targets RDMA reads and writes at it.
+func ExampleRemote_MarshalBinary() {
+	mine := wr.Remote{Addr: 0x7f0000001000, RKey: 0x1234}
+	msg, _ := mine.MarshalBinary()
+	fmt.Printf("%x\n", msg)
+
+	var theirs wr.Remote // on the peer, from the message
+	if err := theirs.UnmarshalBinary(msg); err != nil {
+		fmt.Println(err)
+	}
+	fmt.Printf("%#x %#x\n", theirs.Add(64).Addr, theirs.RKey)
+	fmt.Println(theirs.UnmarshalBinary(msg[:8]))
+	// Output:
+	// 00007f000000100000001234
+	// 0x7f0000001040 0x1234
+	// wr: a Remote is 12 bytes, not 8
+}

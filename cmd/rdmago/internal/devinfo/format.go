@@ -130,15 +130,15 @@ func writeDeviceVerbose(p printer, a *uverbs.DeviceAttr, numCompVectors int) {
 
 	// On-demand paging.
 	p("\tgeneral_odp_caps:\n")
-	writeFlags(p, a.ODPCaps.GeneralCaps, odpGeneralNames, ^uint64(0))
+	writeFlags(p, uint64(a.ODPCaps.GeneralCaps), odpGeneralNames, ^uint64(0))
 	p("\trc_odp_caps:\n")
-	writeODPTransport(p, a.ODPCaps.RCODPCaps)
+	writeODPTransport(p, uint32(a.ODPCaps.RCODPCaps))
 	p("\tuc_odp_caps:\n")
-	writeODPTransport(p, a.ODPCaps.UCODPCaps)
+	writeODPTransport(p, uint32(a.ODPCaps.UCODPCaps))
 	p("\tud_odp_caps:\n")
-	writeODPTransport(p, a.ODPCaps.UDODPCaps)
+	writeODPTransport(p, uint32(a.ODPCaps.UDODPCaps))
 	p("\txrc_odp_caps:\n")
-	writeODPTransport(p, a.XRCODPCaps)
+	writeODPTransport(p, uint32(a.XRCODPCaps))
 
 	if a.CompletionTimestampMask != 0 {
 		p("\tcompletion timestamp_mask:\t\t\t0x%016x\n", a.CompletionTimestampMask)

@@ -269,7 +269,7 @@ func TestDevicePingpongODP(t *testing.T) {
 	t.Logf("kernel %s: ODP general caps %#x, RC caps %#x", testenv.Kernel(), odp.GeneralCaps, odp.RCODPCaps)
 	for _, tc := range []struct {
 		c    ppCase
-		need uint32
+		need uverbs.ODPTransportCaps
 	}{
 		{ppCase{kind: ppRC, extra: []string{"-o", "-P"}, stderrOK: []string{"Couldn't prefetch MR("}}, odpSupportSend | odpSupportRecv},
 		{ppCase{kind: ppSRQ, extra: []string{"-o"}}, odpSupportSend | odpSupportSRQRecv},
