@@ -103,7 +103,7 @@ func BenchmarkDeviceQPPostWritePoll(b *testing.B) {
 	cq, q := bp.c.SendCQ(), bp.c.QP()
 	r := bp.swrite.Remote()
 	send := []wr.SendWR{{ID: 1, Opcode: wr.OpRDMAWrite, Flags: wr.Signaled | wr.Inline,
-		SGList: []wr.SGE{{Addr: uint64(uintptr(unsafe.Pointer(&bp.cbuf[0]))), Length: 64}}, RemoteAddr: r.Addr, RKey: r.RKey}}
+		SGList: []wr.SGE{{Addr: uint64(uintptr(unsafe.Pointer(&bp.cbuf[0]))), Length: 64}}, Remote: wr.Remote{Addr: r.Addr, RKey: r.RKey}}}
 	b.ReportAllocs()
 	for b.Loop() {
 		_, err := q.PostSend(send)

@@ -493,7 +493,7 @@ func rcClient(ctx context.Context, t *testing.T, side pairSide) {
 			raddr := waddr + uint64(next*rcBig)
 			if next%rcImmEvery == rcImmEvery-1 {
 				_, err := q.PostSend([]wr.SendWR{{ID: uint64(next), SGList: []wr.SGE{wm.SGE(slot*rcBig, rcBig)},
-					Opcode: wr.OpRDMAWriteWithImm, Flags: wr.Signaled, Imm: uint32(next), RemoteAddr: raddr, RKey: wkey}})
+					Opcode: wr.OpRDMAWriteWithImm, Flags: wr.Signaled, Imm: uint32(next), Remote: wr.Remote{Addr: raddr, RKey: wkey}}})
 				rdmatest.Must(t, err)
 			} else {
 				rdmatest.Must(t, c.PostWrite(uint64(next), b, wm, wr.Signaled, wr.Remote{Addr: raddr, RKey: wkey}))

@@ -284,7 +284,7 @@ func (id *ID) postSendv(op string, wrID uint64, sgl []wr.SGE, flags wr.SendFlags
 	if err != nil {
 		return err
 	}
-	s.send[0] = wr.SendWR{ID: wrID, SGList: sgl, Opcode: opcode, Flags: flags, RemoteAddr: remote.Addr, RKey: remote.RKey}
+	s.send[0] = wr.SendWR{ID: wrID, SGList: sgl, Opcode: opcode, Flags: flags, Remote: wr.Remote{Addr: remote.Addr, RKey: remote.RKey}}
 	return id.postSend(op, q)
 }
 
@@ -304,7 +304,7 @@ func (id *ID) post1(op string, wrID uint64, buf []byte, mr *uverbs.MR, flags wr.
 		return err
 	}
 	s.sendSGE[0] = sge
-	s.send[0] = wr.SendWR{ID: wrID, SGList: s.sendSGE[:], Opcode: opcode, Flags: flags, RemoteAddr: remote.Addr, RKey: remote.RKey}
+	s.send[0] = wr.SendWR{ID: wrID, SGList: s.sendSGE[:], Opcode: opcode, Flags: flags, Remote: wr.Remote{Addr: remote.Addr, RKey: remote.RKey}}
 	if ah != nil {
 		s.send[0].AH = ah
 		s.send[0].RemoteQPN = remoteQPN

@@ -314,7 +314,7 @@ func (e *endpoint) writeData(n int, length uint32) error {
 // postWrite writes the SGEs in e.sge[:n] to the peer with message m.
 func (e *endpoint) postWrite(n int, m uint32, inline bool, addr uint64, rkey uint32) error {
 	w := &e.swr[0]
-	*w = wr.SendWR{ID: uint64(m), SGList: e.sge[:n], Opcode: wr.OpRDMAWriteWithImm, Imm: m, RemoteAddr: addr, RKey: rkey}
+	*w = wr.SendWR{ID: uint64(m), SGList: e.sge[:n], Opcode: wr.OpRDMAWriteWithImm, Imm: m, Remote: wr.Remote{Addr: addr, RKey: rkey}}
 	if inline {
 		w.Flags = wr.Inline
 	}

@@ -88,7 +88,7 @@ func dialRaw(ctx context.Context, t *testing.T, port uint16, version uint8) (*ra
 func (p *rawPeer) send(ctx context.Context, t *testing.T, off uint32, n int, m uint32) {
 	t.Helper()
 	w := []wr.SendWR{{ID: uint64(m), Opcode: wr.OpRDMAWriteWithImm, Imm: m, Flags: wr.Signaled,
-		RemoteAddr: p.srvData.Addr + uint64(off), RKey: p.srvData.RKey}}
+		Remote: wr.Remote{Addr: p.srvData.Addr + uint64(off), RKey: p.srvData.RKey}}}
 	if n > 0 {
 		w[0].SGList = []wr.SGE{p.smr.SGE(0, n)}
 	}

@@ -182,7 +182,7 @@ func (b *SendBatch) SendWithInv(id uint64, flags wr.SendFlags, rkey uint32) {
 // (IBV_WR_RDMA_WRITE).
 func (b *SendBatch) RDMAWrite(id uint64, flags wr.SendFlags, rkey uint32, remoteAddr uint64) {
 	if b.start(id, flags, wr.OpRDMAWrite) {
-		b.cur.RKey, b.cur.RemoteAddr = rkey, remoteAddr
+		b.cur.Remote.RKey, b.cur.Remote.Addr = rkey, remoteAddr
 	}
 }
 
@@ -190,7 +190,7 @@ func (b *SendBatch) RDMAWrite(id uint64, flags wr.SendFlags, rkey uint32, remote
 // receive at the peer (IBV_WR_RDMA_WRITE_WITH_IMM).
 func (b *SendBatch) RDMAWriteWithImm(id uint64, flags wr.SendFlags, rkey uint32, remoteAddr uint64, imm uint32) {
 	if b.start(id, flags, wr.OpRDMAWriteWithImm) {
-		b.cur.RKey, b.cur.RemoteAddr, b.cur.Imm = rkey, remoteAddr, imm
+		b.cur.Remote.RKey, b.cur.Remote.Addr, b.cur.Imm = rkey, remoteAddr, imm
 	}
 }
 
@@ -198,7 +198,7 @@ func (b *SendBatch) RDMAWriteWithImm(id uint64, flags wr.SendFlags, rkey uint32,
 // (IBV_WR_RDMA_READ); the data goes where SetSGE or SetSGEList say.
 func (b *SendBatch) RDMARead(id uint64, flags wr.SendFlags, rkey uint32, remoteAddr uint64) {
 	if b.start(id, flags, wr.OpRDMARead) {
-		b.cur.RKey, b.cur.RemoteAddr = rkey, remoteAddr
+		b.cur.Remote.RKey, b.cur.Remote.Addr = rkey, remoteAddr
 	}
 }
 
@@ -207,7 +207,7 @@ func (b *SendBatch) RDMARead(id uint64, flags wr.SendFlags, rkey uint32, remoteA
 // SetSGE names.
 func (b *SendBatch) AtomicCmpSwp(id uint64, flags wr.SendFlags, rkey uint32, remoteAddr, compare, swap uint64) {
 	if b.start(id, flags, wr.OpAtomicCmpAndSwp) {
-		b.cur.RKey, b.cur.RemoteAddr, b.cur.CompareAdd, b.cur.Swap = rkey, remoteAddr, compare, swap
+		b.cur.Remote.RKey, b.cur.Remote.Addr, b.cur.CompareAdd, b.cur.Swap = rkey, remoteAddr, compare, swap
 	}
 }
 
@@ -215,7 +215,7 @@ func (b *SendBatch) AtomicCmpSwp(id uint64, flags wr.SendFlags, rkey uint32, rem
 // (IBV_WR_ATOMIC_FETCH_AND_ADD).
 func (b *SendBatch) AtomicFetchAdd(id uint64, flags wr.SendFlags, rkey uint32, remoteAddr, add uint64) {
 	if b.start(id, flags, wr.OpAtomicFetchAdd) {
-		b.cur.RKey, b.cur.RemoteAddr, b.cur.CompareAdd = rkey, remoteAddr, add
+		b.cur.Remote.RKey, b.cur.Remote.Addr, b.cur.CompareAdd = rkey, remoteAddr, add
 	}
 }
 

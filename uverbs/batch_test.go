@@ -122,13 +122,13 @@ func TestSendBatch(t *testing.T) {
 		t.Fatalf("Complete = %d, %v (ended %d, aborted %d)", n, err, rec.ended, rec.aborted)
 	}
 	want := []wr.SendWR{
-		{ID: 1, Opcode: wr.OpRDMAWrite, Flags: wr.Signaled, RKey: 0x42, RemoteAddr: 0x9000, SGList: []wr.SGE{{Addr: 0x1000, Length: 100, LKey: 5}}},
-		{ID: 2, Opcode: wr.OpRDMAWriteWithImm, RKey: 0x43, RemoteAddr: 0x9100, Imm: 0xabcd,
+		{ID: 1, Opcode: wr.OpRDMAWrite, Flags: wr.Signaled, Remote: wr.Remote{Addr: 0x9000, RKey: 0x42}, SGList: []wr.SGE{{Addr: 0x1000, Length: 100, LKey: 5}}},
+		{ID: 2, Opcode: wr.OpRDMAWriteWithImm, Remote: wr.Remote{Addr: 0x9100, RKey: 0x43}, Imm: 0xabcd,
 			SGList: []wr.SGE{{Addr: 0x2000, Length: 8, LKey: 6}, {Addr: 0x3000, Length: 16, LKey: 7}}},
 		{ID: 3, Opcode: wr.OpSendWithImm, Flags: wr.Solicited | wr.Inline, Imm: 7, SGList: []wr.SGE{{Addr: 8, Length: 8, LKey: 'h'}}},
-		{ID: 4, Opcode: wr.OpRDMARead, RKey: 0x44, RemoteAddr: 0x9200, SGList: []wr.SGE{{Addr: 0x4000, Length: 64, LKey: 5}}},
-		{ID: 5, Opcode: wr.OpAtomicCmpAndSwp, RKey: 0x45, RemoteAddr: 0x9300, CompareAdd: 10, Swap: 20, SGList: []wr.SGE{{Addr: 0x5000, Length: 8, LKey: 5}}},
-		{ID: 6, Opcode: wr.OpAtomicFetchAdd, RKey: 0x46, RemoteAddr: 0x9308, CompareAdd: 3, SGList: []wr.SGE{{Addr: 0x5008, Length: 8, LKey: 5}}},
+		{ID: 4, Opcode: wr.OpRDMARead, Remote: wr.Remote{Addr: 0x9200, RKey: 0x44}, SGList: []wr.SGE{{Addr: 0x4000, Length: 64, LKey: 5}}},
+		{ID: 5, Opcode: wr.OpAtomicCmpAndSwp, Remote: wr.Remote{Addr: 0x9300, RKey: 0x45}, CompareAdd: 10, Swap: 20, SGList: []wr.SGE{{Addr: 0x5000, Length: 8, LKey: 5}}},
+		{ID: 6, Opcode: wr.OpAtomicFetchAdd, Remote: wr.Remote{Addr: 0x9308, RKey: 0x46}, CompareAdd: 3, SGList: []wr.SGE{{Addr: 0x5008, Length: 8, LKey: 5}}},
 		{ID: 7, Opcode: wr.OpSendWithInv, Imm: 0x47, SGList: []wr.SGE{{Addr: 0x6000, Length: 1, LKey: 5}}},
 		{ID: 8, Opcode: wr.OpLocalInv, Flags: wr.Fence, Imm: 0x48, SGList: []wr.SGE{}},
 		{ID: 9, Opcode: wr.OpBindMW, Bind: &wr.BindInfo{MWRKey: 0x100, NewRKey: 0x101, LKey: 5, Addr: 0x1000, Length: 64, Access: wr.RemoteWrite}, SGList: []wr.SGE{}},

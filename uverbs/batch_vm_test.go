@@ -89,7 +89,7 @@ func TestDeviceSendBatch(t *testing.T) {
 	}
 	// The queue is as it was: a post after it is the next to run.
 	if _, err := r.A.QP.PostSend([]wr.SendWR{{ID: 9, Opcode: wr.OpRDMAWrite, Flags: wr.Signaled | wr.Inline,
-		SGList: []wr.SGE{local.SGE(0, 5)}, RemoteAddr: remote.Addr() + 16400, RKey: remote.RKey}}); err != nil {
+		SGList: []wr.SGE{local.SGE(0, 5)}, Remote: wr.Remote{Addr: remote.Addr() + 16400, RKey: remote.RKey}}}); err != nil {
 		t.Fatal(err)
 	}
 	rdmatest.WantOK(t, rdmatest.WaitWC(t, r.A.CQ, 1)[0], 9, wr.WCRDMAWrite)

@@ -101,7 +101,7 @@ func ExamplePD_CreateQP() {
 		log.Fatal(err)
 	}
 	if _, err := a.PostSend([]wr.SendWR{
-		{ID: 1, Opcode: wr.OpRDMAWrite, SGList: []wr.SGE{buf.SGE(0, 5)}, RemoteAddr: buf.Addr() + 2048, RKey: buf.RKey},
+		{ID: 1, Opcode: wr.OpRDMAWrite, SGList: []wr.SGE{buf.SGE(0, 5)}, Remote: wr.Remote{Addr: buf.Addr() + 2048, RKey: buf.RKey}},
 		{ID: 3, Opcode: wr.OpSendWithImm, Imm: 5, Flags: wr.Signaled},
 	}); err != nil {
 		log.Fatal(err)

@@ -332,7 +332,7 @@ func BenchmarkPostSendLayer(b *testing.B) {
 	pd := allocPD(b, c)
 	q := &QP{object: newObject(c, kindQP, 3), pd: pd, typ: qp.RC, prov: &postRecorder{}}
 	q.state.Store(uint32(qp.StateRTS))
-	send := []wr.SendWR{{ID: 1, Opcode: wr.OpRDMAWrite, Flags: wr.Signaled, SGList: []wr.SGE{{Addr: 0x1000, Length: 64, LKey: 1}}, RemoteAddr: 0x2000, RKey: 2}}
+	send := []wr.SendWR{{ID: 1, Opcode: wr.OpRDMAWrite, Flags: wr.Signaled, SGList: []wr.SGE{{Addr: 0x1000, Length: 64, LKey: 1}}, Remote: wr.Remote{Addr: 0x2000, RKey: 2}}}
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, err := q.PostSend(send); err != nil {

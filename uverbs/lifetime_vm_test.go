@@ -83,7 +83,7 @@ func TestDeviceDroppedMRStaleRKey(t *testing.T) {
 	var wrs []wr.SendWR
 	for i, s := range old {
 		wrs = append(wrs, wr.SendWR{ID: uint64(i), Opcode: wr.OpRDMAWrite, Flags: wr.Signaled,
-			SGList: []wr.SGE{r.A.Buf.SGE(0, len(pattern))}, RemoteAddr: s.addr, RKey: s.rkey})
+			SGList: []wr.SGE{r.A.Buf.SGE(0, len(pattern))}, Remote: wr.Remote{Addr: s.addr, RKey: s.rkey}})
 	}
 	if _, err := r.A.QP.PostSend(wrs); err != nil {
 		t.Fatal(err)
@@ -236,7 +236,7 @@ func TestDeviceInlineRacesRegionClose(t *testing.T) {
 			for j := 0; j < 20; j++ {
 				// Unsignaled RDMA writes into the peer's region.
 				r.A.QP.PostSend([]wr.SendWR{{Opcode: wr.OpRDMAWrite, Flags: wr.Inline, SGList: []wr.SGE{sge},
-					RemoteAddr: r.B.Buf.Addr(), RKey: r.B.Buf.RKey}})
+					Remote: wr.Remote{Addr: r.B.Buf.Addr(), RKey: r.B.Buf.RKey}}})
 				r.A.CQ.Poll(wc)
 			}
 		}()
@@ -248,7 +248,7 @@ func TestDeviceInlineRacesRegionClose(t *testing.T) {
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		_, err := r.A.QP.PostSend([]wr.SendWR{{ID: 1, Opcode: wr.OpRDMAWrite, Flags: wr.Signaled,
-			SGList: []wr.SGE{r.A.Buf.SGE(0, 8)}, RemoteAddr: r.B.Buf.Addr(), RKey: r.B.Buf.RKey}})
+			SGList: []wr.SGE{r.A.Buf.SGE(0, 8)}, Remote: wr.Remote{Addr: r.B.Buf.Addr(), RKey: r.B.Buf.RKey}}})
 		if err == nil {
 			break
 		}

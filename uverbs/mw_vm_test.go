@@ -33,7 +33,7 @@ func peerWrite(t *testing.T, p *rdmatest.Pair, id uint64, msg string, addr uint6
 	src := p.B.Buf.Bytes()
 	copy(src, msg)
 	_, err := p.B.QP.PostSend([]wr.SendWR{{ID: id, Opcode: wr.OpRDMAWrite, Flags: wr.Signaled,
-		SGList: []wr.SGE{p.B.Buf.SGE(0, len(msg))}, RemoteAddr: addr, RKey: rkey}})
+		SGList: []wr.SGE{p.B.Buf.SGE(0, len(msg))}, Remote: wr.Remote{Addr: addr, RKey: rkey}}})
 	rdmatest.Must(t, err)
 	return rdmatest.WaitWC(t, p.B.CQ, 1)[0]
 }

@@ -86,7 +86,7 @@ func (s *side) exchange(t *testing.T, p peerInfo, msg string, imm uint32) wr.Com
 	t.Helper()
 	copy(s.buf.Bytes()[2048:], msg)
 	if _, err := s.qp.PostSend([]wr.SendWR{
-		{ID: 1, Opcode: wr.OpRDMAWrite, SGList: []wr.SGE{s.buf.SGE(2048, len(msg))}, RemoteAddr: p.addr, RKey: p.rkey},
+		{ID: 1, Opcode: wr.OpRDMAWrite, SGList: []wr.SGE{s.buf.SGE(2048, len(msg))}, Remote: wr.Remote{Addr: p.addr, RKey: p.rkey}},
 		{ID: 2, Opcode: wr.OpSendWithImm, Imm: imm, Flags: wr.Signaled},
 	}); err != nil {
 		t.Fatal(err)
@@ -173,7 +173,7 @@ func TestHelperTwoProcessesChild(t *testing.T) {
 	}
 	copy(me.buf.Bytes()[2048:], "from the child")
 	if _, err := me.qp.PostSend([]wr.SendWR{
-		{ID: 1, Opcode: wr.OpRDMAWrite, SGList: []wr.SGE{me.buf.SGE(2048, 14)}, RemoteAddr: peer.addr, RKey: peer.rkey},
+		{ID: 1, Opcode: wr.OpRDMAWrite, SGList: []wr.SGE{me.buf.SGE(2048, 14)}, Remote: wr.Remote{Addr: peer.addr, RKey: peer.rkey}},
 		{ID: 2, Opcode: wr.OpSendWithImm, Imm: 2, Flags: wr.Signaled},
 	}); err != nil {
 		t.Fatal(err)

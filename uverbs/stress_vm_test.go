@@ -62,7 +62,7 @@ func newStream(t *testing.T, r *rdmatest.Pair, ops int) *stream {
 
 // post posts this goroutine's writes until done or the QP is closed.
 func (s *stream) post(g int) error {
-	w := []wr.SendWR{{Opcode: wr.OpRDMAWrite, Flags: wr.Signaled, SGList: []wr.SGE{s.sge}, RemoteAddr: s.raddr, RKey: s.rkey}}
+	w := []wr.SendWR{{Opcode: wr.OpRDMAWrite, Flags: wr.Signaled, SGList: []wr.SGE{s.sge}, Remote: wr.Remote{Addr: s.raddr, RKey: s.rkey}}}
 	for i := 0; i < s.perG; i++ {
 		id := g*s.perG + i
 		w[0].ID = uint64(id)

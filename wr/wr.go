@@ -84,8 +84,8 @@ type AddressHandle interface {
 //
 //   - every opcode: ID, SGList (or the inline data it names), Flags;
 //   - *WithImm: Imm;
-//   - RDMA write and read: RemoteAddr, RKey;
-//   - atomics: RemoteAddr, RKey, CompareAdd, and Swap for compare-and-swap;
+//   - RDMA write and read: Remote, the peer's memory;
+//   - atomics: Remote, CompareAdd, and Swap for compare-and-swap;
 //     one 8-byte SGE receives the remote value as it was before;
 //   - sends on UD QPs: AH, RemoteQPN, RemoteQKey;
 //   - OpLocalInv and OpSendWithInv: Imm, the rkey to invalidate (as C's
@@ -98,9 +98,11 @@ type SendWR struct {
 	Flags  SendFlags
 	// Imm is the immediate data, in host byte order (sent big endian), or
 	// the rkey OpLocalInv and OpSendWithInv invalidate.
-	Imm        uint32
-	RemoteAddr uint64
-	RKey       uint32
+	Imm uint32
+	// Remote is the peer's memory an RDMA read, write or atomic targets
+	// (wr.rdma and wr.atomic's remote_addr and rkey); the peer's
+	// uverbs.MR.Remote gives it.
+	Remote     Remote
 	CompareAdd uint64
 	Swap       uint64
 	AH         AddressHandle

@@ -44,7 +44,7 @@ func TestModelBatch(t *testing.T) {
 			id++
 			off := uint64(id%64) * 16
 			wrs = append(wrs, wr.SendWR{ID: id, Opcode: wr.OpRDMAWrite, Flags: wr.Signaled,
-				SGList: []wr.SGE{{Addr: la, Length: 8, LKey: kl}}, RemoteAddr: ra + off, RKey: kr})
+				SGList: []wr.SGE{{Addr: la, Length: 8, LKey: kl}}, Remote: wr.Remote{Addr: ra + off, RKey: kr}})
 			if id%4 == 0 {
 				wrs[len(wrs)-1].Flags |= wr.Inline
 				wrs[len(wrs)-1].SGList[0].LKey = 0
@@ -56,7 +56,7 @@ func TestModelBatch(t *testing.T) {
 			if c.ID != wrs[i].ID || c.Status != wr.Success || c.Opcode != wr.WCRDMAWrite {
 				t.Fatalf("round %d, completion %d: %+v", round, i, c)
 			}
-			off := wrs[i].RemoteAddr - ra
+			off := wrs[i].Remote.Addr - ra
 			if string(remote[off:off+8]) != "batched!" {
 				t.Fatalf("round %d: write %d did not land", round, wrs[i].ID)
 			}
@@ -74,7 +74,7 @@ func TestModelBatchAbort(t *testing.T) {
 	kr := p.h.regMR(remote, wr.RemoteWrite)
 	w := func(id uint64, off uint64) wr.SendWR {
 		return wr.SendWR{ID: id, Opcode: wr.OpRDMAWrite, Flags: wr.Signaled,
-			SGList: []wr.SGE{{Addr: addrOfBuf(local), Length: 4, LKey: kl}}, RemoteAddr: addrOfBuf(remote) + off, RKey: kr}
+			SGList: []wr.SGE{{Addr: addrOfBuf(local), Length: 4, LKey: kl}}, Remote: wr.Remote{Addr: addrOfBuf(remote) + off, RKey: kr}}
 	}
 	start := p.a.sq.curPost
 	if err := p.a.BeginBatch(); err != nil {

@@ -29,7 +29,7 @@ func benchQP(b *testing.B, caps qp.Caps) *QP {
 func BenchmarkPostSend(b *testing.B) {
 	q := benchQP(b, qp.Caps{MaxSendWR: 64, MaxSendSGE: 1})
 	send := []wr.SendWR{{ID: 1, Opcode: wr.OpRDMAWrite, Flags: wr.Signaled, SGList: []wr.SGE{{Addr: 0x10000, Length: 64, LKey: 0x1234}},
-		RemoteAddr: 0x7f0000001000, RKey: 0x5678}}
+		Remote: wr.Remote{Addr: 0x7f0000001000, RKey: 0x5678}}}
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		if n, err := q.PostSend(send); n != 1 {
@@ -47,7 +47,7 @@ func BenchmarkPostSendList4(b *testing.B) {
 	q := benchQP(b, qp.Caps{MaxSendWR: 64, MaxSendSGE: 1})
 	send := make([]wr.SendWR, 4)
 	for i := range send {
-		send[i] = wr.SendWR{ID: uint64(i), Opcode: wr.OpRDMAWrite, SGList: []wr.SGE{{Addr: 0x10000, Length: 64, LKey: 1}}, RemoteAddr: 0x2000, RKey: 2}
+		send[i] = wr.SendWR{ID: uint64(i), Opcode: wr.OpRDMAWrite, SGList: []wr.SGE{{Addr: 0x10000, Length: 64, LKey: 1}}, Remote: wr.Remote{Addr: 0x2000, RKey: 2}}
 	}
 	b.ReportAllocs()
 	for b.Loop() {

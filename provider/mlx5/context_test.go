@@ -545,7 +545,7 @@ func TestDynamicUARs(t *testing.T) {
 	// Every QP's doorbell reaches the model through its register.
 	buf := make([]byte, 64)
 	k := h.regMR(buf, wr.LocalWrite|wr.RemoteWrite)
-	w := wr.SendWR{Opcode: wr.OpRDMAWrite, Flags: wr.Signaled, SGList: []wr.SGE{{Addr: addrOfBuf(buf), Length: 8, LKey: k}}, RemoteAddr: addrOfBuf(buf) + 8, RKey: k}
+	w := wr.SendWR{Opcode: wr.OpRDMAWrite, Flags: wr.Signaled, SGList: []wr.SGE{{Addr: addrOfBuf(buf), Length: 8, LKey: k}}, Remote: wr.Remote{Addr: addrOfBuf(buf) + 8, RKey: k}}
 	for _, q := range qps {
 		if n, err := q.PostSend([]wr.SendWR{w}); n != 1 || err != nil {
 			t.Fatal(n, err)

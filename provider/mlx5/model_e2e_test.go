@@ -151,11 +151,11 @@ func TestModelRDMAAndAtomics(t *testing.T) {
 
 	la, ra := addrOfBuf(local), addrOfBuf(remote)
 	wrs := []wr.SendWR{
-		{ID: 1, Opcode: wr.OpRDMAWrite, Flags: wr.Signaled, SGList: []wr.SGE{{Addr: la, Length: 8, LKey: kl}}, RemoteAddr: ra + 2048, RKey: kr},
-		{ID: 2, Opcode: wr.OpRDMARead, Flags: wr.Signaled, SGList: []wr.SGE{{Addr: la + 100, Length: 300, LKey: kl}}, RemoteAddr: ra, RKey: kr},
-		{ID: 3, Opcode: wr.OpAtomicCmpAndSwp, Flags: wr.Signaled, SGList: []wr.SGE{{Addr: la + 512, Length: 8, LKey: kl}}, RemoteAddr: ra + 1024, RKey: kr, CompareAdd: 40, Swap: 41},
-		{ID: 4, Opcode: wr.OpAtomicFetchAdd, Flags: wr.Signaled | wr.Fence, SGList: []wr.SGE{{Addr: la + 520, Length: 8, LKey: kl}}, RemoteAddr: ra + 1032, RKey: kr, CompareAdd: 10},
-		{ID: 5, Opcode: wr.OpRDMAWriteWithImm, Flags: wr.Signaled | wr.Inline, Imm: 99, SGList: []wr.SGE{{Addr: la, Length: 5}}, RemoteAddr: ra + 3000, RKey: kr},
+		{ID: 1, Opcode: wr.OpRDMAWrite, Flags: wr.Signaled, SGList: []wr.SGE{{Addr: la, Length: 8, LKey: kl}}, Remote: wr.Remote{Addr: ra + 2048, RKey: kr}},
+		{ID: 2, Opcode: wr.OpRDMARead, Flags: wr.Signaled, SGList: []wr.SGE{{Addr: la + 100, Length: 300, LKey: kl}}, Remote: wr.Remote{Addr: ra, RKey: kr}},
+		{ID: 3, Opcode: wr.OpAtomicCmpAndSwp, Flags: wr.Signaled, SGList: []wr.SGE{{Addr: la + 512, Length: 8, LKey: kl}}, Remote: wr.Remote{Addr: ra + 1024, RKey: kr}, CompareAdd: 40, Swap: 41},
+		{ID: 4, Opcode: wr.OpAtomicFetchAdd, Flags: wr.Signaled | wr.Fence, SGList: []wr.SGE{{Addr: la + 520, Length: 8, LKey: kl}}, Remote: wr.Remote{Addr: ra + 1032, RKey: kr}, CompareAdd: 10},
+		{ID: 5, Opcode: wr.OpRDMAWriteWithImm, Flags: wr.Signaled | wr.Inline, Imm: 99, SGList: []wr.SGE{{Addr: la, Length: 5}}, Remote: wr.Remote{Addr: ra + 3000, RKey: kr}},
 	}
 	n, err := p.a.PostSend(wrs)
 	mustPost(t, n, err, len(wrs))
@@ -213,7 +213,7 @@ func TestModelRingWrap(t *testing.T) {
 			for i := range 64 {
 				local[k*128+i] = byte(int(id) + i)
 			}
-			w := wr.SendWR{ID: id, Opcode: wr.OpRDMAWrite, RemoteAddr: ra + uint64(k)*128, RKey: kr}
+			w := wr.SendWR{ID: id, Opcode: wr.OpRDMAWrite, Remote: wr.Remote{Addr: ra + uint64(k)*128, RKey: kr}}
 			switch (round + k) % 3 {
 			case 0: // 1 BB
 				w.SGList = []wr.SGE{{Addr: src, Length: 64, LKey: kl}}
@@ -262,7 +262,7 @@ func TestModelBlueFlame(t *testing.T) {
 	if p.a.bf.mu != nil || p.b.bf.mu != nil || p.a.bf == p.b.bf {
 		t.Errorf("low-latency registers shared or locked")
 	}
-	write := wr.SendWR{Opcode: wr.OpRDMAWrite, SGList: []wr.SGE{{Addr: addrOfBuf(buf), Length: 8, LKey: k}}, RemoteAddr: addrOfBuf(buf) + 100, RKey: k}
+	write := wr.SendWR{Opcode: wr.OpRDMAWrite, SGList: []wr.SGE{{Addr: addrOfBuf(buf), Length: 8, LKey: k}}, Remote: wr.Remote{Addr: addrOfBuf(buf) + 100, RKey: k}}
 	for range 3 {
 		p.a.PostSend([]wr.SendWR{write})
 		p.h.run()
@@ -302,7 +302,7 @@ func TestModelBlueFlame(t *testing.T) {
 	qb, hqb := h.createQP(ctx, provider.QPInitAttr{Type: qp.RC, Caps: pairCaps}, hcq, hcq, nil)
 	connect(hqa, hqb)
 	k2 := h.regMR(buf, wr.LocalWrite|wr.RemoteWrite)
-	write.SGList[0].LKey, write.RKey, write.Flags = k2, k2, wr.Signaled
+	write.SGList[0].LKey, write.Remote.RKey, write.Flags = k2, k2, wr.Signaled
 	qa.PostSend([]wr.SendWR{write})
 	h.run()
 	if d := h.doorbell[0]; d.blueFlame || d.bytes > 8 {
@@ -324,9 +324,9 @@ func TestModelErrors(t *testing.T) {
 	a := addrOfBuf(buf)
 	p.a.PostRecv([]wr.RecvWR{{ID: 900, SGList: []wr.SGE{{Addr: a, Length: 16, LKey: k}}}, {ID: 901}})
 	n, err := p.a.PostSend([]wr.SendWR{
-		{ID: 1, Opcode: wr.OpRDMAWrite, SGList: []wr.SGE{{Addr: a, Length: 8, LKey: k + 1}}, RemoteAddr: a, RKey: k},
-		{ID: 2, Opcode: wr.OpRDMAWrite, SGList: []wr.SGE{{Addr: a, Length: 8, LKey: k}}, RemoteAddr: a, RKey: k},
-		{ID: 3, Opcode: wr.OpRDMAWrite, Flags: wr.Signaled, SGList: []wr.SGE{{Addr: a, Length: 8, LKey: k}}, RemoteAddr: a, RKey: k},
+		{ID: 1, Opcode: wr.OpRDMAWrite, SGList: []wr.SGE{{Addr: a, Length: 8, LKey: k + 1}}, Remote: wr.Remote{Addr: a, RKey: k}},
+		{ID: 2, Opcode: wr.OpRDMAWrite, SGList: []wr.SGE{{Addr: a, Length: 8, LKey: k}}, Remote: wr.Remote{Addr: a, RKey: k}},
+		{ID: 3, Opcode: wr.OpRDMAWrite, Flags: wr.Signaled, SGList: []wr.SGE{{Addr: a, Length: 8, LKey: k}}, Remote: wr.Remote{Addr: a, RKey: k}},
 	})
 	mustPost(t, n, err, 3)
 	p.h.run()
@@ -358,15 +358,15 @@ func TestModelErrors(t *testing.T) {
 		want wr.Status
 		peer wr.Status
 	}{
-		{"bad rkey", wr.SendWR{ID: 10, Opcode: wr.OpRDMAWrite, SGList: []wr.SGE{{Addr: a, Length: 8, LKey: k}}, RemoteAddr: a, RKey: 0xdead}, false, wr.RemAccessErr, 0},
+		{"bad rkey", wr.SendWR{ID: 10, Opcode: wr.OpRDMAWrite, SGList: []wr.SGE{{Addr: a, Length: 8, LKey: k}}, Remote: wr.Remote{Addr: a, RKey: 0xdead}}, false, wr.RemAccessErr, 0},
 		{"no receive posted", wr.SendWR{ID: 11, Opcode: wr.OpSend, SGList: []wr.SGE{{Addr: a, Length: 8, LKey: k}}}, false, wr.RNRRetryExcErr, 0},
 		{"receive too short", wr.SendWR{ID: 12, Opcode: wr.OpSend, SGList: []wr.SGE{{Addr: a, Length: 200, LKey: k}}}, true, wr.RemInvReqErr, wr.LocLenErr},
 	} {
 		q := newRCPair(t, pairCaps, 8)
 		k := q.h.regMR(buf, wr.LocalWrite|wr.RemoteWrite)
 		c.w.SGList[0].LKey = k
-		if c.w.RKey != 0xdead {
-			c.w.RKey = k
+		if c.w.Remote.RKey != 0xdead {
+			c.w.Remote.RKey = k
 		}
 		if c.recv {
 			q.b.PostRecv([]wr.RecvWR{{ID: 77, SGList: []wr.SGE{{Addr: a, Length: 100, LKey: k}}}})
@@ -509,7 +509,7 @@ func TestModelArm(t *testing.T) {
 	p := newRCPair(t, pairCaps, 8)
 	buf := make([]byte, 64)
 	k := p.h.regMR(buf, wr.LocalWrite|wr.RemoteWrite)
-	w := wr.SendWR{Opcode: wr.OpRDMAWrite, Flags: wr.Signaled, SGList: []wr.SGE{{Addr: addrOfBuf(buf), Length: 8, LKey: k}}, RemoteAddr: addrOfBuf(buf), RKey: k}
+	w := wr.SendWR{Opcode: wr.OpRDMAWrite, Flags: wr.Signaled, SGList: []wr.SGE{{Addr: addrOfBuf(buf), Length: 8, LKey: k}}, Remote: wr.Remote{Addr: addrOfBuf(buf), RKey: k}}
 	for i := range 3 {
 		if err := p.cqa.ReqNotify(false); err != nil {
 			t.Fatal(err)
@@ -554,7 +554,7 @@ func TestModelDestroyCleansCQ(t *testing.T) {
 	hb.peer = hpeer
 	buf := make([]byte, 64)
 	k := h.regMR(buf, wr.LocalWrite|wr.RemoteWrite)
-	w := wr.SendWR{Opcode: wr.OpRDMAWrite, Flags: wr.Signaled, SGList: []wr.SGE{{Addr: addrOfBuf(buf), Length: 8, LKey: k}}, RemoteAddr: addrOfBuf(buf), RKey: k}
+	w := wr.SendWR{Opcode: wr.OpRDMAWrite, Flags: wr.Signaled, SGList: []wr.SGE{{Addr: addrOfBuf(buf), Length: 8, LKey: k}}, Remote: wr.Remote{Addr: addrOfBuf(buf), RKey: k}}
 	// Fill 3 passes' worth of entries first so cleaning crosses owner bits.
 	for range 10 {
 		mustPost2(t, a, []wr.SendWR{w})
@@ -600,9 +600,9 @@ func TestModelRefusals(t *testing.T) {
 	}{
 		{"too many SGEs", wr.SendWR{Opcode: wr.OpSend, SGList: make([]wr.SGE, 3)}, unix.EINVAL},
 		{"inline too long", wr.SendWR{Opcode: wr.OpSend, Flags: wr.Inline, SGList: []wr.SGE{{Addr: a, Length: 64}}}, unix.EINVAL},
-		{"misaligned atomic", wr.SendWR{Opcode: wr.OpAtomicFetchAdd, SGList: sge, RemoteAddr: a + 4, RKey: k}, unix.EINVAL},
-		{"short atomic", wr.SendWR{Opcode: wr.OpAtomicCmpAndSwp, SGList: []wr.SGE{{Addr: a, Length: 4, LKey: k}}, RemoteAddr: a, RKey: k}, unix.EINVAL},
-		{"inline read", wr.SendWR{Opcode: wr.OpRDMARead, Flags: wr.Inline, SGList: sge, RemoteAddr: a, RKey: k}, unix.EINVAL},
+		{"misaligned atomic", wr.SendWR{Opcode: wr.OpAtomicFetchAdd, SGList: sge, Remote: wr.Remote{Addr: a + 4, RKey: k}}, unix.EINVAL},
+		{"short atomic", wr.SendWR{Opcode: wr.OpAtomicCmpAndSwp, SGList: []wr.SGE{{Addr: a, Length: 4, LKey: k}}, Remote: wr.Remote{Addr: a, RKey: k}}, unix.EINVAL},
+		{"inline read", wr.SendWR{Opcode: wr.OpRDMARead, Flags: wr.Inline, SGList: sge, Remote: wr.Remote{Addr: a, RKey: k}}, unix.EINVAL},
 		{"bind MW", wr.SendWR{Opcode: wr.OpBindMW}, unix.EOPNOTSUPP},
 		{"send with invalidate", wr.SendWR{Opcode: wr.OpSendWithInv}, unix.EOPNOTSUPP},
 	} {
@@ -628,7 +628,7 @@ func TestModelRefusals(t *testing.T) {
 	if c := p.a.GrantedCaps(); c != (qp.Caps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 2, MaxRecvSGE: 1, MaxInlineData: 60}) {
 		t.Errorf("granted %+v", c)
 	}
-	w := wr.SendWR{Opcode: wr.OpRDMAWrite, SGList: sge, RemoteAddr: a, RKey: k}
+	w := wr.SendWR{Opcode: wr.OpRDMAWrite, SGList: sge, Remote: wr.Remote{Addr: a, RKey: k}}
 	n, err := p.a.PostSend([]wr.SendWR{w, w, w, w, w})
 	if n != 4 || !errors.Is(err, unix.ENOMEM) {
 		t.Errorf("posting 5 on a depth of 4: %d, %v", n, err)
@@ -663,7 +663,7 @@ func TestModelHotPathAllocs(t *testing.T) {
 	p := newRCPair(t, qp.Caps{MaxSendWR: 16, MaxSendSGE: 1, MaxRecvWR: 16, MaxRecvSGE: 1}, 255)
 	buf := make([]byte, 64)
 	k := p.h.regMR(buf, wr.LocalWrite|wr.RemoteWrite)
-	send := []wr.SendWR{{ID: 1, Opcode: wr.OpRDMAWrite, Flags: wr.Signaled, SGList: []wr.SGE{{Addr: addrOfBuf(buf), Length: 8, LKey: k}}, RemoteAddr: addrOfBuf(buf), RKey: k}}
+	send := []wr.SendWR{{ID: 1, Opcode: wr.OpRDMAWrite, Flags: wr.Signaled, SGList: []wr.SGE{{Addr: addrOfBuf(buf), Length: 8, LKey: k}}, Remote: wr.Remote{Addr: addrOfBuf(buf), RKey: k}}}
 	recv := []wr.RecvWR{{ID: 1, SGList: []wr.SGE{{Addr: addrOfBuf(buf), Length: 8, LKey: k}}}}
 	out := make([]wr.Completion, 4)
 	for name, f := range map[string]func(){
@@ -690,7 +690,7 @@ func testDecodeAllocs(t *testing.T, send []wr.SendWR, buf []byte, out []wr.Compl
 	p := newRCPairCQ(t, qp.Caps{MaxSendWR: 256, MaxSendSGE: 1}, provider.CQAttr{CQE: 255, Timestamp: ts})
 	p.h.setClockInfo(tsToNSVectors[0].info, 2)
 	k := p.h.regMR(buf, wr.LocalWrite|wr.RemoteWrite)
-	send[0].SGList[0].LKey, send[0].RKey = k, k
+	send[0].SGList[0].LKey, send[0].Remote.RKey = k, k
 	for range 15 {
 		batch := make([]wr.SendWR, 10)
 		for i := range batch {

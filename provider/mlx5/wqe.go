@@ -205,7 +205,7 @@ func (sq *sendQueue) check(w *wr.SendWR) (*addressVector, error) {
 		}
 	case wr.OpAtomicCmpAndSwp, wr.OpAtomicFetchAdd:
 		if (sq.typ != qp.RC && sq.typ != qp.XRCSend) || len(w.SGList) != 1 || w.SGList[0].Length < atomicOperandSz ||
-			w.RemoteAddr&7 != 0 || w.Flags&wr.Inline != 0 {
+			w.Remote.Addr&7 != 0 || w.Flags&wr.Inline != 0 {
 			return nil, unix.EINVAL
 		}
 	default:
@@ -251,11 +251,11 @@ func (sq *sendQueue) write(w *wr.SendWR, av *addressVector, nreq uint32) (ctrl u
 	ds = ctrlSegSize / 16
 	switch op {
 	case wr.OpRDMAWrite, wr.OpRDMAWriteWithImm, wr.OpRDMARead:
-		setRaddrSeg(seg, w.RemoteAddr, w.RKey)
+		setRaddrSeg(seg, w.Remote.Addr, w.Remote.RKey)
 		seg = at(seg, raddrSegSize)
 		ds += raddrSegSize / 16
 	case wr.OpAtomicCmpAndSwp, wr.OpAtomicFetchAdd:
-		setRaddrSeg(seg, w.RemoteAddr, w.RKey)
+		setRaddrSeg(seg, w.Remote.Addr, w.Remote.RKey)
 		setAtomicSeg(at(seg, raddrSegSize), op, w.Swap, w.CompareAdd)
 		seg = at(seg, raddrSegSize+atomicSegSize)
 		ds += (raddrSegSize + atomicSegSize) / 16
@@ -395,11 +395,11 @@ func (sq *sendQueue) writeGeneral(w *wr.SendWR, av *addressVector, nreq uint32) 
 		}
 		switch op {
 		case wr.OpRDMAWrite, wr.OpRDMAWriteWithImm, wr.OpRDMARead:
-			setRaddrSeg(seg, w.RemoteAddr, w.RKey)
+			setRaddrSeg(seg, w.Remote.Addr, w.Remote.RKey)
 			seg = at(seg, raddrSegSize)
 			ds += raddrSegSize / 16
 		case wr.OpAtomicCmpAndSwp, wr.OpAtomicFetchAdd:
-			setRaddrSeg(seg, w.RemoteAddr, w.RKey)
+			setRaddrSeg(seg, w.Remote.Addr, w.Remote.RKey)
 			setAtomicSeg(at(seg, raddrSegSize), op, w.Swap, w.CompareAdd)
 			seg = at(seg, raddrSegSize+atomicSegSize)
 			ds += (raddrSegSize + atomicSegSize) / 16

@@ -185,7 +185,7 @@ func testSQ(typ qp.Type, qpn, wqeCnt, start uint32, sigAll bool, buf []byte) *se
 // sendWR makes the work request a vector describes; inline data lives in
 // Go memory the request points at.
 func (v *wrVector) sendWR() wr.SendWR {
-	w := wr.SendWR{ID: v.id, Opcode: v.opcode, Flags: v.flags, Imm: v.imm, RemoteAddr: v.remoteAddr, RKey: v.rkey,
+	w := wr.SendWR{ID: v.id, Opcode: v.opcode, Flags: v.flags, Imm: v.imm, Remote: wr.Remote{Addr: v.remoteAddr, RKey: v.rkey},
 		CompareAdd: v.compareAdd, Swap: v.swap, RemoteQPN: v.remoteQPN, RemoteQKey: v.remoteQKey}
 	for i, s := range v.sges {
 		g := wr.SGE{Addr: s.addr, Length: s.length, LKey: s.lkey}

@@ -230,7 +230,7 @@ func (p *QP) validateSend(w *wr.SendWR) (uint32, error) {
 			return 0, unix.EINVAL
 		}
 	case wr.OpAtomicCmpAndSwp, wr.OpAtomicFetchAdd:
-		if p.typ != qp.RC || length < 8 || w.RemoteAddr&7 != 0 || w.Flags&wr.Inline != 0 {
+		if p.typ != qp.RC || length < 8 || w.Remote.Addr&7 != 0 || w.Flags&wr.Inline != 0 {
 			return 0, unix.EINVAL
 		}
 	case wr.OpSendWithInv:
@@ -276,12 +276,12 @@ func (p *QP) writeSendWQE(wqe *abi.RxeSendWqe, w *wr.SendWR, length uint32) {
 	switch w.Opcode {
 	case wr.OpRDMAWrite, wr.OpRDMAWriteWithImm, wr.OpRDMARead:
 		r := wqe.Wr.Rdma()
-		r.Remote_addr, r.Rkey = w.RemoteAddr, w.RKey
-		wqe.Iova = w.RemoteAddr
+		r.Remote_addr, r.Rkey = w.Remote.Addr, w.Remote.RKey
+		wqe.Iova = w.Remote.Addr
 	case wr.OpAtomicCmpAndSwp, wr.OpAtomicFetchAdd:
 		a := wqe.Wr.Atomic()
-		a.Remote_addr, a.Compare_add, a.Swap, a.Rkey = w.RemoteAddr, w.CompareAdd, w.Swap, w.RKey
-		wqe.Iova = w.RemoteAddr
+		a.Remote_addr, a.Compare_add, a.Swap, a.Rkey = w.Remote.Addr, w.CompareAdd, w.Swap, w.Remote.RKey
+		wqe.Iova = w.Remote.Addr
 	case wr.OpSend, wr.OpSendWithImm:
 		if p.typ == qp.UD {
 			u := wqe.Wr.Ud()

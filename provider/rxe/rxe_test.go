@@ -90,8 +90,8 @@ func TestPostSendWQE(t *testing.T) {
 	src := []byte("inline payload!!")
 	wrs := []wr.SendWR{
 		{ID: 1, Opcode: wr.OpRDMAWriteWithImm, Flags: wr.Signaled, Imm: 0x01020304,
-			SGList: []wr.SGE{{Addr: 0x1000, Length: 100, LKey: 5}, {Addr: 0x2000, Length: 28, LKey: 6}}, RemoteAddr: 0x9000, RKey: 0x42},
-		{ID: 2, Opcode: wr.OpAtomicCmpAndSwp, SGList: []wr.SGE{{Addr: 0x3000, Length: 8, LKey: 5}}, RemoteAddr: 0xa000, RKey: 0x43, CompareAdd: 10, Swap: 20},
+			SGList: []wr.SGE{{Addr: 0x1000, Length: 100, LKey: 5}, {Addr: 0x2000, Length: 28, LKey: 6}}, Remote: wr.Remote{Addr: 0x9000, RKey: 0x42}},
+		{ID: 2, Opcode: wr.OpAtomicCmpAndSwp, SGList: []wr.SGE{{Addr: 0x3000, Length: 8, LKey: 5}}, Remote: wr.Remote{Addr: 0xa000, RKey: 0x43}, CompareAdd: 10, Swap: 20},
 		{ID: 3, Opcode: wr.OpSend, Flags: wr.Inline, SGList: []wr.SGE{{Addr: uint64(uintptr(unsafe.Pointer(&src[0]))), Length: uint32(len(src))}}},
 	}
 	n, err := q.PostSend(wrs)
@@ -166,7 +166,7 @@ func TestPostSendFullAndInvalid(t *testing.T) {
 	hdrOf(q.sq.mem).Consumer_index = hdrOf(q.sq.mem).Producer_index
 	for _, bad := range []wr.SendWR{
 		{Opcode: wr.OpSend, SGList: make([]wr.SGE, 5)},                                      // too many SGEs
-		{Opcode: wr.OpAtomicFetchAdd, SGList: sge, RemoteAddr: 0x1004},                      // misaligned atomic
+		{Opcode: wr.OpAtomicFetchAdd, SGList: sge, Remote: wr.Remote{Addr: 0x1004}},         // misaligned atomic
 		{Opcode: wr.OpAtomicFetchAdd, SGList: []wr.SGE{{Length: 4}}},                        // short atomic
 		{Opcode: wr.OpSend, Flags: wr.Inline, SGList: []wr.SGE{{Addr: 0x1000, Length: 65}}}, // inline too long
 		{Opcode: wr.OpBindMW}, // nothing to bind
@@ -282,7 +282,7 @@ func TestReqNotify(t *testing.T) {
 // ringing the doorbell, Resume undoes it, and Close stops for good.
 func TestStop(t *testing.T) {
 	q, k := newTestQP(t, qp.RC)
-	send := []wr.SendWR{{ID: 1, Opcode: wr.OpRDMAWrite, SGList: []wr.SGE{{Addr: 0x1000, Length: 64, LKey: 1}}, RemoteAddr: 0x2000, RKey: 2}}
+	send := []wr.SendWR{{ID: 1, Opcode: wr.OpRDMAWrite, SGList: []wr.SGE{{Addr: 0x1000, Length: 64, LKey: 1}}, Remote: wr.Remote{Addr: 0x2000, RKey: 2}}}
 	recv := []wr.RecvWR{{ID: 2}}
 	q.Stop()
 	if n, err := q.PostSend(send); n != 0 || err != provider.ErrStopped {
@@ -349,7 +349,7 @@ func consumeAll(q *queue) { hdrOf(q.mem).Consumer_index = hdrOf(q.mem).Producer_
 // signaledWrite is the request the allocation test and the benchmarks
 // post: one signaled RDMA write of one SGE.
 func signaledWrite() []wr.SendWR {
-	return []wr.SendWR{{ID: 1, Opcode: wr.OpRDMAWrite, Flags: wr.Signaled, SGList: []wr.SGE{{Addr: 0x1000, Length: 64, LKey: 1}}, RemoteAddr: 0x2000, RKey: 2}}
+	return []wr.SendWR{{ID: 1, Opcode: wr.OpRDMAWrite, Flags: wr.Signaled, SGList: []wr.SGE{{Addr: 0x1000, Length: 64, LKey: 1}}, Remote: wr.Remote{Addr: 0x2000, RKey: 2}}}
 }
 
 // benchPostSend posts send over and over on an RC QP, single-threaded or
@@ -385,7 +385,7 @@ func BenchmarkPostSend(b *testing.B) { benchPostSend(b, false, signaledWrite()) 
 func BenchmarkPostSendList4(b *testing.B) {
 	send := make([]wr.SendWR, 4)
 	for i := range send {
-		send[i] = wr.SendWR{ID: uint64(i), Opcode: wr.OpRDMAWrite, SGList: []wr.SGE{{Addr: 0x1000, Length: 64, LKey: 1}}, RemoteAddr: 0x2000, RKey: 2}
+		send[i] = wr.SendWR{ID: uint64(i), Opcode: wr.OpRDMAWrite, SGList: []wr.SGE{{Addr: 0x1000, Length: 64, LKey: 1}}, Remote: wr.Remote{Addr: 0x2000, RKey: 2}}
 	}
 	benchPostSend(b, false, send)
 }
@@ -414,7 +414,7 @@ func TestSingleThreaded(t *testing.T) {
 	q.sqMu.mu.Lock()
 	q.rqMu.mu.Lock()
 	cq.mu.mu.Lock()
-	send := []wr.SendWR{{ID: 7, Opcode: wr.OpRDMAWrite, SGList: []wr.SGE{{Addr: 0x1000, Length: 64, LKey: 1}}, RemoteAddr: 0x2000, RKey: 2}}
+	send := []wr.SendWR{{ID: 7, Opcode: wr.OpRDMAWrite, SGList: []wr.SGE{{Addr: 0x1000, Length: 64, LKey: 1}}, Remote: wr.Remote{Addr: 0x2000, RKey: 2}}}
 	if n, err := q.PostSend(send); n != 1 || err != nil {
 		t.Fatalf("PostSend: %d, %v", n, err)
 	}
@@ -485,8 +485,8 @@ func TestPostSendMemoryWindows(t *testing.T) {
 func batchWRs(inline []byte) []wr.SendWR {
 	return []wr.SendWR{
 		{ID: 1, Opcode: wr.OpRDMAWriteWithImm, Flags: wr.Signaled, Imm: 0x01020304,
-			SGList: []wr.SGE{{Addr: 0x1000, Length: 100, LKey: 5}, {Addr: 0x2000, Length: 28, LKey: 6}}, RemoteAddr: 0x9000, RKey: 0x42},
-		{ID: 2, Opcode: wr.OpAtomicCmpAndSwp, SGList: []wr.SGE{{Addr: 0x3000, Length: 8, LKey: 5}}, RemoteAddr: 0xa000, RKey: 0x43, CompareAdd: 10, Swap: 20},
+			SGList: []wr.SGE{{Addr: 0x1000, Length: 100, LKey: 5}, {Addr: 0x2000, Length: 28, LKey: 6}}, Remote: wr.Remote{Addr: 0x9000, RKey: 0x42}},
+		{ID: 2, Opcode: wr.OpAtomicCmpAndSwp, SGList: []wr.SGE{{Addr: 0x3000, Length: 8, LKey: 5}}, Remote: wr.Remote{Addr: 0xa000, RKey: 0x43}, CompareAdd: 10, Swap: 20},
 		{ID: 3, Opcode: wr.OpSend, Flags: wr.Inline, SGList: []wr.SGE{{Addr: uint64(uintptr(unsafe.Pointer(&inline[0]))), Length: uint32(len(inline))}}},
 		{ID: 4, Opcode: wr.OpLocalInv, Imm: 0x77},
 	}

@@ -1035,7 +1035,7 @@ func (r *perfRun) setSendWQEs() {
 			if j == 0 {
 				s.Addr = r.myAddr[i]
 				if rdma {
-					w.RemoteAddr = r.remAddr[i]
+					w.Remote.Addr = r.remAddr[i]
 				}
 			} else {
 				s.Addr = r.sges[k-1].Addr
@@ -1043,9 +1043,9 @@ func (r *perfRun) setSendWQEs() {
 					s.Addr = perfNextAddr(s.Addr, size, uint64(j-1), r.myAddr[i], cl, cycle)
 				}
 				if rdma {
-					w.RemoteAddr = r.wrs[k-1].RemoteAddr
+					w.Remote.Addr = r.wrs[k-1].Remote.Addr
 					if (t.verb == perfAtomic && bw) || (bw && size <= cycle/2) {
-						w.RemoteAddr = perfNextAddr(w.RemoteAddr, size, uint64(j-1), r.remAddr[i], cl, cycle)
+						w.Remote.Addr = perfNextAddr(w.Remote.Addr, size, uint64(j-1), r.remAddr[i], cl, cycle)
 					}
 				}
 			}
@@ -1053,7 +1053,7 @@ func (r *perfRun) setSendWQEs() {
 				w.Flags = wr.Signaled
 			}
 			if rdma {
-				w.RKey = r.rem[i].RKey
+				w.Remote.RKey = r.rem[i].RKey
 			}
 			if t.verb == perfAtomic {
 				if o.atomicType == perfFetchAndAdd {
@@ -1327,7 +1327,7 @@ func (r *perfRun) runBW(ctx context.Context) error {
 				if pl == 1 && size <= cycle/2 {
 					w.SGList[0].Addr = perfNextAddr(w.SGList[0].Addr, size, r.scnt[index], r.myAddr[index], cl, cycle)
 					if o.test.verb != perfSend {
-						w.RemoteAddr = perfNextAddr(w.RemoteAddr, size, r.scnt[index], r.remAddr[index], cl, cycle)
+						w.Remote.Addr = perfNextAddr(w.Remote.Addr, size, r.scnt[index], r.remAddr[index], cl, cycle)
 					}
 				}
 				r.scnt[index] += pl

@@ -802,7 +802,7 @@ func (c *rpConn) aimRDMA(op wr.Opcode) rpInfo {
 	rem := c.remote
 	c.mu.Unlock()
 	c.rdmaWR[0].Opcode = op
-	c.rdmaWR[0].RKey, c.rdmaWR[0].RemoteAddr = rem.RKey, rem.Addr
+	c.rdmaWR[0].Remote.RKey, c.rdmaWR[0].Remote.Addr = rem.RKey, rem.Addr
 	return rem
 }
 

@@ -159,11 +159,10 @@ func main() {
 	}
 	scen.Mark("step bench")
 	w := []wr.SendWR{{
-		SGList:     []wr.SGE{scen.MR0.SGE(0, msgSize)},
-		Opcode:     wr.OpRDMAWrite,
-		Flags:      wr.Signaled,
-		RemoteAddr: scen.MR1.Addr(),
-		RKey:       scen.MR1.RKey,
+		SGList: []wr.SGE{scen.MR0.SGE(0, msgSize)},
+		Opcode: wr.OpRDMAWrite,
+		Flags:  wr.Signaled,
+		Remote: wr.Remote{Addr: scen.MR1.Addr(), RKey: scen.MR1.RKey},
 	}}
 	wc := make([]wr.Completion, scen.PollBatch)
 	round(w, wc, k, false)

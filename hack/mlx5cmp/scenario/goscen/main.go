@@ -178,12 +178,11 @@ func postRecv(id uint64, off, n int) {
 // writeWR is a signalled RDMA write of sg to off in buffer 1.
 func writeWR(id uint64, sg []wr.SGE, off uint64) wr.SendWR {
 	return wr.SendWR{
-		ID:         id,
-		SGList:     sg,
-		Opcode:     wr.OpRDMAWrite,
-		Flags:      wr.Signaled,
-		RemoteAddr: remote1(off),
-		RKey:       scen.MR1.RKey,
+		ID:     id,
+		SGList: sg,
+		Opcode: wr.OpRDMAWrite,
+		Flags:  wr.Signaled,
+		Remote: wr.Remote{Addr: remote1(off), RKey: scen.MR1.RKey},
 	}
 }
 
@@ -265,12 +264,11 @@ func scenWriteImm() {
 func scenRead() {
 	scen.Mark("step rc.read")
 	postSend([]wr.SendWR{{
-		ID:         wrid(idRead, 0),
-		SGList:     []wr.SGE{sge0(0x4000, 512)},
-		Opcode:     wr.OpRDMARead,
-		Flags:      wr.Signaled,
-		RemoteAddr: remote1(0x4000),
-		RKey:       scen.MR1.RKey,
+		ID:     wrid(idRead, 0),
+		SGList: []wr.SGE{sge0(0x4000, 512)},
+		Opcode: wr.OpRDMARead,
+		Flags:  wr.Signaled,
+		Remote: wr.Remote{Addr: remote1(0x4000), RKey: scen.MR1.RKey},
 	}})
 	scen.Mark("complete")
 	drain(1)
@@ -284,10 +282,9 @@ func scenAtomic() {
 		SGList:     []wr.SGE{sge0(0x5000, 8)},
 		Opcode:     wr.OpAtomicCmpAndSwp,
 		Flags:      wr.Signaled,
-		RemoteAddr: remote1(0x5000),
+		Remote:     wr.Remote{Addr: remote1(0x5000), RKey: scen.MR1.RKey},
 		CompareAdd: 0,
 		Swap:       0x1122334455667788,
-		RKey:       scen.MR1.RKey,
 	}})
 	scen.Mark("complete")
 	drain(1)
@@ -298,9 +295,8 @@ func scenAtomic() {
 		SGList:     []wr.SGE{sge0(0x5008, 8)},
 		Opcode:     wr.OpAtomicFetchAdd,
 		Flags:      wr.Signaled,
-		RemoteAddr: remote1(0x5008),
+		Remote:     wr.Remote{Addr: remote1(0x5008), RKey: scen.MR1.RKey},
 		CompareAdd: 0x10,
-		RKey:       scen.MR1.RKey,
 	}})
 	scen.Mark("complete")
 	drain(1)
@@ -813,7 +809,7 @@ func scenXRC() {
 		{ID: wrid(idXRC, 1), SGList: []wr.SGE{sge0(0x140, 32)}, Opcode: wr.OpSendWithImm, Flags: wr.Signaled,
 			Imm: 0x11223344},
 		{ID: wrid(idXRC, 2), SGList: []wr.SGE{sge0(0x180, 16)}, Opcode: wr.OpRDMAWriteWithImm, Flags: wr.Signaled,
-			Imm: 0x55667788, RemoteAddr: remote1(0xa400), RKey: scen.MR1.RKey},
+			Imm: 0x55667788, Remote: wr.Remote{Addr: remote1(0xa400), RKey: scen.MR1.RKey}},
 	}
 	for i := range w {
 		w[i].RemoteSRQN = srqn
@@ -826,7 +822,7 @@ func scenXRC() {
 	w2 := []wr.SendWR{
 		writeWR(wrid(idXRC, 3), []wr.SGE{sge0(0x200, 24), sge0(0x240, 40)}, 0xa600),
 		{ID: wrid(idXRC, 4), SGList: []wr.SGE{scen.MR1.SGE(0xa800, 64)}, Opcode: wr.OpRDMARead, Flags: wr.Signaled,
-			RemoteAddr: scen.MR0.Addr() + 0x300, RKey: scen.MR0.RKey},
+			Remote: wr.Remote{Addr: scen.MR0.Addr() + 0x300, RKey: scen.MR0.RKey}},
 	}
 	for i := range w2 {
 		w2[i].RemoteSRQN = srqn
