@@ -111,7 +111,7 @@ func TestDeviceAsync(t *testing.T) {
 	for _, s := range []qp.State{qp.StateInit} {
 		a, m, err := c2.InitQPAttr(s)
 		rdmatest.Must(t, err)
-		rdmatest.Must(t, own.Modify(&a, m))
+		rdmatest.Must(t, own.Modify(a, m))
 	}
 	p2 := cm.DefaultConnParam()
 	p2.QPNum = own.Num()
@@ -125,7 +125,7 @@ func TestDeviceAsync(t *testing.T) {
 	for _, s := range []qp.State{qp.StateRTR, qp.StateRTS} {
 		a, m, err := c2.InitQPAttr(s)
 		rdmatest.Must(t, err)
-		rdmatest.Must(t, own.Modify(&a, m))
+		rdmatest.Must(t, own.Modify(a, m))
 	}
 	rdmatest.Must(t, c2.Establish())
 	nextEvent(ctx, t, ch, cm.EventEstablished, s2)

@@ -166,7 +166,7 @@ func (id *ID) initConnQP(q *uverbs.QP) error {
 	if err != nil {
 		return err
 	}
-	return q.Modify(&a, mask)
+	return q.Modify(a, mask)
 }
 
 // initUDQP moves a new UD QP to RTS: INIT with the kernel's attributes
@@ -176,10 +176,10 @@ func (id *ID) initUDQP(q *uverbs.QP) error {
 	if err := id.initConnQP(q); err != nil {
 		return err
 	}
-	if err := q.Modify(&qp.Attr{State: qp.StateRTR}, qp.AttrState); err != nil {
+	if err := q.Modify(qp.Attr{State: qp.StateRTR}, qp.AttrState); err != nil {
 		return err
 	}
-	return q.Modify(&qp.Attr{State: qp.StateRTS}, qp.AttrState|qp.AttrSQPSN)
+	return q.Modify(qp.Attr{State: qp.StateRTS}, qp.AttrState|qp.AttrSQPSN)
 }
 
 // modifyQPRTR moves the ID's QP, if any, through INIT to RTR with the
@@ -230,7 +230,7 @@ func (id *ID) modifyQPKern(q *uverbs.QP, state qp.State, depth uint8) error {
 			a.MaxRdAtomic = depth
 		}
 	}
-	return q.Modify(&a, mask)
+	return q.Modify(a, mask)
 }
 
 // modifyQPErr moves the ID's QP, if any, to the error state. The caller
@@ -242,7 +242,7 @@ func (id *ID) modifyQPState(s qp.State) error {
 	if q == nil || q.State() == s || q.State() == qp.StateReset {
 		return nil
 	}
-	return q.Modify(&qp.Attr{State: s}, qp.AttrState)
+	return q.Modify(qp.Attr{State: s}, qp.AttrState)
 }
 
 // DestroyQP destroys the ID's QP (rdma_destroy_qp), and the CQs and

@@ -90,7 +90,7 @@ func ExamplePD_CreateQP() {
 			func() (qp.Attr, qp.AttrMask) { return qp.ToRTS(qp.RC, 0) },
 		} {
 			attr, mask := step()
-			if err := q.Modify(&attr, mask); err != nil {
+			if err := q.Modify(attr, mask); err != nil {
 				log.Fatal(err)
 			}
 		}

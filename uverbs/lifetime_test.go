@@ -138,7 +138,7 @@ func TestClosedObjectsStayClosed(t *testing.T) {
 	wantClosed(t, "PostSend on a closed QP", err)
 	_, err = deadQP.PostRecv([]wr.RecvWR{{}})
 	wantClosed(t, "PostRecv on a closed QP", err)
-	wantClosed(t, "Modify of a closed QP", deadQP.Modify(&qp.Attr{State: qp.StateErr}, qp.AttrState))
+	wantClosed(t, "Modify of a closed QP", deadQP.Modify(qp.Attr{State: qp.StateErr}, qp.AttrState))
 	_, _, err = deadQP.Query(qp.AttrState)
 	wantClosed(t, "Query of a closed QP", err)
 	wantClosed(t, "AttachMcast of a closed QP", deadQP.AttachMcast(qp.GID{}, 0))

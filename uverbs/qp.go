@@ -266,10 +266,11 @@ func (q *QP) State() qp.State { return qp.State(q.state.Load()) }
 // checked against the transition's required and allowed attributes first,
 // so a wrong one fails with a message naming the attributes, before the
 // kernel sees it.
-func (q *QP) Modify(a *qp.Attr, mask qp.AttrMask) error {
-	if q == nil || a == nil {
+func (q *QP) Modify(attr qp.Attr, mask qp.AttrMask) error {
+	if q == nil {
 		return &Error{Op: "modify QP", Err: errNil}
 	}
+	a := &attr
 	if err := q.use(); err != nil {
 		return err
 	}

@@ -195,7 +195,7 @@ func TestDevicePostStateAndDepth(t *testing.T) {
 	}
 
 	a, m := qp.ToInit(qp.RC, 1, 0, rdmatest.AllAccess, 0)
-	if err := q.Modify(&a, m); err != nil {
+	if err := q.Modify(a, m); err != nil {
 		t.Fatal(err)
 	}
 	// Fill the receive queue past its depth: the first refused one is named.
@@ -211,7 +211,7 @@ func TestDevicePostStateAndDepth(t *testing.T) {
 	}
 	// A wrong mask is refused before the kernel sees it, naming what is missing.
 	bad := qp.Attr{State: qp.StateRTR}
-	if err := q.Modify(&bad, qp.AttrState); !errors.Is(err, unix.EINVAL) {
+	if err := q.Modify(bad, qp.AttrState); !errors.Is(err, unix.EINVAL) {
 		t.Errorf("INIT→RTR without attributes: %v, want EINVAL", err)
 	}
 }
@@ -295,7 +295,7 @@ func TestDeviceRecvInErrorStateFlushes(t *testing.T) {
 	caps := qp.Caps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}
 	t.Run("Modify", func(t *testing.T) {
 		r := rdmatest.NewPair(t, qp.RC, caps)
-		if err := r.A.QP.Modify(&qp.Attr{State: qp.StateErr}, qp.AttrState); err != nil {
+		if err := r.A.QP.Modify(qp.Attr{State: qp.StateErr}, qp.AttrState); err != nil {
 			t.Fatal(err)
 		}
 		n, err := r.A.QP.PostRecv([]wr.RecvWR{{ID: 1, SGList: []wr.SGE{r.A.Buf.SGE(0, 64)}}, {ID: 2}})
@@ -343,7 +343,7 @@ func TestDeviceRetryExceeded(t *testing.T) {
 	caps := qp.Caps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}
 	r := rdmatest.NewPair(t, qp.RC, caps)
 	a := qp.Attr{State: qp.StateReset}
-	rdmatest.Must(t, r.A.QP.Modify(&a, qp.AttrState))
+	rdmatest.Must(t, r.A.QP.Modify(a, qp.AttrState))
 	nobody := r.B.QP.Num() + 0x100
 	for _, step := range []func() (qp.Attr, qp.AttrMask){
 		func() (qp.Attr, qp.AttrMask) { return qp.ToInit(qp.RC, 1, 0, rdmatest.AllAccess, 0) },
@@ -357,7 +357,7 @@ func TestDeviceRetryExceeded(t *testing.T) {
 		},
 	} {
 		attr, mask := step()
-		rdmatest.Must(t, r.A.QP.Modify(&attr, mask))
+		rdmatest.Must(t, r.A.QP.Modify(attr, mask))
 	}
 	start := time.Now()
 	_, err := r.A.QP.PostSend([]wr.SendWR{

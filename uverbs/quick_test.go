@@ -55,7 +55,7 @@ func TestQuickCommands(t *testing.T) {
 			}
 			// The fake kernel refuses both modifies; the calls are what
 			// matters here.
-			q.Modify(&qp.Attr{State: qp.StateInit, PortNum: 1, QPAccessFlags: wr.RemoteWrite},
+			q.Modify(qp.Attr{State: qp.StateInit, PortNum: 1, QPAccessFlags: wr.RemoteWrite},
 				qp.AttrState|qp.AttrPKeyIndex|qp.AttrPort|qp.AttrAccessFlags)
 			srq.Modify(SRQAttr{Limit: 1}, SRQLimit)
 			mr, err := pd.RegMR(make([]byte, 64), wr.LocalWrite)

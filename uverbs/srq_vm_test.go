@@ -103,7 +103,7 @@ func TestDeviceSRQShared(t *testing.T) {
 			t.Skipf("rxe on Linux %s does not raise IBV_EVENT_QP_LAST_WQE_REACHED (measured on 6.12 and later)", rdmatest.KernelRelease(t))
 		}
 		errAttr := qp.Attr{State: qp.StateErr}
-		if err := receivers[1].Modify(&errAttr, qp.AttrState); err != nil {
+		if err := receivers[1].Modify(errAttr, qp.AttrState); err != nil {
 			t.Fatal(err)
 		}
 		ev, err := ctx.GetAsyncEvent(ectx)

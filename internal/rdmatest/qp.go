@@ -66,7 +66,7 @@ func ConnectQP(t testing.TB, q *uverbs.QP, remote qp.Remote) {
 		func() (qp.Attr, qp.AttrMask) { return rtsAttrs(typ) },
 	} {
 		attr, mask := step()
-		if err := q.Modify(&attr, mask); err != nil {
+		if err := q.Modify(attr, mask); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -345,7 +345,7 @@ func (r *perfRun) connectCM(ctx context.Context) int {
 			q := id.QP()
 			// As perftest: its RNR NAKs ask for its own minimum delay,
 			// not the kernel's.
-			q.Modify(&qp.Attr{MinRNRTimer: perfMinRNRTimer}, qp.AttrMinRNRTimer)
+			q.Modify(qp.Attr{MinRNRTimer: perfMinRNRTimer}, qp.AttrMinRNRTimer)
 			r.qps = append(r.qps, q)
 		}
 	}

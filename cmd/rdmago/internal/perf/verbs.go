@@ -669,7 +669,7 @@ func (r *perfRun) init() int {
 			}
 			mask |= qp.AttrAccessFlags
 		}
-		if err := q.Modify(&a, mask); err != nil {
+		if err := q.Modify(a, mask); err != nil {
 			// perftest says so and carries on; the QP then fails later.
 			fmt.Fprintf(r.stderr, "Failed to modify QP to INIT, ret=%d\nFailed to modify QP to INIT\n", errnoOf(err))
 		}
@@ -969,7 +969,7 @@ func (r *perfRun) connect() int {
 				mask |= qp.AttrMinRNRTimer | qp.AttrMaxDestRdAtomic
 			}
 		}
-		if err := q.Modify(&a, mask); err != nil {
+		if err := q.Modify(a, mask); err != nil {
 			return r.failf("Failed to modify QP %d to RTR\n Unable to Connect the HCA's through the link", q.Num())
 		}
 		if sends {
@@ -982,7 +982,7 @@ func (r *perfRun) connect() int {
 				a.MaxRdAtomic = uint8(dest.OutReads)
 				mask |= qp.AttrTimeout | qp.AttrRetryCnt | qp.AttrRNRRetry | qp.AttrMaxQPRdAtomic
 			}
-			if err := q.Modify(&a, mask); err != nil {
+			if err := q.Modify(a, mask); err != nil {
 				return r.failf("Failed to modify QP to RTS\n Unable to Connect the HCA's through the link")
 			}
 			if o.conn == perfUD {

@@ -323,7 +323,7 @@ func (r *ppRun) init(dev uverbs.Device) int {
 	}
 	for i, q := range r.qps {
 		a, m := qp.ToInit(typ, uint8(o.ibPort), 0, 0, ppQKey)
-		if err := q.Modify(&a, m); err != nil {
+		if err := q.Modify(a, m); err != nil {
 			if o.kind == ppSRQ {
 				return r.failf("Failed to modify QP[%d] to INIT", i)
 			}
@@ -535,11 +535,11 @@ func (r *ppRun) connect(local, remote []ppDest) error {
 			suffix = fmt.Sprintf("[%d]", i)
 		}
 		a, m := qp.ToRTR(q.Type(), rem, qp.MTU(o.mtu))
-		if err := q.Modify(&a, m); err != nil {
+		if err := q.Modify(a, m); err != nil {
 			return ppMsg("Failed to modify QP" + suffix + " to RTR")
 		}
 		a, m = qp.ToRTS(q.Type(), local[i].PSN)
-		if err := q.Modify(&a, m); err != nil {
+		if err := q.Modify(a, m); err != nil {
 			return ppMsg("Failed to modify QP" + suffix + " to RTS")
 		}
 		if o.kind == ppUD {

@@ -416,7 +416,7 @@ func (c *rpConn) createQP() int {
 			return -1
 		}
 		a := qp.Attr{State: qp.StateInit, PKeyIndex: 0, PortNum: c.id.PortNum()}
-		if err := q.Modify(&a, qp.AttrState|qp.AttrPKeyIndex|qp.AttrPort|qp.AttrAccessFlags); err != nil {
+		if err := q.Modify(a, qp.AttrState|qp.AttrPKeyIndex|qp.AttrPort|qp.AttrAccessFlags); err != nil {
 			c.r.perror("ibv_modify_qp", err)
 			q.Close()
 			return -1
@@ -713,7 +713,7 @@ func (c *rpConn) selfModifyQP(id *cm.ID) error {
 		if err != nil {
 			return err
 		}
-		if err := c.qp.Modify(&a, mask); err != nil {
+		if err := c.qp.Modify(a, mask); err != nil {
 			return err
 		}
 	}
@@ -748,7 +748,7 @@ func (c *rpConn) accept() int {
 // disconnect is rping_disconnect.
 func (c *rpConn) disconnect(id *cm.ID) error {
 	if c.r.o.selfQP {
-		if err := c.qp.Modify(&qp.Attr{State: qp.StateErr}, qp.AttrState); err != nil {
+		if err := c.qp.Modify(qp.Attr{State: qp.StateErr}, qp.AttrState); err != nil {
 			return err
 		}
 	}

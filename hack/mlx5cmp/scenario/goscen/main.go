@@ -757,10 +757,10 @@ func scenXRC() {
 	// The transitions with the attributes ib_modify_qp_is_ok asks of each type.
 	a := qp.Attr{State: qp.StateInit, PortNum: scen.IBPort, QPAccessFlags: wr.RemoteWrite | wr.RemoteRead}
 	init := qp.AttrState | qp.AttrPKeyIndex | qp.AttrPort | qp.AttrAccessFlags
-	if err := tgt.Modify(&a, init); err != nil {
+	if err := tgt.Modify(a, init); err != nil {
 		scen.Fail("modify_init_tgt", err)
 	}
-	if err := ini.Modify(&a, init); err != nil {
+	if err := ini.Modify(a, init); err != nil {
 		scen.Fail("modify_init_ini", err)
 	}
 	rtr := qp.Attr{
@@ -778,18 +778,18 @@ func scenXRC() {
 	}
 	rtrMask := qp.AttrState | qp.AttrAV | qp.AttrPathMTU | qp.AttrDestQPN | qp.AttrRQPSN
 	rtr.DestQPNum = ini.Num()
-	if err := tgt.Modify(&rtr, rtrMask|qp.AttrMaxDestRdAtomic|qp.AttrMinRNRTimer); err != nil {
+	if err := tgt.Modify(rtr, rtrMask|qp.AttrMaxDestRdAtomic|qp.AttrMinRNRTimer); err != nil {
 		scen.Fail("modify_rtr_tgt", err)
 	}
 	rtr.DestQPNum = tgt.Num()
-	if err := ini.Modify(&rtr, rtrMask); err != nil {
+	if err := ini.Modify(rtr, rtrMask); err != nil {
 		scen.Fail("modify_rtr_ini", err)
 	}
 	rts := qp.Attr{State: qp.StateRTS, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1}
-	if err := tgt.Modify(&rts, qp.AttrState|qp.AttrTimeout|qp.AttrSQPSN); err != nil {
+	if err := tgt.Modify(rts, qp.AttrState|qp.AttrTimeout|qp.AttrSQPSN); err != nil {
 		scen.Fail("modify_rts_tgt", err)
 	}
-	if err := ini.Modify(&rts, qp.AttrState|qp.AttrTimeout|qp.AttrRetryCnt|qp.AttrRNRRetry|
+	if err := ini.Modify(rts, qp.AttrState|qp.AttrTimeout|qp.AttrRetryCnt|qp.AttrRNRRetry|
 		qp.AttrSQPSN|qp.AttrMaxQPRdAtomic); err != nil {
 		scen.Fail("modify_rts_ini", err)
 	}

@@ -278,7 +278,7 @@ func NewQP(typ qp.Type, c *uverbs.CQ, report bool) *uverbs.QP {
 	if ud {
 		mask = qp.AttrState | qp.AttrPKeyIndex | qp.AttrPort | qp.AttrQKey
 	}
-	if err := nq.Modify(&a, mask); err != nil {
+	if err := nq.Modify(a, mask); err != nil {
 		Fail("modify_init", err)
 	}
 
@@ -304,7 +304,7 @@ func NewQP(typ qp.Type, c *uverbs.CQ, report bool) *uverbs.QP {
 	if ud {
 		mask = qp.AttrState
 	}
-	if err := nq.Modify(&a, mask); err != nil {
+	if err := nq.Modify(a, mask); err != nil {
 		Fail("modify_rtr", err)
 	}
 
@@ -320,7 +320,7 @@ func NewQP(typ qp.Type, c *uverbs.CQ, report bool) *uverbs.QP {
 	if rc {
 		mask |= qp.AttrTimeout | qp.AttrRetryCnt | qp.AttrRNRRetry | qp.AttrMaxQPRdAtomic
 	}
-	if err := nq.Modify(&a, mask); err != nil {
+	if err := nq.Modify(a, mask); err != nil {
 		Fail("modify_rts", err)
 	}
 	return nq
@@ -333,7 +333,7 @@ func NewQP(typ qp.Type, c *uverbs.CQ, report bool) *uverbs.QP {
 // then skips it).
 func DestroyQP(x *uverbs.QP) {
 	a := qp.Attr{State: qp.StateErr}
-	if err := x.Modify(&a, qp.AttrState); err != nil {
+	if err := x.Modify(a, qp.AttrState); err != nil {
 		Fail("modify_err", err)
 	}
 	if err := x.Close(); err != nil {
