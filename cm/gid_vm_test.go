@@ -28,7 +28,7 @@ func TestDeviceSelectGID(t *testing.T) {
 	for _, addr := range []netip.Addr{rdmatest.VMAddr, {}} {
 		e, err := vctx.SelectGID(port, addr)
 		rdmatest.Must(t, err)
-		if e.Index != uint32(attr.AHAttr.SGIDIndex) || e.Port != uint32(port) {
+		if e.Index != attr.AHAttr.SGIDIndex || uint32(e.Port) != uint32(port) {
 			t.Errorf("SelectGID(%d, %v) = %+v; rdma_cm chose index %d", port, addr, e, attr.AHAttr.SGIDIndex)
 		}
 		if e.Type != uverbs.GIDTypeRoCEv2 || e.GID.Addr() != rdmatest.VMAddr {

@@ -226,7 +226,7 @@ func wantSGID(t *testing.T, id *cm.ID, idx uint8, gid qp.GID) {
 	gids, err := id.Verbs().QueryGIDTable()
 	rdmatest.Must(t, err)
 	for _, g := range gids {
-		if g.Port == uint32(id.PortNum()) && g.Index == uint32(idx) {
+		if uint32(g.Port) == uint32(id.PortNum()) && uint32(g.Index) == uint32(idx) {
 			if g.GID != gid || g.Type != uverbs.GIDTypeRoCEv2 {
 				t.Errorf("SGID index %d holds %v (%v), want RoCE v2 GID %v", idx, g.GID, g.Type, gid)
 			}

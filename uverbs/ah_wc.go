@@ -196,17 +196,15 @@ func initAHFromWC(src ahSource, port uint8, wc *wr.Completion, grh []byte) (qp.A
 	}
 	idx := -1
 	for _, e := range gids {
-		if e.Port == uint32(port) && e.GID == h.DGID && (e.Type == kinds[0] || e.Type == kinds[1]) {
+		if e.Port == port && e.GID == h.DGID && (e.Type == kinds[0] || e.Type == kinds[1]) {
 			idx = int(e.Index)
 			break
 		}
 	}
 	if idx < 0 {
-		return fail(unix.ENOENT, "no %v GID %v in port %d's table", kinds[0], h.DGID, port)
-	}
-	if idx > 0xff {
-		// ibv_ah_attr holds an 8-bit index; libibverbs would truncate it.
-		return fail(unix.EOVERFLOW, "GID %v is at index %d, past the 255 an address handle can name", h.DGID, idx)
+		// A GID past index 255, which no address handle can name, is
+		// not in the table QueryGIDTable gives either.
+		return fail(unix.ENOENT, "no %v GID %v in port %d's table (at indexes 0 to 255)", kinds[0], h.DGID, port)
 	}
 	a.IsGlobal = true
 	a.DGID = h.SGID

@@ -364,9 +364,12 @@ func (t GIDType) String() string {
 
 // GIDEntry is one entry of a port's GID table (struct ibv_gid_entry).
 type GIDEntry struct {
-	GID         qp.GID
-	Index       uint32
-	Port        uint32
+	GID qp.GID
+	// Index and Port have the width of qp.AHAttr's SGIDIndex and PortNum,
+	// which name the entry: a table's entries past 255, which no address
+	// handle or QP can name, are left out.
+	Index       uint8
+	Port        uint8
 	Type        GIDType
 	NetdevIndex uint32 // 0 when no netdev is bound to the entry
 }

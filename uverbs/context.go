@@ -756,7 +756,10 @@ func (c *Context) QueryGIDTable() ([]GIDEntry, error) {
 		var g GIDEntry
 		binary.NativeEndian.PutUint64(g.GID[0:], e.Gid[0])
 		binary.NativeEndian.PutUint64(g.GID[8:], e.Gid[1])
-		g.Index, g.Port, g.Type, g.NetdevIndex = e.Gid_index, e.Port_num, GIDType(e.Gid_type), e.Netdev_ifindex
+		if e.Gid_index > 0xff || e.Port_num > 0xff {
+			continue // no AH or QP can name it (GIDEntry)
+		}
+		g.Index, g.Port, g.Type, g.NetdevIndex = uint8(e.Gid_index), uint8(e.Port_num), GIDType(e.Gid_type), e.Netdev_ifindex
 		out = append(out, g)
 	}
 	return out, nil
@@ -772,7 +775,7 @@ func (c *Context) sysfsGIDTable(ports int) ([]GIDEntry, error) {
 		if err != nil {
 			return nil, fmt.Errorf("uverbs: reading GID table: %w", err)
 		}
-		for i := 0; i < len(ents); i++ {
+		for i := 0; i < len(ents) && i <= 0xff; i++ {
 			s, err := readSysfs(filepath.Join(dir, "gids", fmt.Sprint(i)))
 			if err != nil {
 				continue
@@ -781,7 +784,7 @@ func (c *Context) sysfsGIDTable(ports int) ([]GIDEntry, error) {
 			if !ok || gid.IsZero() {
 				continue
 			}
-			e := GIDEntry{GID: gid, Index: uint32(i), Port: uint32(p), Type: GIDTypeIB}
+			e := GIDEntry{GID: gid, Index: uint8(i), Port: uint8(p), Type: GIDTypeIB}
 			if t, err := readSysfs(filepath.Join(dir, "gid_attrs/types", fmt.Sprint(i))); err == nil {
 				switch t {
 				case "RoCE v2":

@@ -47,7 +47,7 @@ func (c *Context) SelectGID(port uint8, addr netip.Addr) (GIDEntry, error) {
 	if err != nil {
 		return GIDEntry{}, err
 	}
-	e, err := selectGID(gids, uint32(port), pa.LinkLayer, addr, netdevHas)
+	e, err := selectGID(gids, port, pa.LinkLayer, addr, netdevHas)
 	if err != nil {
 		return GIDEntry{}, &Error{Op: op, Err: fmt.Errorf("port %d: %w", port, err)}
 	}
@@ -91,7 +91,7 @@ func gidRank(g qp.GID) int {
 
 // selectGID is SelectGID's rule over a GID table (see there). has tells
 // whether an interface has an address.
-func selectGID(gids []GIDEntry, port uint32, ll LinkLayer, addr netip.Addr, has func(uint32, netip.Addr) bool) (GIDEntry, error) {
+func selectGID(gids []GIDEntry, port uint8, ll LinkLayer, addr netip.Addr, has func(uint32, netip.Addr) bool) (GIDEntry, error) {
 	if ll == LinkLayerInfiniBand {
 		if addr.IsValid() {
 			return GIDEntry{}, fmt.Errorf("an IP address (%v) selects no GID on an InfiniBand port: %w", addr, unix.EINVAL)

@@ -34,10 +34,10 @@ func TestSelectGID(t *testing.T) {
 	for _, c := range []struct {
 		name  string
 		gids  []GIDEntry
-		port  uint32
+		port  uint8
 		ll    LinkLayer
 		addr  string
-		index uint32
+		index uint8
 		err   error
 	}{
 		{"any address: IPv4 v2, the lowest index", roce, 1, LinkLayerEthernet, "", 5, nil},

@@ -51,7 +51,7 @@ func guid(v uint64) uverbs.GUID {
 
 // gidPair returns the RoCE v1 and v2 entries the kernel creates for one
 // address, at index i and i+1.
-func gidPair(port, i uint32, addr string) []uverbs.GIDEntry {
+func gidPair(port, i uint8, addr string) []uverbs.GIDEntry {
 	g := mustGID(addr)
 	return []uverbs.GIDEntry{
 		{GID: g, Index: i, Port: port, Type: uverbs.GIDTypeRoCEv1, NetdevIndex: 2},

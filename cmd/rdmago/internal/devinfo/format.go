@@ -271,7 +271,7 @@ func writePort(p printer, transport uverbs.Transport, pi *portInfo, verbose bool
 func gidLines(entries []uverbs.GIDEntry, port uint32, tblLen int, ll uverbs.LinkLayer) []string {
 	var es []uverbs.GIDEntry
 	for _, e := range entries {
-		if e.Port == port && int64(e.Index) < int64(tblLen) && !nullGID(e.GID) {
+		if uint32(e.Port) == port && int64(e.Index) < int64(tblLen) && !nullGID(e.GID) {
 			es = append(es, e)
 		}
 	}

@@ -511,7 +511,7 @@ func checkGIDs(env *doctorEnv) []finding {
 			have := map[netip.Addr]bool{}
 			var netdevs []int
 			for _, g := range gids {
-				if g.Port != p {
+				if uint32(g.Port) != p {
 					continue
 				}
 				if g.Type == uverbs.GIDTypeRoCEv2 {

@@ -458,7 +458,7 @@ func (r *ppRun) queryGID(index uint32) ([16]byte, error) {
 		return [16]byte{}, err
 	}
 	for _, g := range gids {
-		if g.Port == uint32(uint8(r.o.ibPort)) && g.Index == index {
+		if g.Port == uint8(r.o.ibPort) && uint32(g.Index) == index {
 			return g.GID, nil
 		}
 	}
