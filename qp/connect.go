@@ -2,32 +2,38 @@ package qp
 
 import "github.com/rdmago/rdma/wr"
 
-// Remote is what two sides of a connection exchange out of band before
-// RTR (rdma-core's pingpong examples send it over TCP), together with the
-// local choices the path needs.
-type Remote struct {
-	QPN uint32 // the peer's QP number
-	PSN uint32 // the peer's first send PSN: our RQ PSN
-	LID uint16 // the peer's LID (0 on RoCE)
-	GID GID    // the peer's GID; global routing is used when its interface ID is not zero
-	// SGIDIndex is the local GID table index to send from when GID is used
-	// (on RoCE v2, the index of a RoCE v2 entry).
+// Endpoint is one side of a connection as the other side needs to know
+// it: what the two exchange out of band before RTR (rdma-core's pingpong
+// examples send it over TCP).
+type Endpoint struct {
+	QPN uint32 // its QP number
+	PSN uint32 // its first send PSN: the other side's RQ PSN
+	LID uint16 // its port's LID (0 on RoCE)
+	GID GID    // its GID; global routing is used when the interface ID is not zero
+}
+
+// Path is this side's choice of how to reach a peer, which the peer
+// never sees: the local port, the local GID to send from, the service
+// level.
+type Path struct {
+	PortNum uint8 // the local port
+	// SGIDIndex is the local GID table index to send from when the peer's
+	// GID is used (on RoCE v2, the index of a RoCE v2 entry).
 	SGIDIndex uint8
-	PortNum   uint8 // the local port
 	SL        uint8 // service level, 0 in the pingpong examples by default
 }
 
-// AH returns the address vector that reaches r, as the pingpong examples
-// build it: the GRH, with hop limit 1, only when the GID's interface ID
-// (its low 8 bytes) is set, which is always so on RoCE. It is the primary
-// path of an RC or UC QP and the address handle of UD sends.
-func (r Remote) AH() AHAttr {
-	ah := AHAttr{DLID: r.LID, SL: r.SL, PortNum: r.PortNum}
-	if [8]byte(r.GID[8:]) != ([8]byte{}) {
+// AH returns the address vector that reaches peer over p, as the pingpong
+// examples build it: the GRH, with hop limit 1, only when the peer's GID
+// has an interface ID (its low 8 bytes), which is always so on RoCE. It is
+// the primary path of an RC or UC QP and the address handle of UD sends.
+func (p Path) AH(peer Endpoint) AHAttr {
+	ah := AHAttr{DLID: peer.LID, SL: p.SL, PortNum: p.PortNum}
+	if [8]byte(peer.GID[8:]) != ([8]byte{}) {
 		ah.IsGlobal = true
 		ah.HopLimit = 1
-		ah.DGID = r.GID
-		ah.SGIDIndex = r.SGIDIndex
+		ah.DGID = peer.GID
+		ah.SGIDIndex = p.SGIDIndex
 	}
 	return ah
 }
@@ -45,21 +51,21 @@ func ToInit(t Type, port uint8, pkeyIndex uint16, access wr.Access, qkey uint32)
 	return a, mask | AttrAccessFlags
 }
 
-// ToRTR returns the attributes and mask of INIT→RTR towards r with path
-// MTU mtu (an ibv_mtu code), as pp_connect_ctx in rc_pingpong.c,
+// ToRTR returns the attributes and mask of INIT→RTR towards peer over
+// path, with path MTU mtu (an ibv_mtu code), as pp_connect_ctx in rc_pingpong.c,
 // uc_pingpong.c and ud_pingpong.c does: RC also sets one responder
 // resource (max_dest_rd_atomic) and min_rnr_timer 12 (0.64 ms); UD needs
 // the state alone.
-func ToRTR(t Type, r Remote, mtu MTU) (Attr, AttrMask) {
+func ToRTR(t Type, peer Endpoint, path Path, mtu MTU) (Attr, AttrMask) {
 	if t == UD {
 		return Attr{State: StateRTR}, AttrState
 	}
 	a := Attr{
 		State:     StateRTR,
 		PathMTU:   mtu,
-		DestQPNum: r.QPN,
-		RQPSN:     r.PSN,
-		AHAttr:    r.AH(),
+		DestQPNum: peer.QPN,
+		RQPSN:     peer.PSN,
+		AHAttr:    path.AH(peer),
 	}
 	mask := AttrState | AttrAV | AttrPathMTU | AttrDestQPN | AttrRQPSN
 	if t == UC {

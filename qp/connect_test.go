@@ -11,10 +11,10 @@ import (
 var roceGID = [16]byte{10: 0xff, 11: 0xff, 12: 192, 13: 168, 14: 1, 15: 2}
 
 func TestConnectSequence(t *testing.T) {
-	r := Remote{QPN: 0x11, PSN: 0x222, LID: 0, GID: roceGID, SGIDIndex: 1, PortNum: 1}
+	r, path := Endpoint{QPN: 0x11, PSN: 0x222, LID: 0, GID: roceGID}, Path{SGIDIndex: 1, PortNum: 1}
 	for _, typ := range []Type{RC, UC, UD} {
 		ini, iniMask := ToInit(typ, 1, 0, wr.RemoteWrite|wr.RemoteRead, 0x11111111)
-		rtr, rtrMask := ToRTR(typ, r, 3)
+		rtr, rtrMask := ToRTR(typ, r, path, 3)
 		rts, rtsMask := ToRTS(typ, 0x333)
 		for _, err := range []error{
 			Validate(typ, StateReset, ini.State, iniMask),
@@ -29,7 +29,7 @@ func TestConnectSequence(t *testing.T) {
 }
 
 func TestConnectAttrs(t *testing.T) {
-	r := Remote{QPN: 0x11, PSN: 0x222, GID: roceGID, SGIDIndex: 1, PortNum: 2, SL: 0}
+	r, path := Endpoint{QPN: 0x11, PSN: 0x222, GID: roceGID}, Path{SGIDIndex: 1, PortNum: 2, SL: 0}
 	ah := AHAttr{PortNum: 2, IsGlobal: true, HopLimit: 1, DGID: roceGID, SGIDIndex: 1}
 
 	a, m := ToInit(UD, 1, 0, wr.RemoteWrite, 0x11111111)
@@ -41,17 +41,17 @@ func TestConnectAttrs(t *testing.T) {
 		t.Errorf("RC INIT: mask %v, attr (-want +got):\n%s", m, d)
 	}
 
-	a, m = ToRTR(RC, r, 5)
+	a, m = ToRTR(RC, r, path, 5)
 	want := Attr{State: StateRTR, PathMTU: 5, DestQPNum: 0x11, RQPSN: 0x222, AHAttr: ah, MaxDestRdAtomic: 1, MinRNRTimer: 12}
 	if d := cmp.Diff(want, a); d != "" || m != AttrState|AttrAV|AttrPathMTU|AttrDestQPN|AttrRQPSN|AttrMaxDestRdAtomic|AttrMinRNRTimer {
 		t.Errorf("RC RTR: mask %v, attr (-want +got):\n%s", m, d)
 	}
-	a, m = ToRTR(UC, r, 5)
+	a, m = ToRTR(UC, r, path, 5)
 	want = Attr{State: StateRTR, PathMTU: 5, DestQPNum: 0x11, RQPSN: 0x222, AHAttr: ah}
 	if d := cmp.Diff(want, a); d != "" || m != AttrState|AttrAV|AttrPathMTU|AttrDestQPN|AttrRQPSN {
 		t.Errorf("UC RTR: mask %v, attr (-want +got):\n%s", m, d)
 	}
-	if a, m = ToRTR(UD, r, 5); a != (Attr{State: StateRTR}) || m != AttrState {
+	if a, m = ToRTR(UD, r, path, 5); a != (Attr{State: StateRTR}) || m != AttrState {
 		t.Errorf("UD RTR: %v %+v", m, a)
 	}
 
@@ -67,11 +67,11 @@ func TestConnectAttrs(t *testing.T) {
 	}
 }
 
-func TestRemoteAH(t *testing.T) {
+func TestPathAH(t *testing.T) {
 	// An IB peer with a link-local GID whose interface ID is zero, as an
 	// example run without -g sends: no GRH, the LID routes.
-	r := Remote{LID: 7, GID: [16]byte{0: 0xfe, 1: 0x80}, SGIDIndex: 3, PortNum: 1, SL: 2}
-	if got, want := r.AH(), (AHAttr{DLID: 7, SL: 2, PortNum: 1}); got != want {
+	peer := Endpoint{LID: 7, GID: [16]byte{0: 0xfe, 1: 0x80}}
+	if got, want := (Path{SGIDIndex: 3, PortNum: 1, SL: 2}).AH(peer), (AHAttr{DLID: 7, SL: 2, PortNum: 1}); got != want {
 		t.Errorf("IB AH = %+v, want %+v", got, want)
 	}
 }

@@ -13,11 +13,12 @@ import (
 // each checked as the kernel checks a modify. No device is needed; a
 // program gives each attr and mask to uverbs.QP.Modify.
 func Example_connect() {
-	peer := qp.Remote{QPN: 0x11, PortNum: 1, SGIDIndex: 1} // from the peer, out of band
+	peer := qp.Endpoint{QPN: 0x11}            // from the peer, out of band
+	path := qp.Path{PortNum: 1, SGIDIndex: 1} // this side's port and GID
 	cur := qp.StateReset
 	for _, step := range []func() (qp.Attr, qp.AttrMask){
 		func() (qp.Attr, qp.AttrMask) { return qp.ToInit(qp.RC, 1, 0, wr.LocalWrite|wr.RemoteWrite, 0) },
-		func() (qp.Attr, qp.AttrMask) { return qp.ToRTR(qp.RC, peer, qp.MTU1024) },
+		func() (qp.Attr, qp.AttrMask) { return qp.ToRTR(qp.RC, peer, path, qp.MTU1024) },
 		func() (qp.Attr, qp.AttrMask) { return qp.ToRTS(qp.RC, 0) },
 	} {
 		attr, mask := step()

@@ -74,19 +74,19 @@ func ExamplePD_CreateQP() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	var self qp.Remote
+	var gid qp.GID
+	path := qp.Path{PortNum: 1}
 	for _, g := range gids {
 		if g.Type == uverbs.GIDTypeRoCEv2 && g.GID.Addr().Is4() {
-			self = qp.Remote{GID: g.GID, SGIDIndex: uint8(g.Index), PortNum: 1}
+			gid, path.SGIDIndex = g.GID, g.Index
 		}
 	}
 	for _, pair := range [][2]*uverbs.QP{{a, b}, {b, a}} {
 		q, peer := pair[0], pair[1]
-		remote := self
-		remote.QPN = peer.Num()
+		remote := qp.Endpoint{QPN: peer.Num(), GID: gid}
 		for _, step := range []func() (qp.Attr, qp.AttrMask){
 			func() (qp.Attr, qp.AttrMask) { return qp.ToInit(qp.RC, 1, 0, wr.RemoteWrite, 0) },
-			func() (qp.Attr, qp.AttrMask) { return qp.ToRTR(qp.RC, remote, qp.MTU1024) },
+			func() (qp.Attr, qp.AttrMask) { return qp.ToRTR(qp.RC, remote, path, qp.MTU1024) },
 			func() (qp.Attr, qp.AttrMask) { return qp.ToRTS(qp.RC, 0) },
 		} {
 			attr, mask := step()

@@ -77,7 +77,7 @@ func readHello(t *testing.T, r *bufio.Reader) peerInfo {
 
 func (s *side) connect(t *testing.T, p peerInfo) {
 	t.Helper()
-	rdmatest.ConnectQP(t, s.qp, qp.Remote{QPN: p.qpn, GID: s.gid, SGIDIndex: s.gidIndex, PortNum: 1})
+	rdmatest.ConnectQP(t, s.qp, qp.Endpoint{QPN: p.qpn, GID: s.gid}, qp.Path{SGIDIndex: s.gidIndex, PortNum: 1})
 }
 
 // exchange writes msg into the peer's buffer at offset 0, then sends a

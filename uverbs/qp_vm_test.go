@@ -348,7 +348,7 @@ func TestDeviceRetryExceeded(t *testing.T) {
 	for _, step := range []func() (qp.Attr, qp.AttrMask){
 		func() (qp.Attr, qp.AttrMask) { return qp.ToInit(qp.RC, 1, 0, rdmatest.AllAccess, 0) },
 		func() (qp.Attr, qp.AttrMask) {
-			return qp.ToRTR(qp.RC, qp.Remote{QPN: nobody, GID: r.GID, SGIDIndex: r.GIDIndex, PortNum: 1}, qp.MTU1024)
+			return qp.ToRTR(qp.RC, qp.Endpoint{QPN: nobody, GID: r.GID}, qp.Path{SGIDIndex: r.GIDIndex, PortNum: 1}, qp.MTU1024)
 		},
 		func() (qp.Attr, qp.AttrMask) {
 			a, m := qp.ToRTS(qp.RC, 0)

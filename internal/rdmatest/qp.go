@@ -52,17 +52,17 @@ func RoCEv2GID(t testing.TB, ctx *uverbs.Context) (uint8, [16]byte) {
 }
 
 // ConnectQP moves q from RESET through INIT and RTR to RTS on port 1,
-// talking to remote (which a UD QP ignores), with every access right,
-// QKey and QPTimeout.
-func ConnectQP(t testing.TB, q *uverbs.QP, remote qp.Remote) {
+// talking to remote over path (which a UD QP ignores), with every access
+// right, QKey and QPTimeout.
+func ConnectQP(t testing.TB, q *uverbs.QP, remote qp.Endpoint, path qp.Path) {
 	t.Helper()
 	typ := q.Type()
 	if typ == qp.UD {
-		remote = qp.Remote{}
+		remote, path = qp.Endpoint{}, qp.Path{}
 	}
 	for _, step := range []func() (qp.Attr, qp.AttrMask){
 		func() (qp.Attr, qp.AttrMask) { return qp.ToInit(typ, 1, 0, AllAccess, QKey) },
-		func() (qp.Attr, qp.AttrMask) { return qp.ToRTR(typ, remote, qp.MTU1024) },
+		func() (qp.Attr, qp.AttrMask) { return qp.ToRTR(typ, remote, path, qp.MTU1024) },
 		func() (qp.Attr, qp.AttrMask) { return rtsAttrs(typ) },
 	} {
 		attr, mask := step()
@@ -76,8 +76,9 @@ func ConnectQP(t testing.TB, q *uverbs.QP, remote qp.Remote) {
 // the GID at gidIndex (see RoCEv2GID).
 func ConnectQPs(t testing.TB, a, b *uverbs.QP, gidIndex uint8, gid [16]byte) {
 	t.Helper()
-	ConnectQP(t, a, qp.Remote{QPN: b.Num(), GID: gid, SGIDIndex: gidIndex, PortNum: 1})
-	ConnectQP(t, b, qp.Remote{QPN: a.Num(), GID: gid, SGIDIndex: gidIndex, PortNum: 1})
+	path := qp.Path{SGIDIndex: gidIndex, PortNum: 1}
+	ConnectQP(t, a, qp.Endpoint{QPN: b.Num(), GID: gid}, path)
+	ConnectQP(t, b, qp.Endpoint{QPN: a.Num(), GID: gid}, path)
 }
 
 // End is one side of a Pair: a QP, the CQ of both its queues, and a

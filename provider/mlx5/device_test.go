@@ -35,18 +35,18 @@ func openMLX5(t *testing.T) (*uverbs.Context, *uverbs.PD) {
 }
 
 // remote addresses q on port 1 of this device: by its RoCE v2 GID on
-// Ethernet, by its LID on InfiniBand.
-func remote(t *testing.T, ctx *uverbs.Context, q *uverbs.QP) qp.Remote {
+// Ethernet, by its LID on InfiniBand; the path is port 1 and that GID.
+func remote(t *testing.T, ctx *uverbs.Context, q *uverbs.QP) (qp.Endpoint, qp.Path) {
 	t.Helper()
-	r := qp.Remote{QPN: q.Num(), PortNum: 1}
+	r, path := qp.Endpoint{QPN: q.Num()}, qp.Path{PortNum: 1}
 	gids, err := ctx.QueryGIDTable()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, g := range gids {
 		if g.Port == 1 && g.Type == uverbs.GIDTypeRoCEv2 && g.GID.Addr().Is4() {
-			r.GID, r.SGIDIndex = [16]byte(g.GID), uint8(g.Index)
-			return r
+			r.GID, path.SGIDIndex = g.GID, g.Index
+			return r, path
 		}
 	}
 	port, err := ctx.QueryPort(1)
@@ -54,13 +54,14 @@ func remote(t *testing.T, ctx *uverbs.Context, q *uverbs.QP) qp.Remote {
 		t.Fatal(err)
 	}
 	r.LID = port.LID
-	return r
+	return r, path
 }
 
 // connect moves q to RTS, talking to peer.
 func connect(t *testing.T, ctx *uverbs.Context, q, peer *uverbs.QP) {
 	t.Helper()
-	rdmatest.ConnectQP(t, q, remote(t, ctx, peer))
+	r, path := remote(t, ctx, peer)
+	rdmatest.ConnectQP(t, q, r, path)
 }
 
 // poll waits for n successful completions on cq.

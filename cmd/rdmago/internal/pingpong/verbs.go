@@ -517,15 +517,13 @@ func (r *ppRun) connect(local, remote []ppDest) error {
 		return fmt.Errorf("got %d remote addresses for %d QPs", len(remote), len(r.qps))
 	}
 	for i, q := range r.qps {
-		rem := qp.Remote{
-			QPN:       remote[i].QPN,
-			PSN:       remote[i].PSN,
-			LID:       uint16(remote[i].LID),
-			GID:       remote[i].GID,
-			SGIDIndex: uint8(o.gidIdx),
-			PortNum:   uint8(o.ibPort),
-			SL:        uint8(o.sl),
+		rem := qp.Endpoint{
+			QPN: remote[i].QPN,
+			PSN: remote[i].PSN,
+			LID: uint16(remote[i].LID),
+			GID: remote[i].GID,
 		}
+		path := qp.Path{SGIDIndex: uint8(o.gidIdx), PortNum: uint8(o.ibPort), SL: uint8(o.sl)}
 		if o.kind == ppSRQ {
 			// ibv_srq_pingpong routes every QP by the first remote GID.
 			rem.GID = remote[0].GID
@@ -534,7 +532,7 @@ func (r *ppRun) connect(local, remote []ppDest) error {
 		if o.kind == ppSRQ {
 			suffix = fmt.Sprintf("[%d]", i)
 		}
-		a, m := qp.ToRTR(q.Type(), rem, qp.MTU(o.mtu))
+		a, m := qp.ToRTR(q.Type(), rem, path, qp.MTU(o.mtu))
 		if err := q.Modify(a, m); err != nil {
 			return ppMsg("Failed to modify QP" + suffix + " to RTR")
 		}
@@ -543,7 +541,7 @@ func (r *ppRun) connect(local, remote []ppDest) error {
 			return ppMsg("Failed to modify QP" + suffix + " to RTS")
 		}
 		if o.kind == ppUD {
-			ah, err := r.pd.CreateAH(rem.AH())
+			ah, err := r.pd.CreateAH(path.AH(rem))
 			if err != nil {
 				return ppMsg("Failed to create AH")
 			}
