@@ -201,7 +201,7 @@ func ExampleID_RegWrite() {
 		log.Fatal(err)
 	}
 	defer cm.DeregMR(r)
-	fmt.Printf("tell the peer: address %#x, write key %#x, read key %#x\n", w.Addr(), w.RKey, r.RKey)
+	fmt.Printf("tell the peer: address %#x, write key %#x, read key %#x\n", w.Addr(), w.RKey(), r.RKey())
 }
 
 // Read the peer's memory into a local buffer, and into two with PostReadv.

@@ -328,7 +328,7 @@ func TestPairRCLoss(t *testing.T) {
 func pairRegion(m *uverbs.MR) []byte {
 	b := make([]byte, 12)
 	binary.LittleEndian.PutUint64(b, m.Addr())
-	binary.LittleEndian.PutUint32(b[8:], m.RKey)
+	binary.LittleEndian.PutUint32(b[8:], m.RKey())
 	return b
 }
 

@@ -176,7 +176,7 @@ func sgeOf(op string, buf []byte, m *uverbs.MR, inline bool) (wr.SGE, error) {
 			return wr.SGE{}, postErr(op, unix.EINVAL, "the buffer is not inside the MR")
 		}
 	}
-	return wr.SGE{Addr: addr, Length: uint32(len(buf)), LKey: m.LKey}, nil
+	return wr.SGE{Addr: addr, Length: uint32(len(buf)), LKey: m.LKey()}, nil
 }
 
 // postSend posts the scratch send request, which the caller filled under

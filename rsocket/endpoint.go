@@ -260,8 +260,8 @@ func (e *endpoint) connData() connData {
 		Version:   connVersion,
 		Flags:     flags,
 		Credits:   uint16(e.s.rqSize),
-		TargetSGL: rsSGE{Addr: e.target.Addr(), Key: e.target.RKey, Length: sglSize},
-		DataBuf:   rsSGE{Addr: e.rbase, Key: e.rbuf.RKey, Length: e.s.rbufSize / 2},
+		TargetSGL: rsSGE{Addr: e.target.Addr(), Key: e.target.RKey(), Length: sglSize},
+		DataBuf:   rsSGE{Addr: e.rbase, Key: e.rbuf.RKey(), Length: e.s.rbufSize / 2},
 	}
 }
 
@@ -329,7 +329,7 @@ func (e *endpoint) sendCredits() {
 	m, off, half := s.grant()
 	var err error
 	if half != 0 {
-		sge := rsSGE{Addr: e.rbase + uint64(off), Key: e.rbuf.RKey, Length: half}
+		sge := rsSGE{Addr: e.rbase + uint64(off), Key: e.rbuf.RKey(), Length: half}
 		var b [sgeLen]byte
 		order := binary.ByteOrder(binary.NativeEndian)
 		if s.swap {
@@ -340,7 +340,7 @@ func (e *endpoint) sendCredits() {
 		order.PutUint32(b[12:], sge.Length)
 		slot := s.sbufSize + sgeLen*(s.ctrlSeq&(ctrlSlots-1))
 		copy(e.sbuf.Bytes()[slot:slot+sgeLen], b[:])
-		e.sge[0] = wr.SGE{Addr: e.sbase + uint64(slot), Length: sgeLen, LKey: e.sbuf.LKey}
+		e.sge[0] = wr.SGE{Addr: e.sbase + uint64(slot), Length: sgeLen, LKey: e.sbuf.LKey()}
 		raddr := s.remoteSGL.Addr + uint64(s.remoteSGE)*sgeLen
 		err = e.postWrite(1, m, s.inline >= sgeLen, raddr, s.remoteSGL.Key)
 		if s.remoteSGE++; s.remoteSGE == s.remoteSGL.Length {

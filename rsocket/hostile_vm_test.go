@@ -41,10 +41,10 @@ func (p *rawPeer) connData(version uint8) []byte {
 	b[0] = version
 	binary.BigEndian.PutUint16(b[2:], 16) // credits: its receive queue
 	binary.BigEndian.PutUint64(b[8:], p.tmr.Addr())
-	binary.BigEndian.PutUint32(b[16:], p.tmr.RKey)
+	binary.BigEndian.PutUint32(b[16:], p.tmr.RKey())
 	binary.BigEndian.PutUint32(b[20:], 2)
 	binary.BigEndian.PutUint64(b[24:], p.rmr.Addr())
-	binary.BigEndian.PutUint32(b[32:], p.rmr.RKey)
+	binary.BigEndian.PutUint32(b[32:], p.rmr.RKey())
 	binary.BigEndian.PutUint32(b[36:], uint32(len(p.rbuf)/2))
 	return b
 }

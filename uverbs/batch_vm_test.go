@@ -35,18 +35,18 @@ func TestDeviceSendBatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.RDMAWrite(1, wr.Signaled, remote.RKey, remote.Addr()+1024)
+	b.RDMAWrite(1, wr.Signaled, remote.RKey(), remote.Addr()+1024)
 	b.SetSGEList([]wr.SGE{local.SGE(0, 11), local.SGE(11, 11)})
-	b.RDMAWriteWithImm(2, wr.Signaled, remote.RKey, remote.Addr()+2048, 42)
+	b.RDMAWriteWithImm(2, wr.Signaled, remote.RKey(), remote.Addr()+2048, 42)
 	b.SetInlineData([]byte("inline write"))
-	b.RDMARead(3, wr.Signaled, remote.RKey, remote.Addr()+4096)
-	b.SetSGE(local.LKey, local.Addr()+512, 12)
-	b.AtomicFetchAdd(4, wr.Signaled, remote.RKey, remote.Addr()+8192, 5)
-	b.SetSGE(local.LKey, local.Addr()+1024, 8)
-	b.AtomicCmpSwp(5, wr.Signaled|wr.Fence, remote.RKey, remote.Addr()+8192, 105, 7)
-	b.SetSGE(local.LKey, local.Addr()+1032, 8)
+	b.RDMARead(3, wr.Signaled, remote.RKey(), remote.Addr()+4096)
+	b.SetSGE(local.LKey(), local.Addr()+512, 12)
+	b.AtomicFetchAdd(4, wr.Signaled, remote.RKey(), remote.Addr()+8192, 5)
+	b.SetSGE(local.LKey(), local.Addr()+1024, 8)
+	b.AtomicCmpSwp(5, wr.Signaled|wr.Fence, remote.RKey(), remote.Addr()+8192, 105, 7)
+	b.SetSGE(local.LKey(), local.Addr()+1032, 8)
 	b.SendWithImm(6, wr.Signaled, 77)
-	b.SetSGE(local.LKey, local.Addr(), 5)
+	b.SetSGE(local.LKey(), local.Addr(), 5)
 	if n, err := b.Complete(); n != 6 || err != nil {
 		t.Fatalf("Complete = %d, %v", n, err)
 	}
@@ -79,9 +79,9 @@ func TestDeviceSendBatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.RDMAWrite(7, wr.Signaled, remote.RKey, remote.Addr()+16384)
+	b.RDMAWrite(7, wr.Signaled, remote.RKey(), remote.Addr()+16384)
 	b.SetInlineData([]byte("must not land"))
-	b.RDMAWrite(8, wr.Signaled, remote.RKey, remote.Addr()+16384)
+	b.RDMAWrite(8, wr.Signaled, remote.RKey(), remote.Addr()+16384)
 	b.SetSGEList(make([]wr.SGE, r.A.QP.Caps().MaxSendSGE+1)) // more than the QP takes
 	var pe *uverbs.PostError
 	if n, err := b.Complete(); n != 0 || !errors.Is(err, unix.EINVAL) || !errors.As(err, &pe) || pe.Index != 1 {
@@ -89,7 +89,7 @@ func TestDeviceSendBatch(t *testing.T) {
 	}
 	// The queue is as it was: a post after it is the next to run.
 	if _, err := r.A.QP.PostSend([]wr.SendWR{{ID: 9, Opcode: wr.OpRDMAWrite, Flags: wr.Signaled | wr.Inline,
-		SGList: []wr.SGE{local.SGE(0, 5)}, Remote: wr.Remote{Addr: remote.Addr() + 16400, RKey: remote.RKey}}}); err != nil {
+		SGList: []wr.SGE{local.SGE(0, 5)}, Remote: wr.Remote{Addr: remote.Addr() + 16400, RKey: remote.RKey()}}}); err != nil {
 		t.Fatal(err)
 	}
 	rdmatest.WantOK(t, rdmatest.WaitWC(t, r.A.CQ, 1)[0], 9, wr.WCRDMAWrite)
@@ -119,7 +119,7 @@ func TestDeviceSendBatchUD(t *testing.T) {
 	}
 	b.Send(1, wr.Signaled)
 	b.SetUDAddr(ah, r.B.QP.Num(), rdmatest.QKey)
-	b.SetSGE(r.A.Buf.LKey, r.A.Buf.Addr(), 12)
+	b.SetSGE(r.A.Buf.LKey(), r.A.Buf.Addr(), 12)
 	b.SendWithImm(2, wr.Signaled, 99)
 	b.SetInlineData([]byte("datagram two"))
 	b.SetUDAddr(ah, r.B.QP.Num(), rdmatest.QKey)
@@ -148,7 +148,7 @@ func batchRoundTrip(tb testing.TB, r *rdmatest.Pair, data []byte, out []wr.Compl
 	if err != nil {
 		tb.Fatal(err)
 	}
-	b.RDMAWrite(1, wr.Signaled, r.B.Buf.RKey, r.B.Buf.Addr())
+	b.RDMAWrite(1, wr.Signaled, r.B.Buf.RKey(), r.B.Buf.Addr())
 	b.SetInlineData(data)
 	if _, err := b.Complete(); err != nil {
 		tb.Fatal(err)

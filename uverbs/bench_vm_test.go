@@ -35,7 +35,7 @@ func pollOK(tb testing.TB, r *rdmatest.Pair, out []wr.Completion) {
 
 func writeWR(r *rdmatest.Pair) []wr.SendWR {
 	return []wr.SendWR{{ID: 1, Opcode: wr.OpRDMAWrite, Flags: wr.Signaled | wr.Inline,
-		SGList: []wr.SGE{r.A.Buf.SGE(0, 64)}, Remote: wr.Remote{Addr: r.B.Buf.Addr(), RKey: r.B.Buf.RKey}}}
+		SGList: []wr.SGE{r.A.Buf.SGE(0, 64)}, Remote: wr.Remote{Addr: r.B.Buf.Addr(), RKey: r.B.Buf.RKey()}}}
 }
 
 // TestDeviceHotPathAllocs checks that posting and polling on a real device,

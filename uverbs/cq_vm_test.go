@@ -401,7 +401,7 @@ func TestDeviceCQOverrun(t *testing.T) {
 	n := small.CQE() + 8
 	wrs := make([]wr.SendWR, n)
 	for i := range wrs {
-		wrs[i] = wr.SendWR{ID: uint64(i), Opcode: wr.OpRDMAWrite, Flags: wr.Signaled, SGList: []wr.SGE{buf.SGE(0, 8)}, Remote: wr.Remote{Addr: buf.Addr(), RKey: buf.RKey}}
+		wrs[i] = wr.SendWR{ID: uint64(i), Opcode: wr.OpRDMAWrite, Flags: wr.Signaled, SGList: []wr.SGE{buf.SGE(0, 8)}, Remote: wr.Remote{Addr: buf.Addr(), RKey: buf.RKey()}}
 	}
 	if _, err := a.PostSend(wrs); err != nil {
 		t.Fatal(err)

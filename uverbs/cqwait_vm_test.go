@@ -58,7 +58,7 @@ func newWaitPair(t testing.TB) *waitPair {
 		src, dst *mr.Region
 	}{{&p.wrA, p.A.Buf, p.B.Buf}, {&p.wrB, p.B.Buf, p.A.Buf}} {
 		*x.w = []wr.SendWR{{Opcode: wr.OpRDMAWrite, Flags: wr.Signaled,
-			SGList: []wr.SGE{x.src.SGE(0, 8)}, Remote: wr.Remote{Addr: x.dst.Addr(), RKey: x.dst.RKey}}}
+			SGList: []wr.SGE{x.src.SGE(0, 8)}, Remote: wr.Remote{Addr: x.dst.Addr(), RKey: x.dst.RKey()}}}
 	}
 	return p
 }

@@ -56,7 +56,7 @@ func (pd *PD) RegDMABufMR(offset, length, iova uint64, fd int, access wr.Access)
 	if err := cmd.execute(pd.ctx.f, op); err != nil {
 		return nil, err
 	}
-	m := &MR{pd: pd, addr: iova, LKey: lkey, RKey: rkey}
+	m := &MR{pd: pd, addr: iova, lkey: lkey, rkey: rkey}
 	m.object = newObject(pd.ctx, kindMR, cmd.outIDR(h), pd)
 	track(m, m.object)
 	return m, nil

@@ -58,8 +58,8 @@ func TestRegDMABufMRABI(t *testing.T) {
 	if got.Object != abi.UVERBS_OBJECT_MR || len(got.Attrs) != 9 {
 		t.Errorf("call %+v", got)
 	}
-	if m.handle != 41 || m.LKey != 0x1101 || m.RKey != 0x1102 || m.Addr() != 0x7000_0000 || m.Bytes() != nil {
-		t.Errorf("MR handle %d keys %#x/%#x addr %#x bytes %v", m.handle, m.LKey, m.RKey, m.Addr(), m.Bytes())
+	if m.handle != 41 || m.lkey != 0x1101 || m.rkey != 0x1102 || m.Addr() != 0x7000_0000 || m.Bytes() != nil {
+		t.Errorf("MR handle %d keys %#x/%#x addr %#x bytes %v", m.handle, m.lkey, m.rkey, m.Addr(), m.Bytes())
 	}
 	if s := m.SGE(16, 32); s.Addr != 0x7000_0010 || s.LKey != 0x1101 {
 		t.Errorf("SGE %+v", s)

@@ -62,10 +62,10 @@ func TestDeviceRegDMABufMR(t *testing.T) {
 	case err == nil:
 		// A kernel whose rxe registers dma-bufs: the keys must be real.
 		defer m.Close()
-		if m.LKey == 0 || m.Addr() != 0x10000 {
-			t.Errorf("dma-buf MR lkey %#x addr %#x", m.LKey, m.Addr())
+		if m.LKey() == 0 || m.Addr() != 0x10000 {
+			t.Errorf("dma-buf MR lkey %#x addr %#x", m.LKey(), m.Addr())
 		}
-		t.Logf("this kernel's rxe registers dma-bufs: lkey %#x rkey %#x", m.LKey, m.RKey)
+		t.Logf("this kernel's rxe registers dma-bufs: lkey %#x rkey %#x", m.LKey(), m.RKey())
 	case errors.Is(err, errors.ErrUnsupported):
 		t.Logf("refused as unsupported: %v", err)
 	default:

@@ -101,7 +101,7 @@ func ExamplePD_CreateQP() {
 		log.Fatal(err)
 	}
 	if _, err := a.PostSend([]wr.SendWR{
-		{ID: 1, Opcode: wr.OpRDMAWrite, SGList: []wr.SGE{buf.SGE(0, 5)}, Remote: wr.Remote{Addr: buf.Addr() + 2048, RKey: buf.RKey}},
+		{ID: 1, Opcode: wr.OpRDMAWrite, SGList: []wr.SGE{buf.SGE(0, 5)}, Remote: wr.Remote{Addr: buf.Addr() + 2048, RKey: buf.RKey()}},
 		{ID: 3, Opcode: wr.OpSendWithImm, Imm: 5, Flags: wr.Signaled},
 	}); err != nil {
 		log.Fatal(err)
@@ -255,7 +255,7 @@ func ExampleQP_BeginSend() {
 		log.Fatal(err)
 	}
 	b.RDMAWrite(1, 0, rkey, raddr)
-	b.SetSGE(buf.LKey, buf.Addr(), 4096)
+	b.SetSGE(buf.LKey(), buf.Addr(), 4096)
 	b.Send(2, wr.Signaled)
 	b.SetInlineData([]byte("written"))
 	if _, err := b.Complete(); err != nil {

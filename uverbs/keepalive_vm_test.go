@@ -51,7 +51,7 @@ func TestDeviceKeepAliveStuckStream(t *testing.T) {
 		OnDead: func(err error) { dead <- err }}))
 	write := func(id uint64) error {
 		_, err := r.A.QP.PostSend([]wr.SendWR{{ID: id, Opcode: wr.OpRDMAWrite, Flags: wr.Signaled,
-			SGList: []wr.SGE{r.A.Buf.SGE(0, 1024)}, Remote: wr.Remote{Addr: r.B.Buf.Addr(), RKey: r.B.Buf.RKey}}})
+			SGList: []wr.SGE{r.A.Buf.SGE(0, 1024)}, Remote: wr.Remote{Addr: r.B.Buf.Addr(), RKey: r.B.Buf.RKey()}}})
 		return err
 	}
 	for i := range 200 {

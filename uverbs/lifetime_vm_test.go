@@ -56,7 +56,7 @@ func TestDeviceDroppedMRStaleRKey(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			old = append(old, stale{m.Addr(), m.RKey})
+			old = append(old, stale{m.Addr(), m.RKey()})
 		}
 	}()
 	got := resCount(t, "mr")
@@ -236,7 +236,7 @@ func TestDeviceInlineRacesRegionClose(t *testing.T) {
 			for j := 0; j < 20; j++ {
 				// Unsignaled RDMA writes into the peer's region.
 				r.A.QP.PostSend([]wr.SendWR{{Opcode: wr.OpRDMAWrite, Flags: wr.Inline, SGList: []wr.SGE{sge},
-					Remote: wr.Remote{Addr: r.B.Buf.Addr(), RKey: r.B.Buf.RKey}}})
+					Remote: wr.Remote{Addr: r.B.Buf.Addr(), RKey: r.B.Buf.RKey()}}})
 				r.A.CQ.Poll(wc)
 			}
 		}()
@@ -248,7 +248,7 @@ func TestDeviceInlineRacesRegionClose(t *testing.T) {
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		_, err := r.A.QP.PostSend([]wr.SendWR{{ID: 1, Opcode: wr.OpRDMAWrite, Flags: wr.Signaled,
-			SGList: []wr.SGE{r.A.Buf.SGE(0, 8)}, Remote: wr.Remote{Addr: r.B.Buf.Addr(), RKey: r.B.Buf.RKey}}})
+			SGList: []wr.SGE{r.A.Buf.SGE(0, 8)}, Remote: wr.Remote{Addr: r.B.Buf.Addr(), RKey: r.B.Buf.RKey()}}})
 		if err == nil {
 			break
 		}

@@ -28,7 +28,7 @@ func TestDeviceRCBadLKey(t *testing.T) {
 	for _, op := range []wr.Opcode{wr.OpRDMAWrite, wr.OpSend} {
 		r := rdmatest.NewPair(t, qp.RC, qp.Caps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1})
 		if _, err := r.A.QP.PostSend([]wr.SendWR{{ID: 1, Opcode: op, Flags: wr.Signaled,
-			SGList: []wr.SGE{{Addr: r.A.Buf.Addr(), Length: 8, LKey: r.A.Buf.LKey + 0x1000}}, Remote: wr.Remote{Addr: r.B.Buf.Addr(), RKey: r.B.Buf.RKey}}}); err != nil {
+			SGList: []wr.SGE{{Addr: r.A.Buf.Addr(), Length: 8, LKey: r.A.Buf.LKey() + 0x1000}}, Remote: wr.Remote{Addr: r.B.Buf.Addr(), RKey: r.B.Buf.RKey()}}}); err != nil {
 			t.Fatal(err)
 		}
 		c := rdmatest.WaitWC(t, r.A.CQ, 1)[0]
@@ -44,7 +44,7 @@ func TestDeviceRCBadLKey(t *testing.T) {
 func TestDeviceRCRemoteAccessError(t *testing.T) {
 	r := rdmatest.NewPair(t, qp.RC, qp.Caps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1})
 	if _, err := r.A.QP.PostSend([]wr.SendWR{{ID: 1, Opcode: wr.OpRDMAWrite, Flags: wr.Signaled,
-		SGList: []wr.SGE{r.A.Buf.SGE(0, 8)}, Remote: wr.Remote{Addr: r.B.Buf.Addr(), RKey: r.B.Buf.RKey + 0x1000}}}); err != nil {
+		SGList: []wr.SGE{r.A.Buf.SGE(0, 8)}, Remote: wr.Remote{Addr: r.B.Buf.Addr(), RKey: r.B.Buf.RKey() + 0x1000}}}); err != nil {
 		t.Fatal(err)
 	}
 	if c := rdmatest.WaitWC(t, r.A.CQ, 1)[0]; c.Status != wr.RemAccessErr {
@@ -80,12 +80,12 @@ func TestDeviceDeregInUse(t *testing.T) {
 	var wrs []wr.SendWR
 	for i := 0; i < 8; i++ {
 		wrs = append(wrs, wr.SendWR{ID: uint64(i), Opcode: wr.OpRDMAWrite, Flags: wr.Signaled,
-			SGList: []wr.SGE{extra.SGE(0, 1<<15)}, Remote: wr.Remote{Addr: r.B.Buf.Addr(), RKey: r.B.Buf.RKey}})
+			SGList: []wr.SGE{extra.SGE(0, 1<<15)}, Remote: wr.Remote{Addr: r.B.Buf.Addr(), RKey: r.B.Buf.RKey()}})
 	}
 	if _, err := r.A.QP.PostSend(wrs); err != nil {
 		t.Fatal(err)
 	}
-	lkey := extra.LKey
+	lkey := extra.LKey()
 	if err := extra.Close(); err != nil { // deregister and unmap while in flight
 		t.Fatal(err)
 	}
@@ -101,7 +101,7 @@ func TestDeviceDeregInUse(t *testing.T) {
 	// accepted or refused without a crash, and completes with an error.
 	fresh := rdmatest.NewPair(t, qp.RC, qp.Caps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1})
 	if _, err := fresh.A.QP.PostSend([]wr.SendWR{{ID: 9, Opcode: wr.OpRDMAWrite, Flags: wr.Signaled,
-		SGList: []wr.SGE{{Addr: fresh.A.Buf.Addr(), Length: 8, LKey: lkey}}, Remote: wr.Remote{Addr: fresh.B.Buf.Addr(), RKey: fresh.B.Buf.RKey}}}); err != nil {
+		SGList: []wr.SGE{{Addr: fresh.A.Buf.Addr(), Length: 8, LKey: lkey}}, Remote: wr.Remote{Addr: fresh.B.Buf.Addr(), RKey: fresh.B.Buf.RKey()}}}); err != nil {
 		t.Fatal(err)
 	}
 	if c := rdmatest.WaitWC(t, fresh.A.CQ, 1)[0]; c.Status == wr.Success {
@@ -121,7 +121,7 @@ func TestDeviceRegGoMemory(t *testing.T) {
 	defer gmr.Close()
 	copy(r.A.Buf.Bytes(), "into the Go heap")
 	if _, err := r.A.QP.PostSend([]wr.SendWR{{ID: 1, Opcode: wr.OpRDMAWrite, Flags: wr.Signaled,
-		SGList: []wr.SGE{r.A.Buf.SGE(0, 16)}, Remote: wr.Remote{Addr: gmr.Addr() + 100, RKey: gmr.RKey}}}); err != nil {
+		SGList: []wr.SGE{r.A.Buf.SGE(0, 16)}, Remote: wr.Remote{Addr: gmr.Addr() + 100, RKey: gmr.RKey()}}}); err != nil {
 		t.Fatal(err)
 	}
 	rdmatest.WantOK(t, rdmatest.WaitWC(t, r.A.CQ, 1)[0], 1, wr.WCRDMAWrite)

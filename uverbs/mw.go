@@ -125,7 +125,7 @@ func (q *QP) BindMW(mw *MW, wrID uint64, flags wr.SendFlags, mr *MR, addr, lengt
 			return &Error{Op: op, Err: fmt.Errorf("MR: %w", err)}
 		}
 		defer mr.done()
-		b.LKey = mr.LKey
+		b.LKey = mr.LKey()
 	}
 	w := []wr.SendWR{{ID: wrID, Opcode: wr.OpBindMW, Flags: flags, Bind: b}}
 	if _, err := q.PostSend(w); err != nil {

@@ -44,7 +44,7 @@ func bindType2(t *testing.T, p *rdmatest.Pair, mw *uverbs.MW, reg *mr.Region, of
 	t.Helper()
 	rkey := wr.IncRKey(mw.RKey())
 	_, err := p.A.QP.PostSend([]wr.SendWR{{ID: 20, Opcode: wr.OpBindMW, Flags: wr.Signaled, Bind: &wr.BindInfo{
-		MWRKey: mw.RKey(), NewRKey: rkey, LKey: reg.LKey, Addr: reg.Addr() + off, Length: 4096,
+		MWRKey: mw.RKey(), NewRKey: rkey, LKey: reg.LKey(), Addr: reg.Addr() + off, Length: 4096,
 		Access: wr.RemoteWrite | wr.RemoteRead}}})
 	rdmatest.Must(t, err)
 	rdmatest.WantOK(t, rdmatest.WaitWC(t, p.A.CQ, 1)[0], 20, wr.WCBindMW)

@@ -71,7 +71,7 @@ func (pd *PD) RegImplicitODP(access wr.Access) (*MR, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &MR{pd: pd, LKey: resp.Lkey, RKey: resp.Rkey}
+	m := &MR{pd: pd, lkey: resp.Lkey, rkey: resp.Rkey}
 	m.object = newObject(pd.ctx, kindMR, resp.Mr_handle, pd)
 	track(m, m.object)
 	return m, nil

@@ -72,14 +72,14 @@ func TestDeviceODP(t *testing.T) {
 	for i, off := range []uint64{512 << 10, 1<<20 - 4096} {
 		id := uint64(10 + i)
 		_, err := p.B.QP.PostSend([]wr.SendWR{{ID: id, Opcode: wr.OpRDMAWrite, Flags: wr.Signaled,
-			SGList: []wr.SGE{p.B.Buf.SGE(0, len(msg))}, Remote: wr.Remote{Addr: reg.Addr() + off, RKey: reg.RKey}}})
+			SGList: []wr.SGE{p.B.Buf.SGE(0, len(msg))}, Remote: wr.Remote{Addr: reg.Addr() + off, RKey: reg.RKey()}}})
 		rdmatest.Must(t, err)
 		rdmatest.WantOK(t, rdmatest.WaitWC(t, p.B.CQ, 1)[0], id, wr.WCRDMAWrite)
 		if got := string(buf[off : off+uint64(len(msg))]); got != msg {
 			t.Errorf("offset %d holds %q after the peer's write", off, got)
 		}
 		_, err = p.B.QP.PostSend([]wr.SendWR{{ID: id + 10, Opcode: wr.OpRDMARead, Flags: wr.Signaled,
-			SGList: []wr.SGE{p.B.Buf.SGE(4096, len(msg))}, Remote: wr.Remote{Addr: reg.Addr() + off, RKey: reg.RKey}}})
+			SGList: []wr.SGE{p.B.Buf.SGE(4096, len(msg))}, Remote: wr.Remote{Addr: reg.Addr() + off, RKey: reg.RKey()}}})
 		rdmatest.Must(t, err)
 		rdmatest.WantOK(t, rdmatest.WaitWC(t, p.B.CQ, 1)[0], id+10, wr.WCRDMARead)
 		if got := string(p.B.Buf.Bytes()[4096 : 4096+len(msg)]); got != msg {

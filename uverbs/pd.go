@@ -61,8 +61,7 @@ type MR struct {
 	pd   *PD
 	buf  []byte // holding it keeps the memory alive: Go's heap never moves
 	addr uint64 // the address SGEs and peers name: buf's, or a dma-buf MR's iova
-	LKey uint32 // local key, for SGEs
-	RKey uint32 // remote key, for peers' RDMA operations
+	lkey, rkey uint32
 }
 
 // RegMR registers buf with the device (ibv_reg_mr) with the given access.
@@ -117,7 +116,7 @@ func (pd *PD) RegMR(buf []byte, access wr.Access) (*MR, error) {
 	m.object = newObject(pd.ctx, kindMR, resp.Mr_handle, pd)
 	m.mem = buf
 	m.addr = addr
-	m.LKey, m.RKey = resp.Lkey, resp.Rkey
+	m.lkey, m.rkey = resp.Lkey, resp.Rkey
 	track(m, m.object)
 	return m, nil
 }
@@ -141,11 +140,18 @@ func (m *MR) Addr() uint64 { return m.addr }
 
 // Remote returns the region as a peer names it in RDMA reads, writes and
 // atomics: its address and remote key.
-func (m *MR) Remote() wr.Remote { return wr.Remote{Addr: m.Addr(), RKey: m.RKey} }
+func (m *MR) Remote() wr.Remote { return wr.Remote{Addr: m.Addr(), RKey: m.rkey} }
+
+// LKey returns the region's local key, which SGEs name it by.
+func (m *MR) LKey() uint32 { return m.lkey }
+
+// RKey returns the region's remote key, which peers' RDMA operations name
+// it by (Remote gives it with the address).
+func (m *MR) RKey() uint32 { return m.rkey }
 
 // SGE returns a scatter-gather element for buf[off:off+n].
 func (m *MR) SGE(off, n int) wr.SGE {
-	return wr.SGE{Addr: m.Addr() + uint64(off), Length: uint32(n), LKey: m.LKey}
+	return wr.SGE{Addr: m.Addr() + uint64(off), Length: uint32(n), LKey: m.lkey}
 }
 
 // Close deregisters the region (ibv_dereg_mr). Work requests still using it

@@ -53,7 +53,7 @@ func newSide(t *testing.T) *side {
 
 // hello is the out-of-band exchange: QP number, buffer address and rkey.
 func (s *side) hello() string {
-	return fmt.Sprintf("%d %d %d\n", s.qp.Num(), s.buf.Addr(), s.buf.RKey)
+	return fmt.Sprintf("%d %d %d\n", s.qp.Num(), s.buf.Addr(), s.buf.RKey())
 }
 
 type peerInfo struct {

@@ -76,8 +76,8 @@ func TestDeviceRCWriteReadAtomic(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := r.A.QP.PostSend([]wr.SendWR{
-		{ID: 1, Opcode: wr.OpRDMAWrite, Flags: wr.Signaled, SGList: []wr.SGE{local.SGE(0, 256)}, Remote: wr.Remote{Addr: remote.Addr() + 1024, RKey: remote.RKey}},
-		{ID: 2, Opcode: wr.OpRDMAWriteWithImm, Imm: 42, Flags: wr.Signaled, SGList: []wr.SGE{local.SGE(256, 256)}, Remote: wr.Remote{Addr: remote.Addr() + 1280, RKey: remote.RKey}},
+		{ID: 1, Opcode: wr.OpRDMAWrite, Flags: wr.Signaled, SGList: []wr.SGE{local.SGE(0, 256)}, Remote: wr.Remote{Addr: remote.Addr() + 1024, RKey: remote.RKey()}},
+		{ID: 2, Opcode: wr.OpRDMAWriteWithImm, Imm: 42, Flags: wr.Signaled, SGList: []wr.SGE{local.SGE(256, 256)}, Remote: wr.Remote{Addr: remote.Addr() + 1280, RKey: remote.RKey()}},
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +96,7 @@ func TestDeviceRCWriteReadAtomic(t *testing.T) {
 	// RDMA read back from the peer.
 	copy(remote.Bytes()[4096:], "read me back")
 	if _, err := r.A.QP.PostSend([]wr.SendWR{{ID: 3, Opcode: wr.OpRDMARead, Flags: wr.Signaled,
-		SGList: []wr.SGE{local.SGE(8192, 12)}, Remote: wr.Remote{Addr: remote.Addr() + 4096, RKey: remote.RKey}}}); err != nil {
+		SGList: []wr.SGE{local.SGE(8192, 12)}, Remote: wr.Remote{Addr: remote.Addr() + 4096, RKey: remote.RKey()}}}); err != nil {
 		t.Fatal(err)
 	}
 	rdmatest.WantOK(t, rdmatest.WaitWC(t, r.A.CQ, 1)[0], 3, wr.WCRDMARead)
@@ -108,8 +108,8 @@ func TestDeviceRCWriteReadAtomic(t *testing.T) {
 	ne := binary.NativeEndian
 	ne.PutUint64(remote.Bytes()[16384:], 100)
 	if _, err := r.A.QP.PostSend([]wr.SendWR{
-		{ID: 4, Opcode: wr.OpAtomicFetchAdd, Flags: wr.Signaled, SGList: []wr.SGE{local.SGE(16384, 8)}, Remote: wr.Remote{Addr: remote.Addr() + 16384, RKey: remote.RKey}, CompareAdd: 5},
-		{ID: 5, Opcode: wr.OpAtomicCmpAndSwp, Flags: wr.Signaled, SGList: []wr.SGE{local.SGE(16392, 8)}, Remote: wr.Remote{Addr: remote.Addr() + 16384, RKey: remote.RKey}, CompareAdd: 105, Swap: 7},
+		{ID: 4, Opcode: wr.OpAtomicFetchAdd, Flags: wr.Signaled, SGList: []wr.SGE{local.SGE(16384, 8)}, Remote: wr.Remote{Addr: remote.Addr() + 16384, RKey: remote.RKey()}, CompareAdd: 5},
+		{ID: 5, Opcode: wr.OpAtomicCmpAndSwp, Flags: wr.Signaled, SGList: []wr.SGE{local.SGE(16392, 8)}, Remote: wr.Remote{Addr: remote.Addr() + 16384, RKey: remote.RKey()}, CompareAdd: 105, Swap: 7},
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +130,7 @@ func TestDeviceUCSendWrite(t *testing.T) {
 	}
 	if _, err := r.A.QP.PostSend([]wr.SendWR{
 		{ID: 1, Opcode: wr.OpSend, Flags: wr.Signaled, SGList: []wr.SGE{r.A.Buf.SGE(0, 24)}},
-		{ID: 2, Opcode: wr.OpRDMAWrite, Flags: wr.Signaled, SGList: []wr.SGE{r.A.Buf.SGE(0, 24)}, Remote: wr.Remote{Addr: r.B.Buf.Addr() + 1000, RKey: r.B.Buf.RKey}},
+		{ID: 2, Opcode: wr.OpRDMAWrite, Flags: wr.Signaled, SGList: []wr.SGE{r.A.Buf.SGE(0, 24)}, Remote: wr.Remote{Addr: r.B.Buf.Addr() + 1000, RKey: r.B.Buf.RKey()}},
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -314,7 +314,7 @@ func TestDeviceRecvInErrorStateFlushes(t *testing.T) {
 	t.Run("ErrorCompletion", func(t *testing.T) {
 		r := rdmatest.NewPair(t, qp.RC, caps)
 		if _, err := r.A.QP.PostSend([]wr.SendWR{{ID: 7, Opcode: wr.OpRDMAWrite, Flags: wr.Signaled,
-			SGList: []wr.SGE{r.A.Buf.SGE(0, 8)}, Remote: wr.Remote{Addr: r.B.Buf.Addr(), RKey: r.B.Buf.RKey + 0x1000}}}); err != nil {
+			SGList: []wr.SGE{r.A.Buf.SGE(0, 8)}, Remote: wr.Remote{Addr: r.B.Buf.Addr(), RKey: r.B.Buf.RKey() + 0x1000}}}); err != nil {
 			t.Fatal(err)
 		}
 		if c := rdmatest.WaitWC(t, r.A.CQ, 1)[0]; c.Status != wr.RemAccessErr {
@@ -361,8 +361,8 @@ func TestDeviceRetryExceeded(t *testing.T) {
 	}
 	start := time.Now()
 	_, err := r.A.QP.PostSend([]wr.SendWR{
-		{ID: 1, Opcode: wr.OpRDMAWrite, Flags: wr.Signaled, SGList: []wr.SGE{r.A.Buf.SGE(0, 8)}, Remote: wr.Remote{Addr: r.B.Buf.Addr(), RKey: r.B.Buf.RKey}},
-		{ID: 2, Opcode: wr.OpRDMAWrite, Flags: wr.Signaled, SGList: []wr.SGE{r.A.Buf.SGE(8, 8)}, Remote: wr.Remote{Addr: r.B.Buf.Addr(), RKey: r.B.Buf.RKey}},
+		{ID: 1, Opcode: wr.OpRDMAWrite, Flags: wr.Signaled, SGList: []wr.SGE{r.A.Buf.SGE(0, 8)}, Remote: wr.Remote{Addr: r.B.Buf.Addr(), RKey: r.B.Buf.RKey()}},
+		{ID: 2, Opcode: wr.OpRDMAWrite, Flags: wr.Signaled, SGList: []wr.SGE{r.A.Buf.SGE(8, 8)}, Remote: wr.Remote{Addr: r.B.Buf.Addr(), RKey: r.B.Buf.RKey()}},
 	})
 	rdmatest.Must(t, err)
 	wcs := rdmatest.WaitWC(t, r.A.CQ, 2)

@@ -53,7 +53,7 @@ type stream struct {
 const stressPosters = 4
 
 func newStream(t *testing.T, r *rdmatest.Pair, ops int) *stream {
-	s := &stream{t: t, q: r.A.QP, cq: r.A.CQ, sge: r.A.Buf.SGE(0, 8), raddr: r.B.Buf.Addr(), rkey: r.B.Buf.RKey,
+	s := &stream{t: t, q: r.A.QP, cq: r.A.CQ, sge: r.A.Buf.SGE(0, 8), raddr: r.B.Buf.Addr(), rkey: r.B.Buf.RKey(),
 		perG: ops / stressPosters, slots: make(chan struct{}, r.A.CQ.CQE())}
 	n := s.perG * stressPosters
 	s.seen, s.bad, s.posted = make([]atomic.Uint32, n), make([]atomic.Uint32, n), make([]atomic.Bool, n)

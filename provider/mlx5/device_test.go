@@ -136,7 +136,7 @@ func TestDeviceMLX5RingWrap(t *testing.T) {
 			for i := range src {
 				src[i] = byte(int(id) + i)
 			}
-			w := wr.SendWR{ID: id, Opcode: wr.OpRDMAWrite, Remote: wr.Remote{Addr: p.bufB.Addr() + uint64(k)*128, RKey: p.bufB.RKey}}
+			w := wr.SendWR{ID: id, Opcode: wr.OpRDMAWrite, Remote: wr.Remote{Addr: p.bufB.Addr() + uint64(k)*128, RKey: p.bufB.RKey()}}
 			switch (round + k) % 3 {
 			case 0:
 				w.SGList = []wr.SGE{p.bufA.SGE(k*128, 64)}
@@ -231,7 +231,7 @@ func TestDeviceMLX5Arm(t *testing.T) {
 			t.Fatal(err)
 		}
 		if _, err := q.PostSend([]wr.SendWR{{ID: uint64(i), Opcode: wr.OpRDMAWrite, Flags: wr.Signaled,
-			SGList: []wr.SGE{p.bufA.SGE(0, 8)}, Remote: wr.Remote{Addr: p.bufB.Addr(), RKey: p.bufB.RKey}}}); err != nil {
+			SGList: []wr.SGE{p.bufA.SGE(0, 8)}, Remote: wr.Remote{Addr: p.bufB.Addr(), RKey: p.bufB.RKey()}}}); err != nil {
 			t.Fatal(err)
 		}
 		wctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -731,7 +731,7 @@ func (r *perfRun) setUpConnection() int {
 			OutReads: uint32(o.outReads),
 			QPN:      q.Num(),
 			PSN:      rand.Uint32() & 0xffffff,
-			RKey:     r.mr.RKey,
+			RKey:     r.mr.RKey(),
 			VAddr:    r.mr.Addr() + (uint64(o.numQPs)+uint64(i))*r.unit,
 			GID:      gid,
 		}
@@ -1028,7 +1028,7 @@ func (r *perfRun) setSendWQEs() {
 			k := i*pl + j
 			s := &r.sges[k]
 			s.Length = uint32(size)
-			s.LKey = r.mr.LKey
+			s.LKey = r.mr.LKey()
 			w := &r.wrs[k]
 			*w = wr.SendWR{ID: uint64(i), SGList: r.sges[k : k+1], Opcode: opcode}
 			rdma := t.verb != perfSend
@@ -1103,7 +1103,7 @@ func (r *perfRun) setRecvWQEs() int {
 			addr += cl - perfUDAddition
 		}
 		r.rxBufAddr[i] = addr
-		r.rsges[i] = wr.SGE{Addr: addr, Length: uint32(length), LKey: r.mr.LKey}
+		r.rsges[i] = wr.SGE{Addr: addr, Length: uint32(length), LKey: r.mr.LKey()}
 		r.rwrs[i] = wr.RecvWR{ID: uint64(i), SGList: r.rsges[i : i+1]}
 		for j := 0; j < o.rxDepth; j++ {
 			if _, err := q.PostRecv(r.rwrs[i : i+1]); err != nil {

@@ -503,11 +503,11 @@ func (c *rpConn) setupBuffers() int {
 			return ret
 		}
 	}
-	c.recvSGL[0] = wr.SGE{Addr: c.recvBuf.mr.Addr(), Length: rpInfoSize, LKey: c.recvBuf.mr.LKey}
+	c.recvSGL[0] = wr.SGE{Addr: c.recvBuf.mr.Addr(), Length: rpInfoSize, LKey: c.recvBuf.mr.LKey()}
 	c.recvWR[0] = wr.RecvWR{SGList: c.recvSGL[:]}
-	c.sendSGL[0] = wr.SGE{Addr: c.sendBuf.mr.Addr(), Length: rpInfoSize, LKey: c.sendBuf.mr.LKey}
+	c.sendSGL[0] = wr.SGE{Addr: c.sendBuf.mr.Addr(), Length: rpInfoSize, LKey: c.sendBuf.mr.LKey()}
 	c.sqWR[0] = wr.SendWR{Opcode: wr.OpSend, Flags: wr.Signaled, SGList: c.sendSGL[:]}
-	c.rdmaSGL[0] = wr.SGE{Addr: c.rdmaBuf.mr.Addr(), LKey: c.rdmaBuf.mr.LKey}
+	c.rdmaSGL[0] = wr.SGE{Addr: c.rdmaBuf.mr.Addr(), LKey: c.rdmaBuf.mr.LKey()}
 	c.rdmaWR[0] = wr.SendWR{Flags: wr.Signaled, SGList: c.rdmaSGL[:]}
 	r.debugf("allocated & registered buffers...\n")
 	return 0
@@ -757,7 +757,7 @@ func (c *rpConn) disconnect(id *cm.ID) error {
 
 // formatSend is rping_format_send: advertise buf to the peer.
 func (c *rpConn) formatSend(b *rpBuf) {
-	m := rpInfo{Addr: b.mr.Addr(), RKey: b.mr.RKey, Size: uint32(c.r.o.size)}
+	m := rpInfo{Addr: b.mr.Addr(), RKey: b.mr.RKey(), Size: uint32(c.r.o.size)}
 	m.encode(c.sendBuf.bytes())
 	c.r.debugf("RDMA addr %x rkey %x len %d\n", m.Addr, m.RKey, int32(m.Size))
 }

@@ -162,7 +162,7 @@ func main() {
 		SGList: []wr.SGE{scen.MR0.SGE(0, msgSize)},
 		Opcode: wr.OpRDMAWrite,
 		Flags:  wr.Signaled,
-		Remote: wr.Remote{Addr: scen.MR1.Addr(), RKey: scen.MR1.RKey},
+		Remote: wr.Remote{Addr: scen.MR1.Addr(), RKey: scen.MR1.RKey()},
 	}}
 	wc := make([]wr.Completion, scen.PollBatch)
 	round(w, wc, k, false)

@@ -272,7 +272,7 @@ func opSend(s uint32, n int) {
 		}
 		switch {
 		case atomic:
-			w[i].Remote.Addr, w[i].Remote.RKey = scen.MR1.Addr()+roff, scen.MR1.RKey
+			w[i].Remote.Addr, w[i].Remote.RKey = scen.MR1.Addr()+roff, scen.MR1.RKey()
 			if o&0x80 == 0 {
 				w[i].CompareAdd = uint64(s)
 			}
@@ -280,7 +280,7 @@ func opSend(s uint32, n int) {
 				w[i].Swap = 0x0102030405060708 * uint64(i+1)
 			}
 		case op != wr.OpSend && op != wr.OpSendWithImm:
-			w[i].Remote.Addr, w[i].Remote.RKey = scen.MR1.Addr()+roff, scen.MR1.RKey
+			w[i].Remote.Addr, w[i].Remote.RKey = scen.MR1.Addr()+roff, scen.MR1.RKey()
 		}
 	}
 	if refused {

@@ -182,7 +182,7 @@ func writeWR(id uint64, sg []wr.SGE, off uint64) wr.SendWR {
 		SGList: sg,
 		Opcode: wr.OpRDMAWrite,
 		Flags:  wr.Signaled,
-		Remote: wr.Remote{Addr: remote1(off), RKey: scen.MR1.RKey},
+		Remote: wr.Remote{Addr: remote1(off), RKey: scen.MR1.RKey()},
 	}
 }
 
@@ -268,7 +268,7 @@ func scenRead() {
 		SGList: []wr.SGE{sge0(0x4000, 512)},
 		Opcode: wr.OpRDMARead,
 		Flags:  wr.Signaled,
-		Remote: wr.Remote{Addr: remote1(0x4000), RKey: scen.MR1.RKey},
+		Remote: wr.Remote{Addr: remote1(0x4000), RKey: scen.MR1.RKey()},
 	}})
 	scen.Mark("complete")
 	drain(1)
@@ -282,7 +282,7 @@ func scenAtomic() {
 		SGList:     []wr.SGE{sge0(0x5000, 8)},
 		Opcode:     wr.OpAtomicCmpAndSwp,
 		Flags:      wr.Signaled,
-		Remote:     wr.Remote{Addr: remote1(0x5000), RKey: scen.MR1.RKey},
+		Remote:     wr.Remote{Addr: remote1(0x5000), RKey: scen.MR1.RKey()},
 		CompareAdd: 0,
 		Swap:       0x1122334455667788,
 	}})
@@ -295,7 +295,7 @@ func scenAtomic() {
 		SGList:     []wr.SGE{sge0(0x5008, 8)},
 		Opcode:     wr.OpAtomicFetchAdd,
 		Flags:      wr.Signaled,
-		Remote:     wr.Remote{Addr: remote1(0x5008), RKey: scen.MR1.RKey},
+		Remote:     wr.Remote{Addr: remote1(0x5008), RKey: scen.MR1.RKey()},
 		CompareAdd: 0x10,
 	}})
 	scen.Mark("complete")
@@ -616,8 +616,8 @@ func scenBatch() {
 	if err != nil {
 		scen.Fail("wr_start", err)
 	}
-	b.RDMAWrite(wrid(idBatch, 0), wr.Signaled, scen.MR1.RKey, remote1(0xf800))
-	b.SetSGE(scen.MR0.LKey, base+0x800, 96)
+	b.RDMAWrite(wrid(idBatch, 0), wr.Signaled, scen.MR1.RKey(), remote1(0xf800))
+	b.SetSGE(scen.MR0.LKey(), base+0x800, 96)
 
 	b.Send(wrid(idBatch, 1), 0)
 	b.SetSGEList([]wr.SGE{sge0(0x900, 10), sge0(0x980, 30)})
@@ -625,14 +625,14 @@ func scenBatch() {
 	b.SendWithImm(wrid(idBatch, 2), wr.Signaled, 0x600d1dea) // host order; rc.c: htonl
 	b.SetInlineData(scen.Buf0[0xa00 : 0xa00+40])
 
-	b.RDMAWriteWithImm(wrid(idBatch, 3), wr.Signaled, scen.MR1.RKey, remote1(0xfa00), 0x1234abcd)
-	b.SetSGE(scen.MR0.LKey, base+0xb00, 64)
+	b.RDMAWriteWithImm(wrid(idBatch, 3), wr.Signaled, scen.MR1.RKey(), remote1(0xfa00), 0x1234abcd)
+	b.SetSGE(scen.MR0.LKey(), base+0xb00, 64)
 
-	b.RDMARead(wrid(idBatch, 4), wr.Signaled, scen.MR1.RKey, remote1(0xfc00))
-	b.SetSGE(scen.MR0.LKey, base+0xc00, 128)
+	b.RDMARead(wrid(idBatch, 4), wr.Signaled, scen.MR1.RKey(), remote1(0xfc00))
+	b.SetSGE(scen.MR0.LKey(), base+0xc00, 128)
 
-	b.AtomicFetchAdd(wrid(idBatch, 5), wr.Signaled, scen.MR1.RKey, remote1(0xfe00), 7)
-	b.SetSGE(scen.MR0.LKey, base+0xe00, 8)
+	b.AtomicFetchAdd(wrid(idBatch, 5), wr.Signaled, scen.MR1.RKey(), remote1(0xfe00), 7)
+	b.SetSGE(scen.MR0.LKey(), base+0xe00, 8)
 	if _, err := b.Complete(); err != nil {
 		scen.Fail("wr_complete", err)
 	}
@@ -644,14 +644,14 @@ func scenBatch() {
 	if b, err = scen.QP.BeginSend(); err != nil {
 		scen.Fail("wr_start", err)
 	}
-	b.RDMAWrite(wrid(idBatchAbort, 0), wr.Signaled, scen.MR1.RKey, remote1(0xff00))
-	b.SetSGE(scen.MR0.LKey, base, 16)
+	b.RDMAWrite(wrid(idBatchAbort, 0), wr.Signaled, scen.MR1.RKey(), remote1(0xff00))
+	b.SetSGE(scen.MR0.LKey(), base, 16)
 	b.Abort()
 	if b, err = scen.QP.BeginSend(); err != nil {
 		scen.Fail("wr_start", err)
 	}
-	b.RDMAWrite(wrid(idBatchAbort, 1), wr.Signaled, scen.MR1.RKey, remote1(0xff80))
-	b.SetSGE(scen.MR0.LKey, base+0x40, 32)
+	b.RDMAWrite(wrid(idBatchAbort, 1), wr.Signaled, scen.MR1.RKey(), remote1(0xff80))
+	b.SetSGE(scen.MR0.LKey(), base+0x40, 32)
 	if _, err := b.Complete(); err != nil {
 		scen.Fail("wr_complete", err)
 	}
@@ -809,7 +809,7 @@ func scenXRC() {
 		{ID: wrid(idXRC, 1), SGList: []wr.SGE{sge0(0x140, 32)}, Opcode: wr.OpSendWithImm, Flags: wr.Signaled,
 			Imm: 0x11223344},
 		{ID: wrid(idXRC, 2), SGList: []wr.SGE{sge0(0x180, 16)}, Opcode: wr.OpRDMAWriteWithImm, Flags: wr.Signaled,
-			Imm: 0x55667788, Remote: wr.Remote{Addr: remote1(0xa400), RKey: scen.MR1.RKey}},
+			Imm: 0x55667788, Remote: wr.Remote{Addr: remote1(0xa400), RKey: scen.MR1.RKey()}},
 	}
 	for i := range w {
 		w[i].RemoteSRQN = srqn
@@ -822,7 +822,7 @@ func scenXRC() {
 	w2 := []wr.SendWR{
 		writeWR(wrid(idXRC, 3), []wr.SGE{sge0(0x200, 24), sge0(0x240, 40)}, 0xa600),
 		{ID: wrid(idXRC, 4), SGList: []wr.SGE{scen.MR1.SGE(0xa800, 64)}, Opcode: wr.OpRDMARead, Flags: wr.Signaled,
-			Remote: wr.Remote{Addr: scen.MR0.Addr() + 0x300, RKey: scen.MR0.RKey}},
+			Remote: wr.Remote{Addr: scen.MR0.Addr() + 0x300, RKey: scen.MR0.RKey()}},
 	}
 	for i := range w2 {
 		w2[i].RemoteSRQN = srqn
