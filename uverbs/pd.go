@@ -58,9 +58,9 @@ func (pd *PD) pdObject() *object {
 // freed while the device may still access it.
 type MR struct {
 	*object
-	pd   *PD
-	buf  []byte // holding it keeps the memory alive: Go's heap never moves
-	addr uint64 // the address SGEs and peers name: buf's, or a dma-buf MR's iova
+	pd         *PD
+	buf        []byte // holding it keeps the memory alive: Go's heap never moves
+	addr       uint64 // the address SGEs and peers name: buf's, or a dma-buf MR's iova
 	lkey, rkey uint32
 }
 
