@@ -91,7 +91,9 @@ func (d *Dialer) Dial(network, address string) (*Conn, error) {
 // the host has no RDMA connection manager (then it also matches
 // uverbs.ErrNoDevice, and its text names the module to load); a
 // dial that outlives Timeout or ctx's deadline fails with
-// os.ErrDeadlineExceeded, a net.Error whose Timeout is true.
+// os.ErrDeadlineExceeded, a net.Error whose Timeout is true, and one
+// whose ctx is cancelled with an error matching context.Canceled, as
+// package net's do.
 func (d *Dialer) DialContext(ctx context.Context, network, address string) (*Conn, error) {
 	opErr := func(raddr net.Addr, err error) error {
 		if errors.Is(err, context.DeadlineExceeded) {
