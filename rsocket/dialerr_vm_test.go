@@ -46,6 +46,13 @@ func TestDeviceDialErrors(t *testing.T) {
 			t.Errorf("dial %q: %T %v, want a *net.OpError", addr, err, err)
 		}
 	}
+	// The same unanswered host, the dial cancelled half a second in: an
+	// error matching context.Canceled, as package net's.
+	cctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(500*time.Millisecond, cancel)
+	if _, err = d.DialContext(cctx, "rdma", "10.0.2.99:7471"); !errors.Is(err, context.Canceled) || !errors.As(err, &oe) {
+		t.Errorf("dial cancelled: %v, want a *net.OpError matching context.Canceled", err)
+	}
 	if _, err := rsocket.Dial("tcp", "10.0.2.15:7471"); err == nil {
 		t.Error(`dial on network "tcp" succeeded`)
 	} else if !errors.As(err, new(net.UnknownNetworkError)) {
