@@ -24,7 +24,6 @@ package provider
 import (
 	"errors"
 
-	"github.com/rdmago/rdma/internal/seal"
 	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/wr"
 )
@@ -309,11 +308,10 @@ type SRQ interface {
 	Close() error
 }
 
-// AH is an address handle as a provider's UD sends need it.
-type AH interface {
-	// ProviderAH is what the provider's PostSend reads from wr.SendWR.AH.
-	ProviderAH(seal.Key) any
-}
+// AH is an address handle as a provider's UD sends need it: whatever the
+// provider's Builder made. Package uverbs hands it back to the provider's
+// PostSend inside the opaque wr.AH of each UD send (uverbs.AH.Dest).
+type AH any
 
 // SRQModifier is implemented by SRQs whose driver needs private data on
 // ibv_modify_srq (rxe: where to write the resized ring's mmap info).

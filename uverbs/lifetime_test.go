@@ -178,9 +178,11 @@ func (p *postRecorder) Stop()        { p.stopped = true }
 func (p *postRecorder) Resume()      { p.stopped = false }
 func (p *postRecorder) Close() error { p.stopped = true; return nil }
 
+// fakeProvAH is a provider's AH, and also a wr.AddressHandle of the
+// program's own, which names no destination.
 type fakeProvAH struct{}
 
-func (fakeProvAH) ProviderAH(seal.Key) any { return fakeProvAH{} }
+func (fakeProvAH) Dest() wr.AH { return wr.AH{} }
 
 // A UD send's address handle is checked before the provider reads it: nil,
 // typed nil, closed, of another PD or of another type is an error naming
@@ -192,10 +194,10 @@ func TestUDSendAddressHandles(t *testing.T) {
 	rec := &postRecorder{}
 	q := &QP{object: newObject(c, kindQP, 3), pd: pd, typ: qp.UD, prov: rec}
 	q.state.Store(uint32(qp.StateRTS))
-	good := &AH{object: newObject(c, kindAH, 4), pd: pd, prov: fakeProvAH{}}
-	closed := &AH{object: newObject(c, kindAH, 5), pd: pd, prov: fakeProvAH{}}
+	good := &AH{object: newObject(c, kindAH, 4), pd: pd, prov: fakeProvAH{}, dest: seal.NewAH[wr.AH](fakeProvAH{})}
+	closed := &AH{object: newObject(c, kindAH, 5), pd: pd, prov: fakeProvAH{}, dest: seal.NewAH[wr.AH](fakeProvAH{})}
 	closed.dead.Store(true)
-	foreign := &AH{object: newObject(c, kindAH, 6), pd: other, prov: fakeProvAH{}}
+	foreign := &AH{object: newObject(c, kindAH, 6), pd: other, prov: fakeProvAH{}, dest: seal.NewAH[wr.AH](fakeProvAH{})}
 	var typedNil *AH
 	for _, tc := range []struct {
 		name string
@@ -215,8 +217,8 @@ func TestUDSendAddressHandles(t *testing.T) {
 			t.Errorf("%s: posted %d (provider %d), %v; want 1 and %v at index 1", tc.name, n, rec.sends, err, tc.want)
 		}
 	}
-	if typedNil.ProviderAH(seal.Key{}) != nil || closed.ProviderAH(seal.Key{}) != nil {
-		t.Error("ProviderAH of a nil or closed AH is not nil")
+	if d, c, g := typedNil.Dest(), closed.Dest(), good.Dest(); seal.Value(&d) != nil || seal.Value(&c) != nil || seal.Value(&g) == nil {
+		t.Error("Dest of a nil or closed AH names a destination, or a good one's names none")
 	}
 }
 

@@ -195,6 +195,7 @@ type AH struct {
 	*object
 	pd   *PD
 	prov provider.AH
+	dest wr.AH // prov, as UD sends carry it (Dest)
 	attr qp.AHAttr
 }
 
@@ -238,19 +239,19 @@ func (pd *PD) CreateAH(attr qp.AHAttr) (*AH, error) {
 		ah.object.close()
 		return nil, wrapErr("create AH", err)
 	}
-	ah.prov = p
+	ah.prov, ah.dest = p, seal.NewAH[wr.AH](p)
 	track(ah, ah.object)
 	return ah, nil
 }
 
-// ProviderAH returns the provider's form of the handle, for UD sends; nil
-// for a nil or closed AH, which providers refuse. Only the module calls it
-// (wr.AddressHandle).
-func (ah *AH) ProviderAH(k seal.Key) any {
+// Dest returns where the handle sends, as a UD send's wr.SendWR.AH
+// carries it (wr.AddressHandle); the zero wr.AH, which names nothing and
+// which providers refuse, for a nil or closed AH.
+func (ah *AH) Dest() wr.AH {
 	if ah == nil || ah.prov == nil || ah.dead.Load() {
-		return nil
+		return wr.AH{}
 	}
-	return ah.prov.ProviderAH(k)
+	return ah.dest
 }
 
 // Close destroys the address handle (ibv_destroy_ah). It waits for UD

@@ -13,8 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"syscall"
-
-	"github.com/rdmago/rdma/internal/seal"
 )
 
 // SGE is one scatter-gather element: a buffer inside a registered memory
@@ -70,13 +68,20 @@ const (
 	IPCsum SendFlags = 1 << 4
 )
 
-// AddressHandle is the destination of a UD send: a *uverbs.AH. The data path
-// reads the provider's form of it.
+// AddressHandle is the destination of a UD send: a *uverbs.AH.
 type AddressHandle interface {
-	// ProviderAH returns the provider's representation of the handle. The
-	// key seals the interface: only the module implements it and calls
-	// the method.
-	ProviderAH(seal.Key) any
+	// Dest returns where the handle sends; the zero AH once it is closed.
+	Dest() AH
+}
+
+// AH is where a UD send goes, as the data path reads it: what
+// uverbs.AH.Dest returns. It is opaque: only package uverbs makes one
+// that names a destination, and a UD send whose AH names none (the zero
+// AH, or one from an AddressHandle of the program's own) is refused with
+// EINVAL.
+type AH struct {
+	// The provider's handle; internal/seal makes and reads it.
+	h any
 }
 
 // SendWR is a send work request (struct ibv_send_wr). Which fields matter

@@ -3,10 +3,13 @@ package wr
 import (
 	"errors"
 	"net"
+	"reflect"
 	"strings"
 	"syscall"
 	"testing"
 	"unsafe"
+
+	"github.com/rdmago/rdma/internal/seal"
 )
 
 func TestStatusStrings(t *testing.T) {
@@ -75,5 +78,19 @@ func TestCompletionErrorIs(t *testing.T) {
 	}
 	if err := (&Completion{Status: WRFlushErr}).Err(); errors.Is(err, net.ErrClosed) || errors.Is(err, syscall.ECONNRESET) {
 		t.Errorf("a flush matches net.ErrClosed or ECONNRESET: %v", err)
+	}
+}
+
+// AH's layout is what internal/seal relies on to make and read one: a
+// single field of type any.
+func TestAHLayout(t *testing.T) {
+	ty := reflect.TypeFor[AH]()
+	if ty.NumField() != 1 || ty.Field(0).Type != reflect.TypeFor[any]() || ty.Field(0).Offset != 0 || ty.Size() != unsafe.Sizeof(any(nil)) {
+		t.Fatalf("wr.AH is %v: internal/seal needs exactly one field, of type any", ty)
+	}
+	var ah AH
+	ah.h = 42
+	if seal.Value(&ah) != 42 || seal.NewAH[AH]("x").h != "x" {
+		t.Fatal("internal/seal does not read or make wr.AH")
 	}
 }

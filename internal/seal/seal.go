@@ -1,13 +1,22 @@
-// Package seal holds the key of methods that only this module's packages
-// call. A method that takes a seal.Key can stand in an exported interface
-// and be called across the module's packages, as the data path needs
-// (uverbs.AH's provider form, read by the providers through
-// wr.AddressHandle), but a program outside the module cannot name the
-// type: it cannot implement the interface, and the method is plainly not
-// part of the API.
+// Package seal carries a provider's address handle from package uverbs to
+// the providers' data path through wr.SendWR without exporting how.
+// wr.AH is an opaque value: a struct whose one unexported field holds the
+// provider's handle. Only NewAH makes one with something in it and only
+// Value reads it; a program outside the module can neither, so it cannot
+// forge a destination, and go doc shows nothing of the mechanism. Both are
+// generic over the struct so that this package need not import wr, and
+// both work through the struct's layout, which wr's tests pin: a single
+// field of type any.
 package seal
 
-// Key is the parameter of sealed methods: the module passes Key{}.
-type Key struct{ _ key }
+import "unsafe"
 
-type key struct{}
+// NewAH returns a T (wr.AH) holding v.
+func NewAH[T any](v any) T {
+	var t T
+	*(*any)(unsafe.Pointer(&t)) = v
+	return t
+}
+
+// Value returns what the T (wr.AH) at p holds.
+func Value[T any](p *T) any { return *(*any)(unsafe.Pointer(p)) }

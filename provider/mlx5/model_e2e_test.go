@@ -476,7 +476,7 @@ func TestModelUD(t *testing.T) {
 	b.PostRecv([]wr.RecvWR{{ID: 5, SGList: []wr.SGE{{Addr: addrOfBuf(buf), Length: grhSize, LKey: k}, {Addr: addrOfBuf(buf) + 64, Length: 64, LKey: k}}}})
 	msg := []byte("hello, datagram")
 	// Unsignaled, but the QP signals every request.
-	mustPost2(t, a, []wr.SendWR{{ID: 4, Opcode: wr.OpSend, Flags: wr.Inline, AH: ah, RemoteQPN: hb.qpn, RemoteQKey: 0x11112222,
+	mustPost2(t, a, []wr.SendWR{{ID: 4, Opcode: wr.OpSend, Flags: wr.Inline, AH: dest{ah}, RemoteQPN: hb.qpn, RemoteQKey: 0x11112222,
 		SGList: []wr.SGE{{Addr: addrOfBuf(msg), Length: uint32(len(msg))}}}})
 	// No AH, or not an mlx5 one: refused.
 	if n, err := a.PostSend([]wr.SendWR{{Opcode: wr.OpSend}}); n != 0 || !errors.Is(err, unix.EINVAL) {
@@ -497,7 +497,7 @@ func TestModelUD(t *testing.T) {
 		t.Errorf("UD payload %q", buf[64:64+len(msg)])
 	}
 	// A wrong Q_Key is dropped silently; the sender still completes.
-	mustPost2(t, a, []wr.SendWR{{ID: 6, Opcode: wr.OpSend, Flags: wr.Inline, AH: ah, RemoteQPN: hb.qpn, RemoteQKey: 1,
+	mustPost2(t, a, []wr.SendWR{{ID: 6, Opcode: wr.OpSend, Flags: wr.Inline, AH: dest{ah}, RemoteQPN: hb.qpn, RemoteQKey: 1,
 		SGList: []wr.SGE{{Addr: addrOfBuf(msg), Length: 4}}}})
 	h.run()
 	if c := pollN(t, cq, 1)[0]; c.ID != 6 || c.Status != wr.Success {

@@ -8,7 +8,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rdmago/rdma/internal/abi"
-	"github.com/rdmago/rdma/internal/seal"
 	"github.com/rdmago/rdma/provider"
 	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/wr"
@@ -187,9 +186,6 @@ func (b *ahBuilder) Finish(provider.Created) (provider.AH, error) {
 
 // AH is an mlx5 address handle: the address vector UD WQEs carry.
 type AH struct{ av addressVector }
-
-// ProviderAH returns the AH itself, which PostSend reads.
-func (a *AH) ProviderAH(seal.Key) any { return a }
 
 // rateTable maps enum ibv_rate to the device's static rate codes
 // (rdma-core's ib_to_mlx5_rate_table).

@@ -189,7 +189,8 @@ func (sq *sendQueue) check(w *wr.SendWR) (*addressVector, error) {
 			if w.AH == nil {
 				return nil, unix.EINVAL
 			}
-			ah, ok := w.AH.ProviderAH(seal.Key{}).(*AH)
+			d := w.AH.Dest()
+			ah, ok := seal.Value(&d).(*AH)
 			if !ok || ah == nil {
 				return nil, unix.EINVAL
 			}

@@ -195,7 +195,7 @@ func (v *wrVector) sendWR() wr.SendWR {
 		w.SGList = append(w.SGList, g)
 	}
 	if v.av >= 0 {
-		w.AH = &AH{av: avVectors[v.av].want}
+		w.AH = dest{&AH{av: avVectors[v.av].want}}
 	}
 	return w
 }

@@ -217,7 +217,7 @@ func (p *QP) validateSend(w *wr.SendWR) (uint32, error) {
 			if w.AH == nil {
 				return 0, unix.EINVAL
 			}
-			if _, ok := w.AH.ProviderAH(seal.Key{}).(*AH); !ok {
+			if ah, ok := udAH(w); !ok || ah == nil {
 				return 0, unix.EINVAL
 			}
 		}
@@ -286,7 +286,11 @@ func (p *QP) writeSendWQE(wqe *abi.RxeSendWqe, w *wr.SendWR, length uint32) {
 		if p.typ == qp.UD {
 			u := wqe.Wr.Ud()
 			u.Remote_qpn, u.Remote_qkey = w.RemoteQPN, w.RemoteQKey
-			u.Ah_num = w.AH.ProviderAH(seal.Key{}).(*AH).num
+			// validateSend checked it; uverbs.AH.Close waits for the
+			// UD sends under way, so it is still there.
+			if ah, ok := udAH(w); ok && ah != nil {
+				u.Ah_num = ah.num
+			}
 		}
 	case wr.OpLocalInv, wr.OpSendWithInv:
 		// ex.invalidate_rkey, in host order.
@@ -424,4 +428,12 @@ func (p *QP) Close() error {
 		err = e
 	}
 	return err
+}
+
+// udAH is the rxe AH a UD send names (uverbs.AH.Dest, read through
+// internal/seal); false when it names none of this provider's.
+func udAH(w *wr.SendWR) (*AH, bool) {
+	d := w.AH.Dest()
+	ah, ok := seal.Value(&d).(*AH)
+	return ah, ok
 }

@@ -183,7 +183,7 @@ func TestPostSendFullAndInvalid(t *testing.T) {
 	if n, err := ud.PostSend([]wr.SendWR{{Opcode: wr.OpSend, SGList: sge}}); n != 0 || !errors.Is(err, unix.EINVAL) {
 		t.Errorf("UD send without AH: %d, %v", n, err)
 	}
-	if n, err := ud.PostSend([]wr.SendWR{{Opcode: wr.OpSend, SGList: sge, AH: &AH{num: 3}, RemoteQPN: 9, RemoteQKey: 0x11}}); n != 1 || err != nil {
+	if n, err := ud.PostSend([]wr.SendWR{{Opcode: wr.OpSend, SGList: sge, AH: dest{&AH{num: 3}}, RemoteQPN: 9, RemoteQKey: 0x11}}); n != 1 || err != nil {
 		t.Errorf("UD send: %d, %v", n, err)
 	}
 	if u := (*abi.RxeSendWqe)(ud.sq.elem(0)).Wr.Ud(); u.Ah_num != 3 || u.Remote_qpn != 9 || u.Remote_qkey != 0x11 {

@@ -8,7 +8,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rdmago/rdma/internal/abi"
-	"github.com/rdmago/rdma/internal/seal"
 	"github.com/rdmago/rdma/provider"
 	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/wr"
@@ -115,6 +114,3 @@ func (b *ahBuilder) Finish(provider.Created) (provider.AH, error) {
 
 // AH is an rxe address handle: the kernel's AH number.
 type AH struct{ num uint32 }
-
-// ProviderAH returns the AH itself, which PostSend reads.
-func (a *AH) ProviderAH(seal.Key) any { return a }
