@@ -124,10 +124,7 @@ func (ch *CompChannel) addWaiter(cq *CQ) error {
 	case ch.reading && ch.stopping:
 		// The reader has not seen its stop yet: it keeps going.
 		ch.stopping = false
-		ch.dlMu.Lock()
-		ch.deadline = time.Time{}
-		ch.file.SetReadDeadline(ch.deadline)
-		ch.dlMu.Unlock()
+		ch.SetReadDeadline(time.Time{})
 	case !ch.reading:
 		ch.reading = true
 		go ch.readWaitEvents()
@@ -149,10 +146,7 @@ func (ch *CompChannel) removeWaiter(w *waiter) {
 	ch.waitCQs--
 	if ch.waitCQs == 0 && ch.reading {
 		ch.stopping = true
-		ch.dlMu.Lock()
-		ch.deadline = past
-		ch.file.SetReadDeadline(past)
-		ch.dlMu.Unlock()
+		ch.SetReadDeadline(past)
 	}
 }
 
@@ -167,15 +161,13 @@ func (ch *CompChannel) readWaitEvents() {
 		switch {
 		case err == nil:
 			cq.AckEvents(1)
-			if cq.w != nil && cq.w.waits.Load() {
+			if cq.w.waits.Load() { // an event's CQ has a channel, so a waiter
 				cq.w.wakeUp()
 			}
 		case errors.Is(err, errUnknownCQ):
 		case errors.Is(err, os.ErrDeadlineExceeded) && ch.stopping:
 			ch.stopping, ch.reading = false, false
-			ch.dlMu.Lock()
-			ch.deadline = time.Time{}
-			ch.dlMu.Unlock()
+			ch.SetReadDeadline(time.Time{})
 			ch.waitMu.Unlock()
 			return
 		case errors.Is(err, os.ErrDeadlineExceeded):
