@@ -47,22 +47,11 @@ type pairOptions struct {
 // runPair runs two programs on one fake device, the second once the
 // first listens on o.port, and returns when both have exited.
 func runPair(o pairOptions, argvs [2][]string) error {
-	sp, err := loadSysfsProfile(o.profile)
-	if err != nil {
-		return err
-	}
-	prof, err := fake.LoadProfile(o.profile)
-	if err != nil {
-		return err
-	}
-	dir, err := os.MkdirTemp("", "mlx5cmp-sysfs-")
+	prof, dir, err := loadDevice(o.profile)
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	if err := writeSysfs(dir, sp); err != nil {
-		return fmt.Errorf("writing the fake sysfs: %w", err)
-	}
 	fab := newFabric(prof, nil)
 	fab.dev.waitRNR = true
 	var sups [2]*supervisor
@@ -75,8 +64,8 @@ func runPair(o pairOptions, argvs [2][]string) error {
 		}
 	}
 
-	// The device: it looks at the doorbells every 20 µs, and once more
-	// after both programs have exited.
+	// The device: it looks at the doorbells every 20 µs until both
+	// programs have exited.
 	stop := make(chan struct{})
 	pumpErr := make(chan error, 1)
 	go func() {
