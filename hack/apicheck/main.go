@@ -288,7 +288,7 @@ func typeAPI(prefix string, o *types.TypeName, q types.Qualifier) []string {
 			out = append(out, prefix+"type "+name+" struct, "+f.Name()+" "+types.TypeString(f.Type(), q))
 		}
 	case *types.Interface:
-		out = append(out, prefix+"type "+name+" interface { "+interfaceMethods(u, q)+" }")
+		out = append(out, prefix+"type "+name+" interface { "+interfaceMethods(u)+" }")
 		for i := range u.NumMethods() {
 			m := u.Method(i)
 			if m.Exported() {
@@ -299,33 +299,29 @@ func typeAPI(prefix string, o *types.TypeName, q types.Qualifier) []string {
 	default:
 		out = append(out, prefix+"type "+name+" "+types.TypeString(under, q))
 	}
-	for _, recv := range []types.Type{o.Type(), types.NewPointer(o.Type())} {
-		ms := types.NewMethodSet(recv)
-		for i := range ms.Len() {
-			m := ms.At(i).Obj()
-			if !m.Exported() || (i < ms.Len() && len(ms.At(i).Index()) > 1) {
-				continue // unexported, or promoted from an embedded field
-			}
-			r := o.Name()
-			if _, ptr := recv.(*types.Pointer); ptr {
-				r = "*" + r
-			}
-			if _, ptr := recv.(*types.Pointer); ptr && types.NewMethodSet(o.Type()).Lookup(m.Pkg(), m.Name()) != nil {
-				continue // listed with the value receiver
-			}
-			out = append(out, prefix+"method ("+r+") "+m.Name()+sigString(m.Type().(*types.Signature), q))
+	values := types.NewMethodSet(o.Type())
+	pointers := types.NewMethodSet(types.NewPointer(o.Type()))
+	for i := range pointers.Len() {
+		sel := pointers.At(i)
+		m := sel.Obj()
+		if !m.Exported() || len(sel.Index()) > 1 {
+			continue // unexported, or promoted from an embedded field
 		}
+		r := "*" + o.Name()
+		if values.Lookup(m.Pkg(), m.Name()) != nil {
+			r = o.Name()
+		}
+		out = append(out, prefix+"method ("+r+") "+m.Name()+sigString(m.Type().(*types.Signature), q))
 	}
 	return out
 }
 
 // interfaceMethods is an interface's method set in one line, unexported
 // methods included: they decide who can implement it.
-func interfaceMethods(u *types.Interface, q types.Qualifier) string {
+func interfaceMethods(u *types.Interface) string {
 	var ms []string
 	for i := range u.NumMethods() {
-		m := u.Method(i)
-		ms = append(ms, m.Name())
+		ms = append(ms, u.Method(i).Name())
 	}
 	sort.Strings(ms)
 	return strings.Join(ms, ", ")
