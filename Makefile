@@ -17,7 +17,7 @@ STATICCHECK_VERSION ?= v0.8.2
 export CGO_ENABLED := 0
 SHELL := /bin/bash
 
-.PHONY: all build vm testlog deps test check-api test-mlx5cmp bench-mlx5cmp test-unit test-fuzz test-race fuzz stress test-vm test-device test-nodevice test-kernels demo bench generate check-generate lint vet clean
+.PHONY: all build vm testlog deps test test-extprovider check-api test-mlx5cmp bench-mlx5cmp test-unit test-fuzz test-race fuzz stress test-vm test-device test-nodevice test-kernels demo bench generate check-generate lint vet clean
 
 all: build
 
@@ -38,7 +38,7 @@ deps: vm testlog
 ## test: host unit tests, a short run of every fuzz target, the ABI
 ## check, every package in the VM on the default kernel, the device tests
 ## on the other kernels, and the race detector's runs.
-test: vet check-api test-unit test-fuzz check-generate test-mlx5cmp test-vm test-device test-nodevice test-race
+test: vet check-api test-unit test-fuzz check-generate test-mlx5cmp test-vm test-device test-nodevice test-extprovider test-race
 
 # The host phase runs on a machine without RDMA modules, as CI's and a
 # first-time user's: the TestNoRDMAHost tests check there what the docs
@@ -140,6 +140,13 @@ test-device: deps
 test-nodevice: deps
 	export RDMAGO_EXPECT_NO_DEVICE=1; $(call vmtest,--no-rdma --kernel $(KERNEL),-run '^TestNoDevice' ./uverbs ./rsocket ./cmd/rdmago/...,test-nodevice)
 
+## test-extprovider: a provider written in another module (hack/extprovider)
+## and registered with uverbs.RegisterProvider: the registration rules on the
+## host, rxe traffic through it in the VM on KERNEL (docs/providers.md).
+test-extprovider: deps
+	cd hack/extprovider && $(GOTEST) ./...
+	cd hack/extprovider && $(call vmtest,--kernel $(KERNEL),-v ./...,test-extprovider)
+
 ## test-kernels: everything on every kernel.
 test-kernels: deps test-unit
 	@set -e; for k in $(KERNELS); do \
@@ -195,6 +202,7 @@ check-generate: deps
 
 vet:
 	$(GO) vet ./...
+	cd hack/extprovider && $(GO) vet ./...
 
 ## check-api: the public API against api/v1.txt with api/next.txt applied;
 ## fails on an exported change recorded in neither, or not explained in

@@ -19,11 +19,21 @@
 // Each creation goes through a Builder: the core asks it for the udata to
 // send, runs the command, then calls Finish with the kernel's answer (or
 // Abort if the command failed), and Finish returns the provider's object.
+//
+// The module's own providers (packages rxe and mlx5) serve their devices
+// without a program importing them. A program that carries a provider of
+// its own, for a device the module does not support or as a wrapper of one
+// it does, registers it with uverbs.RegisterProvider. The core asks for the
+// interfaces Driver, Context, CQ, QP and SRQ only, and probes for the
+// optional ones (CapsSizer, SendBatcher, Drainer, ...): a provider
+// implements those it can use. docs/providers.md has the rules a provider
+// keeps, and hack/extprovider one written in a module of its own.
 package provider
 
 import (
 	"errors"
 
+	"github.com/rdmago/rdma/internal/seal"
 	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/wr"
 )
@@ -310,8 +320,15 @@ type SRQ interface {
 
 // AH is an address handle as a provider's UD sends need it: whatever the
 // provider's Builder made. Package uverbs hands it back to the provider's
-// PostSend inside the opaque wr.AH of each UD send (uverbs.AH.Dest).
+// PostSend inside the opaque wr.AH of each UD send (uverbs.AH.Dest), and
+// AHValue opens it.
 type AH any
+
+// AHValue is the AH a provider's builder made, from the wr.AH a UD send
+// carries (SendWR.AH.Dest()); nil for the zero wr.AH. A provider's PostSend
+// calls it and checks the value is one of its own: a send may name an AH
+// of another device. For anyone but the provider the value stays opaque.
+func AHValue(a wr.AH) AH { return seal.Value(&a) }
 
 // SRQModifier is implemented by SRQs whose driver needs private data on
 // ibv_modify_srq (rxe: where to write the resized ring's mmap info).

@@ -33,6 +33,9 @@ type Context struct {
 	// prov is the provider's state for this context; nil when no provider
 	// knows the device's driver (then only queries work).
 	prov provider.Context
+	// drv is the provider Open chose, kept so that a RegisterProvider
+	// afterwards does not change what this context does.
+	drv provider.Driver
 	// quick: the provider's device is software (provider.CPUBound), so
 	// creating and modifying its CQs, QPs, SRQs and AHs are quick
 	// commands (command.quick).
@@ -146,7 +149,8 @@ func newContext(d Device, f cmdFile) (*Context, error) {
 		reg: &registry{cqs: map[uint64]entry[CQ]{}, qps: map[uint64]entry[QP]{}, srqs: map[uint64]entry[SRQ]{},
 			byQPN: map[uint32]weak.Pointer[QP]{}}}
 	var b provider.Builder[provider.Context]
-	if drv := drivers[d.DriverID]; drv != nil {
+	c.drv = driverFor(&d)
+	if drv := c.drv; drv != nil {
 		var err error
 		// The provider keeps the port: it must not reach the Context, or
 		// the context's cleanup could never run.
@@ -524,7 +528,7 @@ func (c *Context) QueryDevice() (DeviceAttr, error) {
 		return a, err
 	}
 	decodeDeviceAttr(&a, resp)
-	if drv := drivers[c.dev.DriverID]; drv != nil {
+	if drv := c.drv; drv != nil {
 		a.FWVer = drv.FormatFWVer(a.FWVerRaw)
 	} else {
 		a.FWVer = formatFWVer(c.dev.Driver, a.FWVerRaw)

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/rdmago/rdma/mr"
+	"github.com/rdmago/rdma/provider"
+	"github.com/rdmago/rdma/provider/rxe"
 	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/uverbs"
 	"github.com/rdmago/rdma/wr"
@@ -301,4 +303,26 @@ func ExampleCQAttr_timestamps() {
 		}
 		fmt.Printf("request %d completed at %v (cycle %d)\n", c.ID, when, c.Timestamp)
 	}
+}
+
+// tracedRxe is the module's rxe provider with a log line for each context
+// it serves: a program's own provider, written with package provider
+// alone (hack/extprovider has a complete one, tested in the VM).
+type tracedRxe struct{ rxe.Driver }
+
+func (d tracedRxe) NewContext(k provider.Kernel) (provider.Builder[provider.Context], error) {
+	log.Printf("%s: new context", d.Name())
+	return d.Driver.NewContext(k)
+}
+
+// Register a provider before opening a device: here it replaces the
+// module's own for rxe devices; a provider for a device the module does
+// not carry registers the same way, under its kernel driver's name.
+func ExampleRegisterProvider() {
+	uverbs.RegisterProvider(tracedRxe{})
+	ctx, err := uverbs.Open("rxe0") // logs "rxe: new context"
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer ctx.Close()
 }

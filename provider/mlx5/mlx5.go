@@ -20,6 +20,11 @@
 // vectors built with rdma-core's mlx5dv.h (hack/mlx5gen), and the whole
 // data path runs against an in-memory model of the device in the tests.
 // None of it has run on a ConnectX adapter yet: see docs/mlx5.md.
+//
+// Programs need not import this package: package uverbs serves mlx5 devices
+// with it. Its Driver is exported for a program's own provider that wraps
+// it (uverbs.RegisterProvider); the other exported types are what its
+// builders make, used through package provider's interfaces.
 package mlx5
 
 import (

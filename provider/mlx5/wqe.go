@@ -6,7 +6,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/rdmago/rdma/internal/seal"
 	"github.com/rdmago/rdma/provider"
 	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/wr"
@@ -189,8 +188,7 @@ func (sq *sendQueue) check(w *wr.SendWR) (*addressVector, error) {
 			if w.AH == nil {
 				return nil, unix.EINVAL
 			}
-			d := w.AH.Dest()
-			ah, ok := seal.Value(&d).(*AH)
+			ah, ok := provider.AHValue(w.AH.Dest()).(*AH)
 			if !ok || ah == nil {
 				return nil, unix.EINVAL
 			}

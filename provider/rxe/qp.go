@@ -8,7 +8,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rdmago/rdma/internal/abi"
-	"github.com/rdmago/rdma/internal/seal"
 	"github.com/rdmago/rdma/provider"
 	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/wr"
@@ -430,10 +429,9 @@ func (p *QP) Close() error {
 	return err
 }
 
-// udAH is the rxe AH a UD send names (uverbs.AH.Dest, read through
-// internal/seal); false when it names none of this provider's.
+// udAH is the rxe AH a UD send names (uverbs.AH.Dest); false when it names
+// none of this provider's.
 func udAH(w *wr.SendWR) (*AH, bool) {
-	d := w.AH.Dest()
-	ah, ok := seal.Value(&d).(*AH)
+	ah, ok := provider.AHValue(w.AH.Dest()).(*AH)
 	return ah, ok
 }

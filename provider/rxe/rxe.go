@@ -7,6 +7,11 @@
 // no doorbell, because the kernel looks at the ring when a packet arrives;
 // sends are started by a zero-length IB_USER_VERBS_CMD_POST_SEND written to
 // the command file, which makes the kernel run the QP's requester.
+//
+// Programs need not import this package: package uverbs serves rxe devices
+// with it. Its Driver is exported for a program's own provider that wraps
+// it (uverbs.RegisterProvider); the other exported types are what its
+// builders make, used through package provider's interfaces.
 package rxe
 
 import (
