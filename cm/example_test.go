@@ -109,8 +109,13 @@ func ExampleCreateEP_client() {
 }
 
 // connected stands for an ID whose connection is up, as the endpoint
-// examples make them.
-var connected *cm.ID
+// examples make them, and peerMemory for the registered memory its peer
+// sent (the peer's MR.Remote(), in the connection's private data or a
+// message).
+var (
+	connected  *cm.ID
+	peerMemory wr.Remote
+)
 
 // Send a message and wait for its completion; the context value comes back
 // as the completion's ID.
@@ -157,27 +162,40 @@ func ExampleID_PostRecv() {
 	fmt.Printf("request %d: %q\n", wc.ID, buf[:wc.ByteLen])
 }
 
-// Scatter a receive over two buffers and gather a send from two.
+// Gather a send from two buffers, and scatter the peer's answer over two.
+// The memory stays registered until both completions are in: the device
+// reads and writes it after the calls return.
 func ExampleID_PostRecvv() {
+	ctx := context.Background()
 	buf := make([]byte, 4096)
 	m, err := connected.RegMsgs(buf)
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer cm.DeregMR(m)
-	if err := connected.PostRecvv(1, []wr.SGE{m.SGE(0, 64), m.SGE(1024, 64)}); err != nil {
+	if err := connected.PostRecvv(1, []wr.SGE{m.SGE(0, 8), m.SGE(1024, 64)}); err != nil {
 		log.Fatal(err)
 	}
+	copy(buf[2048:], "gathered")
+	copy(buf[3072:], " message")
 	if err := connected.PostSendv(2, []wr.SGE{m.SGE(2048, 8), m.SGE(3072, 8)}, wr.Signaled); err != nil {
 		log.Fatal(err)
 	}
+	if _, err := connected.GetSendComp(ctx); err != nil {
+		log.Fatal(err)
+	}
+	wc, err := connected.GetRecvComp(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("%d bytes: %q, then %q\n", wc.ByteLen, buf[:8], buf[1024:1024+wc.ByteLen-8])
 }
 
 // Write into the peer's memory: the peer registered it with RegWrite and
-// sent its address and rkey, here in the connection's private data.
+// sent its address and rkey.
 func ExampleID_PostWrite() {
 	ctx := context.Background()
-	peer := wr.Remote{Addr: 0x7f0000001000, RKey: 0x1234} // from the peer: its MR.Remote()
+	peer := peerMemory // from the peer: its MR.Remote()
 	data := []byte("written remotely")
 	// Small writes can go inline, without registration.
 	if err := connected.PostWrite(1, data, nil, wr.Signaled|wr.Inline, peer); err != nil {
@@ -207,7 +225,7 @@ func ExampleID_RegWrite() {
 // Read the peer's memory into a local buffer, and into two with PostReadv.
 func ExampleID_PostRead() {
 	ctx := context.Background()
-	peer := wr.Remote{Addr: 0x7f0000001000, RKey: 0x1234} // from the peer: its MR.Remote()
+	peer := peerMemory // from the peer, registered with RegRead
 	buf := make([]byte, 4096)
 	m, err := connected.RegMsgs(buf)
 	if err != nil {

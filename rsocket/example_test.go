@@ -7,6 +7,7 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"os"
 
 	"github.com/rdmago/rdma/rsocket"
 )
@@ -44,7 +45,7 @@ func Example_httpClient() {
 		log.Fatal(err)
 	}
 	defer resp.Body.Close()
-	io.Copy(log.Writer(), resp.Body)
+	io.Copy(os.Stdout, resp.Body)
 }
 
 // A Conn is a net.Conn: deadlines, CloseWrite and io.Copy work as they do

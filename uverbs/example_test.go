@@ -2,6 +2,7 @@ package uverbs_test
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log"
@@ -325,4 +326,24 @@ func ExampleRegisterProvider() {
 		log.Fatal(err)
 	}
 	defer ctx.Close()
+}
+
+// A UD receive starts with the datagram's network header: GRHSize bytes,
+// here a RoCE v2 packet over IPv4, whose IPv4 header fills the last 20.
+// ParseGRH tells who sent it; the payload follows.
+func ExampleParseGRH() {
+	buf := make([]byte, uverbs.GRHSize+5)
+	hdr, _ := hex.DecodeString("4500003c00004000401122930a00020f0a000210")
+	copy(buf[20:], hdr)
+	copy(buf[uverbs.GRHSize:], "hello")
+
+	grh, err := uverbs.ParseGRH(buf)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(grh.Version, grh.NextHdr, grh.SGID.Addr().Unmap(), "→", grh.DGID.Addr().Unmap())
+	fmt.Printf("%s\n", buf[uverbs.GRHSize:])
+	// Output:
+	// 4 17 10.0.2.15 → 10.0.2.16
+	// hello
 }

@@ -1,8 +1,6 @@
 package uverbs_test
 
 import (
-	"io"
-	"os"
 	"strings"
 	"testing"
 
@@ -24,33 +22,11 @@ func TestDeviceExamples(t *testing.T) {
 		{"ExamplePD_CreateQP", ExamplePD_CreateQP, "hello\n"},
 	} {
 		t.Run(ex.name, func(t *testing.T) {
-			if out := stdoutOf(t, ex.run); !strings.Contains(out, ex.want) {
+			if out := rdmatest.Stdout(t, ex.run); !strings.Contains(out, ex.want) {
 				t.Errorf("%s printed %q, want %q in it", ex.name, out, ex.want)
 			} else {
 				t.Logf("%s printed %q", ex.name, out)
 			}
 		})
 	}
-}
-
-// stdoutOf runs f with os.Stdout going to a pipe, and returns what it
-// wrote there.
-func stdoutOf(t *testing.T, f func()) string {
-	t.Helper()
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	old := os.Stdout
-	os.Stdout = w
-	got := make(chan string, 1)
-	go func() {
-		b, _ := io.ReadAll(r)
-		got <- string(b)
-	}()
-	defer func() { os.Stdout = old }()
-	f()
-	os.Stdout = old
-	w.Close()
-	return <-got
 }

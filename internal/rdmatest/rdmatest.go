@@ -15,6 +15,7 @@ package rdmatest
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -127,4 +128,27 @@ func LeftBehind(kinds ...string) string {
 		}
 	}
 	return out.String()
+}
+
+// Stdout runs f with os.Stdout going to a pipe, and returns what it wrote
+// there: what an example prints, for the tests that run device examples.
+func Stdout(t testing.TB, f func()) string {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := os.Stdout
+	os.Stdout = w
+	got := make(chan string, 1)
+	go func() {
+		b, _ := io.ReadAll(r)
+		r.Close()
+		got <- string(b)
+	}()
+	defer func() { os.Stdout = old }()
+	f()
+	os.Stdout = old
+	w.Close()
+	return <-got
 }
