@@ -17,7 +17,7 @@ STATICCHECK_VERSION ?= v0.8.2
 export CGO_ENABLED := 0
 SHELL := /bin/bash
 
-.PHONY: all build vm testlog deps test test-extprovider check-api test-mlx5cmp bench-mlx5cmp test-unit test-fuzz test-race fuzz stress test-vm test-device test-nodevice test-kernels demo bench generate check-generate lint vet clean
+.PHONY: all build vm testlog deps test test-unit-arm64 test-extprovider check-api test-mlx5cmp bench-mlx5cmp test-unit test-fuzz test-race fuzz stress test-vm test-device test-nodevice test-kernels demo bench generate check-generate lint vet clean
 
 all: build
 
@@ -38,7 +38,7 @@ deps: vm testlog
 ## test: host unit tests, a short run of every fuzz target, the ABI
 ## check, every package in the VM on the default kernel, the device tests
 ## on the other kernels, and the race detector's runs.
-test: vet check-api test-unit test-fuzz check-generate test-mlx5cmp test-vm test-device test-nodevice test-extprovider test-race
+test: vet check-api test-unit test-unit-arm64 test-fuzz check-generate test-mlx5cmp test-vm test-device test-nodevice test-extprovider test-race
 
 # The host phase runs on a machine without RDMA modules, as CI's and a
 # first-time user's: the TestNoRDMAHost tests check there what the docs
@@ -49,6 +49,14 @@ export RDMAGO_EXPECT_NO_RDMA
 
 test-unit:
 	$(GOTEST) ./...
+
+## test-unit-arm64: the host unit tests built for arm64 and run under
+## qemu-user (qemu-aarch64-static, from vm deps): the ABI structs' layout,
+## the rings, the atomics and the mlx5 assembly executing on arm64. Tests
+## of system calls qemu-user lacks (bpf) skip by probe (docs/testing.md).
+QEMU_USER_ARM64 ?= qemu-aarch64-static
+test-unit-arm64: deps
+	GOARCH=arm64 $(GOTEST) -exec $(QEMU_USER_ARM64) ./...
 
 ## test-mlx5cmp: rdma-core's libmlx5 and rdmago's mlx5 provider against one
 ## fake mlx5_ib kernel (hack/mlx5cmp): the scenarios' transcripts compared

@@ -16,9 +16,10 @@ import (
 // need on the host. The guest sees the host's root file system, so the RDMA
 // user-space tools installed here are also the ones the guest runs.
 var hostPackages = []string{
-	"qemu-system-x86", // the VM
-	"busybox-static",  // the guest's /init shell and tools
-	"kmod",            // depmod and modprobe --show-depends on unpacked kernels
+	"qemu-system-x86",  // the VM
+	"qemu-user-static", // the arm64 unit tests (qemu-aarch64-static)
+	"busybox-static",   // the guest's /init shell and tools
+	"kmod",             // depmod and modprobe --show-depends on unpacked kernels
 	"cpio",
 	"xz-utils", // decompress .ko.xz modules and xz-compressed kernels
 	"zstd",     // the same for zstd
