@@ -65,8 +65,13 @@ type perfCMStream struct {
 	id   *cm.ID
 	mem  *mr.Memory
 	mr   *uverbs.MR
-	recv []byte // the posted receive, perfDestStructSize bytes
+	recv []byte // the receive buffer, perfDestStructSize bytes
 	send []byte
+	// posted: a receive is posted into recv. Read does not post the next
+	// one: after the last message the peer may have disconnected already,
+	// and the message it sent is no less received. The next Write posts
+	// it, before the message it sends could be answered.
+	posted bool
 }
 
 // Write sends p as one message and waits for its completion.
@@ -75,6 +80,9 @@ func (s *perfCMStream) Write(p []byte) (int, error) {
 		return 0, fmt.Errorf("exchange message of %d bytes, more than %d", len(p), len(s.send))
 	}
 	n := copy(s.send, p)
+	if err := s.postRecv(); err != nil {
+		return 0, err
+	}
 	if err := s.id.PostSend(0, s.send[:n], s.mr, wr.Signaled); err != nil {
 		return 0, err
 	}
@@ -88,27 +96,36 @@ func (s *perfCMStream) Write(p []byte) (int, error) {
 	return n, nil
 }
 
-// Read takes the next message, of len(p) bytes as every step knows, and
-// posts the receive again.
+// Read takes the next message, of len(p) bytes as every step knows.
 func (s *perfCMStream) Read(p []byte) (int, error) {
+	if err := s.postRecv(); err != nil {
+		return 0, err
+	}
 	c, err := s.id.GetRecvComp(s.ctx)
 	if err != nil {
 		return 0, err
 	}
+	s.posted = false // consumed, whatever its status
 	if c.Status != wr.Success {
 		return 0, fmt.Errorf("receive completed with status %v", c.Status)
 	}
 	if int(c.ByteLen) < len(p) {
 		return 0, fmt.Errorf("exchange message of %d bytes, want %d", c.ByteLen, len(p))
 	}
-	n := copy(p, s.recv)
-	if err := s.postRecv(); err != nil {
-		return 0, err
-	}
-	return n, nil
+	return copy(p, s.recv), nil
 }
 
-func (s *perfCMStream) postRecv() error { return s.id.PostRecv(0, s.recv, s.mr) }
+// postRecv posts the receive unless it is posted.
+func (s *perfCMStream) postRecv() error {
+	if s.posted {
+		return nil
+	}
+	if err := s.id.PostRecv(0, s.recv, s.mr); err != nil {
+		return err
+	}
+	s.posted = true
+	return nil
+}
 
 // setup gives the exchange's ID its QP (one send, one receive), buffer and
 // first receive: rdma_client_connect and rdma_server_connect before their
