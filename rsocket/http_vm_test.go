@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -114,8 +115,8 @@ func TestDeviceHTTP(t *testing.T) {
 }
 
 // rspreload is librdmacm's preload library, which turns a program's TCP
-// sockets into rsockets.
-const rspreload = "/usr/lib/x86_64-linux-gnu/rsocket/librspreload.so"
+// sockets into rsockets, in Debian's library folder of this architecture.
+var rspreload = "/usr/lib/" + map[string]string{"amd64": "x86_64", "arm64": "aarch64"}[runtime.GOARCH] + "-linux-gnu/rsocket/librspreload.so"
 
 // A program that knows nothing of RDMA, curl, fetches from and posts to a Go
 // net/http server over rsocket, its sockets turned into rsockets by

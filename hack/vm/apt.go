@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"sort"
 	"strings"
 )
 
@@ -20,7 +22,8 @@ import (
 // cannot disturb the host's package management.
 type aptRepo struct {
 	suite string
-	dir   string // <cache>/vm/apt/<suite>
+	arch  string // Debian architecture: amd64 (the host's) or arm64
+	dir   string // <cache>/vm/apt/<suite>, or <suite>-<arch> for a foreign one
 }
 
 const debianKeyring = "/usr/share/keyrings/debian-archive-keyring.gpg"
@@ -44,11 +47,22 @@ func suiteSources(suite string) ([]string, bool) {
 }
 
 func newAptRepo(c *vmCache, suite string) (*aptRepo, error) {
+	return newAptRepoArch(c, suite, "amd64")
+}
+
+// newAptRepoArch is newAptRepo for the packages of one architecture: arm64
+// gets a private index of its own, whose downloads are arm64 packages,
+// whatever the host's dpkg architectures are.
+func newAptRepoArch(c *vmCache, suite, arch string) (*aptRepo, error) {
 	lines, ok := suiteSources(suite)
 	if !ok {
 		return nil, fmt.Errorf("unknown suite %q", suite)
 	}
-	r := &aptRepo{suite: suite, dir: c.path("apt", suite)}
+	name := suite
+	if arch != "amd64" {
+		name += "-" + arch
+	}
+	r := &aptRepo{suite: suite, arch: arch, dir: c.path("apt", name)}
 	for _, d := range []string{"lists/partial", "cache/archives/partial"} {
 		if err := os.MkdirAll(filepath.Join(r.dir, d), 0o755); err != nil {
 			return nil, err
@@ -83,6 +97,9 @@ func (r *aptRepo) options() []string {
 		"Dir::Cache::pkgcache=",
 		"Dir::Cache::srcpkgcache=",
 		"Acquire::Languages=none",
+	}
+	if r.arch != "amd64" {
+		opts = append(opts, "APT::Architecture="+r.arch, "APT::Architectures="+r.arch)
 	}
 	if os.Geteuid() == 0 {
 		// As root apt downloads as the _apt user, which may not be able to
@@ -193,4 +210,53 @@ func depNames(field string) []string {
 		}
 	}
 	return names
+}
+
+// packageClosure returns the stanzas of roots and of the libraries they
+// need: the closure of Depends and Pre-Depends, following only library
+// packages, which Debian marks Multi-Arch: same. The others are for
+// installing, not for running: libibverbs1 depends on adduser (trixie) or
+// systemd-sysusers (sid) to create the rdma group, and sid's choice would
+// pull in systemd. Every root must exist.
+func packageClosure(ctx context.Context, repo *aptRepo, roots []string) (map[string]map[string]string, error) {
+	seen := map[string]map[string]string{}
+	todo := slices.Clone(roots)
+	for len(todo) > 0 {
+		got, err := repo.Show(ctx, todo...)
+		if err != nil {
+			return nil, err
+		}
+		var next []string
+		for _, p := range todo {
+			st, ok := got[p]
+			root := slices.Contains(roots, p)
+			if !ok {
+				if root {
+					return nil, fmt.Errorf("%s: no package %s in the package index", repo.suite, p)
+				}
+				continue // a virtual package: its providers are among the rest
+			}
+			if seen[p] != nil || !root && st["Multi-Arch"] != "same" {
+				continue
+			}
+			seen[p] = st
+			for _, d := range depNames(st["Depends"] + ", " + st["Pre-Depends"]) {
+				if seen[d] == nil && !slices.Contains(next, d) {
+					next = append(next, d)
+				}
+			}
+		}
+		todo = next
+	}
+	return seen, nil
+}
+
+// pinned lists packages as name=version, sorted, for apt-get download.
+func pinned(stanzas map[string]map[string]string) []string {
+	var pkgs []string
+	for p, st := range stanzas {
+		pkgs = append(pkgs, p+"="+st["Version"])
+	}
+	sort.Strings(pkgs)
+	return pkgs
 }

@@ -18,6 +18,7 @@ import (
 var hostPackages = []string{
 	"qemu-system-x86",  // the VM
 	"qemu-user-static", // the arm64 unit tests (qemu-aarch64-static)
+	"qemu-system-arm",  // the arm64 VM (qemu-system-aarch64)
 	"busybox-static",   // the guest's /init shell and tools
 	"kmod",             // depmod and modprobe --show-depends on unpacked kernels
 	"cpio",

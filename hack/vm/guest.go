@@ -67,6 +67,11 @@ type guestRequest struct {
 	shell bool     // run on the serial console instead of the output files
 	rw    []share  // extra writable shares
 	net   guestNet // the interface that carries the address and rxe0
+	// A foreign guest (vm run --arch): its root layer is shared as
+	// archroot, rdmago is its rdma tool, tty its console.
+	archRoot bool
+	rdmago   string
+	tty      string
 }
 
 // guestNet is where the guest puts its address and rxe0: dummy0 for vm run,
@@ -155,6 +160,9 @@ func writeRequest(ioDir string, req guestRequest) error {
 	// "module rdma_rxe +p" rxe logs its QP state changes and timers, which
 	// tests print from the kernel log when they fail.
 	fmt.Fprintf(&cfg, "VM_DYNDBG=%s\n", shQuote(os.Getenv("RDMAGO_VM_DYNDBG")))
+	if req.archRoot {
+		fmt.Fprintf(&cfg, "VM_ARCHROOT=1\nVM_RDMAGO=%s\nVM_TTY=%s\n", shQuote(req.rdmago), shQuote(req.tty))
+	}
 
 	var cmd strings.Builder
 	// Root in the guest may pin any amount of memory; keep that explicit

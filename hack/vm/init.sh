@@ -6,7 +6,8 @@
 #
 # Protocol with the host (hack/vm/guest.go), over the 9p share "rdmagoio":
 #   config.sh   host -> guest  shell variables VM_RDMA, VM_SHELL, VM_RW, VM_MAC,
-#                              VM_ADDR, VM_GID, VM_DYNDBG
+#                              VM_ADDR, VM_GID, VM_DYNDBG, VM_ARCHROOT, VM_RDMAGO,
+#                              VM_TTY
 #   cmd.sh      host -> guest  the command: exports, cd, exec (run by the host's /bin/sh);
 #                              /init puts "export RDMAGO_GID_INDEX=N" before it
 #   started     guest -> host  /proc/uptime when the command starts
@@ -51,16 +52,26 @@ VM_MAC=     # empty: rxe0 on dummy0; else on the NIC with this MAC (vm pair)
 VM_ADDR=10.0.2.15/24
 VM_GID=0000:0000:0000:0000:0000:ffff:0a00:020f # VM_ADDR's RoCE v2 GID
 VM_DYNDBG=  # dynamic debug queries ("module rdma_rxe +p"), for the kernel log
+VM_ARCHROOT=0 # 1: a foreign guest; the 9p share archroot goes over the host root
+VM_RDMAGO=  # an rdmago binary that adds rxe0 (a foreign guest)
+VM_TTY=ttyS0
 . /io/config.sh || die "cannot read /io/config.sh"
 trace "I/O share mounted"
 
 # The host's root, read-only; cache=loose because nothing changes it under us
 # for the VM's short life, and it makes repeated lookups cheap.
 mount -t 9p -o $P9,cache=loose,ro hostroot /lower || die "cannot mount the host root (9p hostroot)"
+LOWER=/lower
+if [ "$VM_ARCHROOT" = 1 ]; then
+	# The guest's own architecture's programs and libraries (hack/vm
+	# archroot.go), over the host's tree.
+	mount -t 9p -o $P9,cache=loose,ro archroot /arch || die "cannot mount the guest's root layer (9p archroot)"
+	LOWER=/arch:/lower
+fi
 mount -t tmpfs -o mode=0755 tmpfs /rw || die "cannot mount tmpfs for the overlay"
 mkdir -p /rw/upper /rw/work
 R=/newroot
-mount -t overlay -o lowerdir=/lower,upperdir=/rw/upper,workdir=/rw/work overlay $R ||
+mount -t overlay -o lowerdir=$LOWER,upperdir=/rw/upper,workdir=/rw/work overlay $R ||
 	die "cannot mount the overlay root"
 mount -t proc proc $R/proc || die "cannot mount proc in the root"
 mount -t sysfs sysfs $R/sys || die "cannot mount sysfs in the root"
@@ -124,6 +135,9 @@ if [ "$VM_RDMA" = 1 ]; then
 		[ -x "$R$p" ] && RDMA=$p && break
 	done
 	[ -n "$RDMA" ] || die "the host has no rdma tool (install iproute2: vm deps)"
+	# A foreign guest adds rxe0 with rdmago's port of the rdma tool, of its
+	# own architecture, so that its setup needs nothing of iproute2's.
+	[ -z "$VM_RDMAGO" ] || RDMA="$VM_RDMAGO rdma"
 	# An absolute path: busybox chroot would run its own applet for a bare name.
 	chroot $R $RDMA link add rxe0 type rxe netdev $NETDEV || die "rdma link add rxe0 type rxe netdev $NETDEV failed"
 	trace "rxe0 added"
@@ -154,7 +168,7 @@ cat /proc/uptime >/io/started
 # env -i: the command gets exactly the environment cmd.sh exports, nothing
 # of init's. /bin/sh here is the host's shell.
 if [ "$VM_SHELL" = 1 ]; then
-	setsid -c env -i /bin/busybox chroot $R /bin/sh /run/rdmago/cmd.sh </dev/ttyS0 >/dev/ttyS0 2>&1
+	setsid -c env -i /bin/busybox chroot $R /bin/sh /run/rdmago/cmd.sh </dev/$VM_TTY >/dev/$VM_TTY 2>&1
 	rc=$?
 else
 	env -i /bin/busybox chroot $R /bin/sh /run/rdmago/cmd.sh </dev/null >/io/stdout 2>/io/stderr

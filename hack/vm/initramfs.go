@@ -45,15 +45,15 @@ const initramfsFormat = 1
 
 // busyboxPath is the static busybox from busybox-static. It is the only
 // program in the initramfs: everything else runs from the host's root once
-// it is mounted.
+// it is mounted. A foreign guest's comes from its archroot.
 const busyboxPath = "/bin/busybox"
 
 // ensureInitramfs returns the kernel's initramfs, building it when missing.
 // Its name carries a hash of everything that goes into it (module list, init
 // script, busybox), so a change to any of them builds a new one and an
 // unchanged one is reused across runs.
-func ensureInitramfs(c *vmCache, k *kernel) (string, error) {
-	bb, err := readStaticBusybox()
+func ensureInitramfs(c *vmCache, k *kernel, busybox string) (string, error) {
+	bb, err := readStaticBusybox(busybox)
 	if err != nil {
 		return "", err
 	}
@@ -74,7 +74,7 @@ func ensureInitramfs(c *vmCache, k *kernel) (string, error) {
 		return path, nil
 	}
 	if !isDir(k.root()) {
-		repo, err := newAptRepo(c, k.Suite)
+		repo, err := newAptRepoArch(c, k.Suite, k.arch())
 		if err != nil {
 			return "", err
 		}
@@ -98,21 +98,34 @@ func ensureInitramfs(c *vmCache, k *kernel) (string, error) {
 	return path, nil
 }
 
+// guestBusybox returns the static busybox for k's initramfs, and the root
+// layer of a foreign guest (nil for amd64, which runs the host's programs).
+func guestBusybox(c *vmCache, k *kernel) (string, *archRoot, error) {
+	if k.arch() == "amd64" {
+		return busyboxPath, nil, nil
+	}
+	ar, err := prepareArchRoot(context.Background(), c, k.Suite, k.arch())
+	if err != nil {
+		return "", nil, fmt.Errorf("%s root: %v", k.arch(), err)
+	}
+	return ar.busybox(), ar, nil
+}
+
 // readStaticBusybox reads busybox and checks that it is statically linked:
 // the initramfs has no libraries, so the dynamic "busybox" package (which
 // replaces busybox-static when installed) would fail with a cryptic panic.
-func readStaticBusybox() ([]byte, error) {
-	bb, err := os.ReadFile(busyboxPath)
+func readStaticBusybox(path string) ([]byte, error) {
+	bb, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("%v (install busybox-static: vm deps)", err)
 	}
 	f, err := elf.NewFile(bytes.NewReader(bb))
 	if err != nil {
-		return nil, fmt.Errorf("%s: %v", busyboxPath, err)
+		return nil, fmt.Errorf("%s: %v", path, err)
 	}
 	for _, p := range f.Progs {
 		if p.Type == elf.PT_INTERP {
-			return nil, fmt.Errorf("%s is dynamically linked; the guest needs busybox-static", busyboxPath)
+			return nil, fmt.Errorf("%s is dynamically linked; the guest needs busybox-static", path)
 		}
 	}
 	return bb, nil
@@ -175,7 +188,7 @@ func buildInitramfs(busybox []byte, mods []guestModule) ([]byte, error) {
 		return nil, err
 	}
 	w := &cpioWriter{w: zw}
-	for _, d := range []string{"bin", "dev", "proc", "sys", "run", "tmp", "modules", "io", "lower", "rw", "newroot"} {
+	for _, d := range []string{"bin", "dev", "proc", "sys", "run", "tmp", "modules", "io", "lower", "arch", "rw", "newroot"} {
 		w.Dir(d)
 	}
 	w.CharDev("dev/console", 0o600, 5, 1)

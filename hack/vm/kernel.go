@@ -24,10 +24,11 @@ const indexTTL = 12 * time.Hour
 
 // kernelInfo describes one exact Debian kernel build.
 type kernelInfo struct {
-	Suite    string   `json:"suite"`    // suite it was resolved from
-	Release  string   `json:"release"`  // uname -r, e.g. 6.1.0-41-amd64
-	Version  string   `json:"version"`  // Debian package version, e.g. 6.1.158-1
-	Packages []string `json:"packages"` // name=version of the downloaded packages
+	Suite    string   `json:"suite"`          // suite it was resolved from
+	Arch     string   `json:"arch,omitempty"` // Debian architecture; "" is amd64
+	Release  string   `json:"release"`        // uname -r, e.g. 6.1.0-41-amd64
+	Version  string   `json:"version"`        // Debian package version, e.g. 6.1.158-1
+	Packages []string `json:"packages"`       // name=version of the downloaded packages
 }
 
 // kernel is a complete kernel in the cache.
@@ -36,8 +37,27 @@ type kernel struct {
 	dir string // <cache>/vm/kernels/<release>_<version>
 }
 
-func (k *kernel) root() string    { return filepath.Join(k.dir, "root") }
+func (k *kernel) root() string { return filepath.Join(k.dir, "root") }
+
+// vmlinux is what QEMU boots: the ELF vmlinux on amd64 (PVH entry), the
+// uncompressed Image on arm64.
 func (k *kernel) vmlinux() string { return filepath.Join(k.dir, "vmlinux") }
+
+// arch is the kernel's Debian architecture.
+func (k *kernel) arch() string {
+	if k.Arch == "" {
+		return "amd64"
+	}
+	return k.Arch
+}
+
+// suiteKey names a suite's kernel of one architecture in the cache.
+func suiteKey(suite, arch string) string {
+	if arch == "amd64" || arch == "" {
+		return suite
+	}
+	return suite + "-" + arch
+}
 
 // suitePointer records which kernel a suite resolved to, and when.
 type suitePointer struct {
@@ -49,8 +69,9 @@ func cmdKernel(args []string) int {
 	fs := flag.NewFlagSet("vm kernel", flag.ExitOnError)
 	spec := fs.String("kernel", envOr("RDMAGO_VM_KERNEL", "bookworm"), "Debian suite (bookworm, trixie, sid) or an exact cached kernel release")
 	refresh := fs.Bool("refresh", false, "fetch the suite's package index even if the cached resolution is recent")
+	arch := fs.String("arch", envOr("RDMAGO_VM_ARCH", "amd64"), "guest architecture: amd64 or arm64")
 	fs.Usage = func() {
-		fmt.Fprintln(os.Stderr, "usage: vm kernel [--kernel SUITE] [--refresh]\n\nPrepares the suite's current kernel and its initramfs in the cache and prints its release.")
+		fmt.Fprintln(os.Stderr, "usage: vm kernel [--kernel SUITE] [--arch ARCH] [--refresh]\n\nPrepares the suite's current kernel and its initramfs in the cache and prints its release.")
 		fs.PrintDefaults()
 	}
 	fs.Parse(args)
@@ -64,12 +85,17 @@ func cmdKernel(args []string) int {
 		logf("%v", err)
 		return 1
 	}
-	k, err := prepareKernel(context.Background(), c, *spec, *refresh)
+	k, err := prepareKernel(context.Background(), c, *spec, *arch, *refresh)
 	if err != nil {
 		logf("kernel: %v", err)
 		return 1
 	}
-	initrd, err := ensureInitramfs(c, k)
+	bb, _, err := guestBusybox(c, k)
+	if err != nil {
+		logf("kernel %s: %v", k.Release, err)
+		return 1
+	}
+	initrd, err := ensureInitramfs(c, k, bb)
 	if err != nil {
 		logf("kernel %s: initramfs: %v", k.Release, err)
 		return 1
@@ -82,12 +108,16 @@ func cmdKernel(args []string) int {
 // prepareKernel returns a complete cached kernel for spec: a suite name,
 // resolved to the suite's current kernel, or the release (or folder name) of
 // a kernel already in the cache.
-func prepareKernel(ctx context.Context, c *vmCache, spec string, refresh bool) (*kernel, error) {
+func prepareKernel(ctx context.Context, c *vmCache, spec, arch string, refresh bool) (*kernel, error) {
+	if err := checkArch(arch); err != nil {
+		return nil, err
+	}
 	if _, ok := suiteSources(spec); !ok {
 		return findCachedKernel(c, spec)
 	}
+	key := suiteKey(spec, arch)
 	if !refresh {
-		if k, fresh := currentKernel(c, spec); k != nil && fresh {
+		if k, fresh := currentKernel(c, key); k != nil && fresh {
 			return k, nil
 		}
 	}
@@ -96,12 +126,12 @@ func prepareKernel(ctx context.Context, c *vmCache, spec string, refresh bool) (
 		return nil, err
 	}
 	defer c.Unlock()
-	cached, fresh := currentKernel(c, spec)
+	cached, fresh := currentKernel(c, key)
 	if !refresh && cached != nil && fresh {
 		return cached, nil // another vm finished this while we waited
 	}
 
-	repo, err := newAptRepo(c, spec)
+	repo, err := newAptRepoArch(c, spec, arch)
 	if err != nil {
 		return nil, err
 	}
@@ -109,7 +139,7 @@ func prepareKernel(ctx context.Context, c *vmCache, spec string, refresh bool) (
 		if cached != nil {
 			logf("warning: cannot refresh the %s package index, using the cached kernel %s: %v", spec, cached.Release, err)
 			// Offline: try again after another indexTTL, not on every run.
-			return cached, setCurrentKernel(c, spec, cached)
+			return cached, setCurrentKernel(c, key, cached)
 		}
 		return nil, err
 	}
@@ -121,7 +151,16 @@ func prepareKernel(ctx context.Context, c *vmCache, spec string, refresh bool) (
 	if err != nil {
 		return nil, err
 	}
-	return k, setCurrentKernel(c, spec, k)
+	return k, setCurrentKernel(c, key, k)
+}
+
+// checkArch accepts the guest architectures vm can boot.
+func checkArch(arch string) error {
+	switch arch {
+	case "amd64", "arm64":
+		return nil
+	}
+	return fmt.Errorf("unknown architecture %q: want amd64 or arm64", arch)
 }
 
 // setCurrentKernel records k as the suite's kernel, resolved now.
@@ -198,23 +237,24 @@ func findCachedKernel(c *vmCache, spec string) (*kernel, error) {
 // since 7.x); and the signed linux-image-<release> itself, used as a last
 // resort (its EFI signature is irrelevant to QEMU).
 func resolveKernel(ctx context.Context, repo *aptRepo) (kernelInfo, error) {
-	meta, err := repo.Show(ctx, "linux-image-amd64")
+	metaName := "linux-image-" + repo.arch
+	meta, err := repo.Show(ctx, metaName)
 	if err != nil {
 		return kernelInfo{}, err
 	}
-	st, ok := meta["linux-image-amd64"]
+	st, ok := meta[metaName]
 	if !ok {
-		return kernelInfo{}, fmt.Errorf("%s: no linux-image-amd64 in the package index", repo.suite)
+		return kernelInfo{}, fmt.Errorf("%s: no %s in the package index", repo.suite, metaName)
 	}
 	release := ""
 	for _, d := range depNames(st["Depends"]) {
-		if r, ok := strings.CutPrefix(d, "linux-image-"); ok && d != "linux-image-amd64" {
+		if r, ok := strings.CutPrefix(d, "linux-image-"); ok && d != metaName {
 			release = r
 			break
 		}
 	}
 	if release == "" {
-		return kernelInfo{}, fmt.Errorf("%s: linux-image-amd64 %s depends on no linux-image-<release> (Depends: %s)", repo.suite, st["Version"], st["Depends"])
+		return kernelInfo{}, fmt.Errorf("%s: %s %s depends on no linux-image-<release> (Depends: %s)", repo.suite, metaName, st["Version"], st["Depends"])
 	}
 
 	unsigned, image := "linux-image-"+release+"-unsigned", "linux-image-"+release
@@ -240,6 +280,9 @@ func resolveKernel(ctx context.Context, repo *aptRepo) (kernelInfo, error) {
 		return kernelInfo{}, fmt.Errorf("%s: no package carries kernel %s (looked for %s, %s+%s, %s)", repo.suite, release, unsigned, binary, modules, image)
 	}
 	info := kernelInfo{Suite: repo.suite, Release: release, Version: cands[pkgs[0]]["Version"]}
+	if repo.arch != "amd64" {
+		info.Arch = repo.arch
+	}
 	for _, p := range pkgs {
 		info.Packages = append(info.Packages, p+"="+cands[p]["Version"])
 	}
@@ -278,7 +321,11 @@ func ensureKernel(ctx context.Context, c *vmCache, repo *aptRepo, info kernelInf
 	if err != nil {
 		return nil, err
 	}
-	elf, format, err := extractVmlinux(bz)
+	extract := extractVmlinux
+	if k.arch() == "arm64" {
+		extract = extractArm64Image
+	}
+	elf, format, err := extract(bz)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", vmlinuz, err)
 	}

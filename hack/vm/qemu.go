@@ -70,6 +70,8 @@ func chooseAccel(mode string, icount bool) (accel, why string, err error) {
 
 // qemuConfig is everything that shapes the QEMU command line.
 type qemuConfig struct {
+	arch            string // amd64 or arm64
+	archRoot        string // a foreign guest's root layer, shared as archroot
 	vmlinux, initrd string
 	accel           string // kvm or tcg
 	icount          bool
@@ -102,7 +104,21 @@ const nicFD = 3
 // and mitigations=off cost nothing here and save boot and run time.
 const kernelCmdline = "console=ttyS0 quiet panic=-1 tsc=reliable mitigations=off nokaslr random.trust_cpu=on"
 
+// arm64KernelCmdline is kernelCmdline for -M virt: its console is a PL011.
+const arm64KernelCmdline = "console=ttyAMA0 quiet panic=-1 mitigations=off nokaslr random.trust_cpu=on"
+
+// qemuBinary is the system emulator of the guest's architecture.
+func (c qemuConfig) qemuBinary() string {
+	if c.arch == "arm64" {
+		return "qemu-system-aarch64"
+	}
+	return "qemu-system-x86_64"
+}
+
 func (c qemuConfig) args() []string {
+	if c.arch == "arm64" {
+		return c.arm64Args()
+	}
 	cmdline := kernelCmdline
 	if c.trace {
 		cmdline += " rdmago.trace"
@@ -148,6 +164,46 @@ func (c qemuConfig) args() []string {
 	return a
 }
 
+// arm64Args is the command line of an arm64 guest: the virt machine under
+// TCG (no KVM on an x86 host), its PCIe bus carrying the same virtio
+// devices as q35's.
+func (c qemuConfig) arm64Args() []string {
+	cmdline := arm64KernelCmdline
+	if c.trace {
+		cmdline += " rdmago.trace"
+	}
+	smp := c.smp
+	if c.icount {
+		smp = 1
+	}
+	// pauth-impdef: QEMU's pointer authentication by the architected
+	// algorithm (QARMA) costs TCG a lot per function call; the
+	// implementation-defined one is cheap and the guest cannot tell.
+	a := []string{
+		"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
+		"-machine", "virt", "-accel", "tcg", "-cpu", "max,pauth-impdef=on", "-smp", fmt.Sprint(smp),
+		"-m", c.mem,
+		"-kernel", c.vmlinux,
+		"-initrd", c.initrd,
+		"-append", cmdline,
+	}
+	if c.icount {
+		a = append(a, "-icount", "shift=0,sleep=off")
+	}
+	a = append(a, "-chardev", "stdio,id=con,signal=off", "-serial", "chardev:con")
+	a = append(a, fsShare("hostroot", "/", true)...)
+	a = append(a, fsShare("archroot", c.archRoot, true)...)
+	a = append(a, fsShare("rdmagoio", c.ioDir, false)...)
+	for _, s := range c.rw {
+		a = append(a, fsShare(s.tag, s.path, false)...)
+	}
+	if c.nic != nil {
+		a = append(a, "-netdev", fmt.Sprintf("socket,id=n0,fd=%d", nicFD),
+			"-device", "virtio-net-pci,netdev=n0,romfile=,mac="+c.nic.mac)
+	}
+	return a
+}
+
 // fsShare exports a host folder over virtio-9p. multidevs=remap gives files
 // from different host file systems distinct inode numbers in the guest
 // (the root share spans several mounts).
@@ -179,7 +235,7 @@ type qemuProc struct {
 // exits, not the process.
 func startQEMU(c qemuConfig, echo io.Writer) (*qemuProc, error) {
 	q := &qemuProc{console: newConsoleLog(60, echo), done: make(chan struct{})}
-	q.cmd = exec.Command("qemu-system-x86_64", c.args()...)
+	q.cmd = exec.Command(c.qemuBinary(), c.args()...)
 	q.cmd.Stderr = &q.stderr
 	q.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if c.nic != nil {
@@ -196,7 +252,7 @@ func startQEMU(c qemuConfig, echo io.Writer) (*qemuProc, error) {
 		}
 	}
 	if err := q.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting qemu-system-x86_64: %w (install qemu-system-x86: vm deps)", err)
+		return nil, fmt.Errorf("starting %s: %w (install it: vm deps)", c.qemuBinary(), err)
 	}
 	copied := make(chan struct{})
 	if stdout != nil {

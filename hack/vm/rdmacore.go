@@ -40,7 +40,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -222,39 +221,12 @@ func writeRDMACoreInfo(r *rdmaCore) error {
 // running: libibverbs1 depends on adduser (trixie) or systemd-sysusers
 // (sid) to create the rdma group, and sid's choice would pull in systemd.
 func resolveRDMACore(ctx context.Context, repo *aptRepo) (rdmaCoreInfo, error) {
-	seen := map[string]map[string]string{}
-	todo := slices.Clone(rdmaCoreRoots)
-	for len(todo) > 0 {
-		got, err := repo.Show(ctx, todo...)
-		if err != nil {
-			return rdmaCoreInfo{}, err
-		}
-		var next []string
-		for _, p := range todo {
-			st, ok := got[p]
-			if !ok {
-				if slices.Contains(rdmaCoreRoots, p) {
-					return rdmaCoreInfo{}, fmt.Errorf("%s: no package %s in the package index", repo.suite, p)
-				}
-				continue // a virtual package: its providers are among the rest
-			}
-			if seen[p] != nil || st["Multi-Arch"] != "same" {
-				continue
-			}
-			seen[p] = st
-			for _, d := range depNames(st["Depends"] + ", " + st["Pre-Depends"]) {
-				if seen[d] == nil && !slices.Contains(next, d) {
-					next = append(next, d)
-				}
-			}
-		}
-		todo = next
+	seen, err := packageClosure(ctx, repo, rdmaCoreRoots)
+	if err != nil {
+		return rdmaCoreInfo{}, err
 	}
 	info := rdmaCoreInfo{Release: repo.suite, Version: seen["libibverbs1"]["Version"], Resolved: time.Now()}
-	for p, st := range seen {
-		info.Packages = append(info.Packages, p+"="+st["Version"])
-	}
-	sort.Strings(info.Packages)
+	info.Packages = pinned(seen)
 	return info, nil
 }
 

@@ -19,6 +19,8 @@ import (
 // runOptions are the flags shared by vm run and vm shell.
 type runOptions struct {
 	kernel      string
+	arch        string
+	rdmago      string
 	accel       string
 	timeout     time.Duration
 	bootTimeout time.Duration
@@ -40,6 +42,8 @@ func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 
 func (o *runOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.kernel, "kernel", envOr("RDMAGO_VM_KERNEL", "bookworm"), "Debian suite (bookworm, trixie, sid) or an exact cached kernel release")
+	fs.StringVar(&o.arch, "arch", envOr("RDMAGO_VM_ARCH", "amd64"), "guest architecture: amd64, or arm64 (qemu-system-aarch64 -M virt, TCG; arm64 kernel and rdma-core)")
+	fs.StringVar(&o.rdmago, "rdmago", "", "an rdmago binary of the guest's architecture, the rdma tool of a foreign guest (default: bin/linux_ARCH/rdmago of the repository)")
 	fs.StringVar(&o.accel, "accel", envOr("RDMAGO_VM_ACCEL", "auto"), "accelerator: auto (KVM when usable), kvm or tcg")
 	fs.DurationVar(&o.timeout, "timeout", 10*time.Minute, "limit for the whole run, boot included; exit status 124 when it expires")
 	fs.DurationVar(&o.bootTimeout, "boot-timeout", 30*time.Second, "limit for booting until the command starts (retried once)")
@@ -138,6 +142,10 @@ func runVM(o runOptions, argv []string, interactive bool) int {
 		return exitVMError
 	}
 	accel, why, err := chooseAccel(o.accel, o.icount)
+	if o.arch == "arm64" && err == nil {
+		// An arm64 guest on this x86 host is emulated whatever KVM can do.
+		accel, why = "tcg", ""
+	}
 	if err != nil {
 		logf("%v", err)
 		return exitVMError
@@ -228,13 +236,25 @@ type vmPlan struct {
 // for the guest, completed with the working directory and the environment
 // (extraEnv after o.env, so it wins).
 func planVM(c *vmCache, o runOptions, spec string, req guestRequest, extraEnv []string) (*vmPlan, error) {
-	k, err := prepareKernel(context.Background(), c, spec, false)
+	k, err := prepareKernel(context.Background(), c, spec, o.arch, false)
 	if err != nil {
 		return nil, fmt.Errorf("kernel: %v", err)
 	}
-	initrd, err := ensureInitramfs(c, k)
+	bb, ar, err := guestBusybox(c, k)
+	if err != nil {
+		return nil, fmt.Errorf("kernel %s: %v", k.Release, err)
+	}
+	initrd, err := ensureInitramfs(c, k, bb)
 	if err != nil {
 		return nil, fmt.Errorf("kernel %s: initramfs: %v", k.Release, err)
+	}
+	archRootDir := ""
+	if ar != nil {
+		archRootDir = ar.root()
+		req.archRoot, req.tty = true, "ttyAMA0"
+		if req.rdmago, err = foreignRdmago(o, k.arch()); err != nil {
+			return nil, err
+		}
 	}
 	if req.dir, err = os.Getwd(); err != nil {
 		return nil, err
@@ -264,10 +284,34 @@ func planVM(c *vmCache, o runOptions, spec string, req guestRequest, extraEnv []
 	}
 	smp := max(o.smp, 1)
 	return &vmPlan{k: k, ioDir: ioDir, argv0: req.argv[0], cfg: qemuConfig{
+		arch: k.arch(), archRoot: archRootDir,
 		vmlinux: k.vmlinux(), initrd: initrd, icount: o.icount,
 		smp: smp, mem: o.mem, ioDir: ioDir, rw: req.rw, interactive: req.shell,
 		trace: o.console,
 	}}, nil
+}
+
+// foreignRdmago finds the rdmago binary that serves as a foreign guest's
+// rdma tool: iproute2's is the host's architecture, and the guest sets up
+// rxe0 with it.
+func foreignRdmago(o runOptions, arch string) (string, error) {
+	p := o.rdmago
+	if p == "" {
+		wd, _ := os.Getwd()
+		root := findRepoRoot(wd)
+		if root == "" {
+			return "", fmt.Errorf("--arch %s needs --rdmago: no repository here to find bin/linux_%s/rdmago in", arch, arch)
+		}
+		p = filepath.Join(root, "bin", "linux_"+arch, "rdmago")
+	}
+	abs, err := filepath.Abs(p)
+	if err == nil {
+		_, err = os.Stat(abs)
+	}
+	if err != nil {
+		return "", fmt.Errorf("the %s guest's rdma tool: %v (build it: make bin/linux_%s/rdmago)", arch, err, arch)
+	}
+	return abs, nil
 }
 
 // whyNote formats chooseAccel's reason for the log line.
