@@ -17,7 +17,7 @@ STATICCHECK_VERSION ?= v0.8.2
 export CGO_ENABLED := 0
 SHELL := /bin/bash
 
-.PHONY: all build vm testlog deps test test-unit-arm64 test-extprovider check-api test-mlx5cmp bench-mlx5cmp test-unit test-fuzz test-race fuzz stress test-vm test-device test-nodevice test-kernels demo bench generate check-generate lint vet clean
+.PHONY: all build vm testlog deps test test-unit-arm64 test-arm64 bin/linux_arm64/rdmago test-extprovider check-api test-mlx5cmp bench-mlx5cmp test-unit test-fuzz test-race fuzz stress test-vm test-device test-nodevice test-kernels demo bench generate check-generate lint vet clean
 
 all: build
 
@@ -38,7 +38,7 @@ deps: vm testlog
 ## test: host unit tests, a short run of every fuzz target, the ABI
 ## check, every package in the VM on the default kernel, the device tests
 ## on the other kernels, and the race detector's runs.
-test: vet check-api test-unit test-unit-arm64 test-fuzz check-generate test-mlx5cmp test-vm test-device test-nodevice test-extprovider test-race
+test: vet check-api test-unit test-unit-arm64 test-fuzz check-generate test-mlx5cmp test-vm test-device test-nodevice test-extprovider test-arm64 test-race
 
 # The host phase runs on a machine without RDMA modules, as CI's and a
 # first-time user's: the TestNoRDMAHost tests check there what the docs
@@ -155,6 +155,17 @@ test-extprovider: deps
 	cd hack/extprovider && $(GOTEST) ./...
 	cd hack/extprovider && $(call vmtest,--kernel $(KERNEL),-v ./...,test-extprovider)
 
+## test-arm64: the device tests of the packages below in an arm64 VM
+## (vm run --arch arm64: Debian's arm64 kernel of ARM64_KERNEL under
+## qemu-system-aarch64 TCG, rdma-core's arm64 tools as the interop peers).
+## rxe0 is added there by bin/linux_arm64/rdmago.
+ARM64_KERNEL ?= bookworm
+ARM64_PKGS ?= ./uverbs ./cm ./rsocket ./provider/... ./qp ./mr ./cmd/rdmago/...
+bin/linux_arm64/rdmago:
+	GOARCH=arm64 CGO_ENABLED=0 $(GO) build -trimpath -o $@ ./cmd/rdmago
+test-arm64: deps bin/linux_arm64/rdmago
+	export GOARCH=arm64; $(call vmtest,--arch arm64 --kernel $(ARM64_KERNEL),-run '$(DEVICE_RUN)' $(ARM64_PKGS),test-arm64)
+
 ## test-kernels: everything on every kernel.
 test-kernels: deps test-unit
 	@set -e; for k in $(KERNELS); do \
@@ -249,17 +260,19 @@ bench-mlx5:
 
 ## test-pair: rping, rdma_server/rdma_client, rstream and mckey between two VMs (vm pair,
 ## KERNEL for both): rdmago serving rdma-core's client, rdma-core's server
-## serving rdmago, and rdmago on both sides. Each client waits 2 s for its
+## serving rdmago, and rdmago on both sides; then rping and rstream between
+## an x86 VM and an arm64 one (vm pair --arch-b arm64), Go on one side and
+## C on the other, both ways. Each client waits 2 s for its
 ## server. Logged to bin/test-pair.log; exits non-zero on any failure.
 PAIR_TIMEOUT ?= 90s
 .PHONY: test-pair
-test-pair: vm build
-	@set -uo pipefail; R=$(CURDIR)/bin/rdmago; A=10.0.5.1; S=1000; log=$(CURDIR)/bin/test-pair.log; : > $$log; \
+test-pair: vm build bin/linux_arm64/rdmago
+	@set -uo pipefail; R=$(CURDIR)/bin/rdmago; A=10.0.5.1; S=1000; log=$(CURDIR)/bin/test-pair.log; : > $$log; PF=; \
 	fails=0; t0=$$(date +%s); \
 	pair() { \
 		local name=$$1 a=$$2 b=$$3 out st t1 bad=""; shift 3; t1=$$(date +%s); \
 		echo "== pair ($(KERNEL)) $$name"; echo "   [a] $$a"; echo "   [b] sleep 2; $$b"; \
-		out=$$($(VM) pair --kernel $(KERNEL) --timeout $(PAIR_TIMEOUT) -- /bin/sh -c "$$a" ::: /bin/sh -c "sleep 2; exec $$b" 2>&1); st=$$?; \
+		out=$$($(VM) pair --kernel $(KERNEL) $$PF --timeout $(PAIR_TIMEOUT) -- /bin/sh -c "$$a" ::: /bin/sh -c "sleep 2; exec $$b" 2>&1); st=$$?; \
 		{ echo "== $$name"; printf '%s\n' "$$out"; } >> $$log; \
 		printf '%s\n' "$$out" | grep -v 'ping data: rdma-ping-' | sed 's/^/   /'; \
 		[ $$st -eq 0 ] || bad="vm pair exited with status $$st"; \
@@ -310,7 +323,20 @@ test-pair: vm build
 	pair "mckey: rdmago receiver, rdmago sender" \
 		"$$R mckey -m $$mg -b $$A" "$$R mckey -m $$mg -b 10.0.5.2 -s" \
 		1 "^\[a\] $$mk" 1 "^\[b\] $$mk" 1 '^\[a\] data transfers complete$$'; \
-	echo "== test-pair ($(KERNEL)): 12 pairs, $$fails failed, $$(( $$(date +%s) - t0 )) s; full output in $$log"; \
+	PF="--arch-b arm64"; RB=$(CURDIR)/bin/linux_arm64/rdmago; \
+	pair "x86 a, arm64 b: rping: rdmago server, rping client" \
+		"$$R rping -s -v -a $$A -S $$S" "/usr/bin/rping -c -V -v -C 10 -a $$A -S $$S" \
+		10 "$$pa[0-9]: " 1 "$$pa$$p9" 10 "$$pb[0-9]: " 1 "$$pb$$p9"; \
+	pair "x86 a, arm64 b: rping: rping server, rdmago client" \
+		"/usr/bin/rping -s -v -a $$A -S $$S" "$$RB rping -c -V -v -C 10 -a $$A -S $$S" \
+		10 "$$pa[0-9]: " 1 "$$pa$$p9" 10 "$$pb[0-9]: " 1 "$$pb$$p9"; \
+	pair "x86 a, arm64 b: rstream: rdmago server, rstream -T a client (4 KiB, verified)" \
+		"$$R rstream -S 4096 -C 200 -T v" "/usr/bin/rstream -s $$A -S 4096 -C 200 -T v -T a" \
+		2 "$$rs"; \
+	pair "x86 a, arm64 b: rstream: rstream server, rdmago client (64 KiB, verified)" \
+		"/usr/bin/rstream -S 65536 -C 20 -T v" "$$RB rstream -s $$A -S 65536 -C 20 -T v" \
+		2 "$$rs"; \
+	echo "== test-pair ($(KERNEL)): 16 pairs, $$fails failed, $$(( $$(date +%s) - t0 )) s; full output in $$log"; \
 	[ $$fails -eq 0 ]
 
 ## test-faults: RoCEv2 recovery between two VMs (vm pair, KERNEL for both)

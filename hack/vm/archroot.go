@@ -40,7 +40,7 @@ var archRootPackages = []string{
 }
 
 // busyboxApplets are the other programs tests run, served by busybox.
-var busyboxApplets = []string{"dmesg", "uname"}
+var busyboxApplets = []string{"dmesg", "uname", "sleep", "cat", "ls"}
 
 type archRootInfo struct {
 	Suite    string    `json:"suite"`
@@ -63,6 +63,20 @@ func (r *archRoot) busybox() string { return filepath.Join(r.root(), "usr/bin/bu
 // cache lacks it or the suite's packages have moved on. The kernel of the
 // same suite and arch is prepared first, so the package index is fresh.
 func prepareArchRoot(ctx context.Context, c *vmCache, suite, arch string) (*archRoot, error) {
+	r, err := prepareArchRootPackages(ctx, c, suite, arch)
+	if err != nil {
+		return nil, err
+	}
+	// Made on every run, so that a change to the list needs no rebuild.
+	for _, a := range busyboxApplets {
+		if err := os.Symlink("busybox", filepath.Join(r.root(), "usr/bin", a)); err != nil && !os.IsExist(err) {
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+func prepareArchRootPackages(ctx context.Context, c *vmCache, suite, arch string) (*archRoot, error) {
 	dir := c.path("archroot", suite+"-"+arch)
 	have, _ := loadArchRoot(dir)
 	if have != nil && time.Since(have.Resolved) < indexTTL {
@@ -153,11 +167,6 @@ func buildArchRoot(ctx context.Context, repo *aptRepo, dir string, info archRoot
 	}
 	if _, err := os.Stat(r.busybox()); err != nil {
 		return nil, fmt.Errorf("archroot: no busybox: %v", err)
-	}
-	for _, a := range busyboxApplets {
-		if err := os.Symlink("busybox", filepath.Join(r.root(), "usr/bin", a)); err != nil && !os.IsExist(err) {
-			return nil, err
-		}
 	}
 	if err := writeJSON(filepath.Join(dir, "info.json"), info); err != nil {
 		return nil, err

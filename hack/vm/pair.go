@@ -48,6 +48,7 @@ func cmdPair(args []string) int {
 	var o runOptions
 	o.register(fs)
 	kernelB := fs.String("kernel-b", "", "kernel for VM b (default: the same as --kernel)")
+	archB := fs.String("arch-b", "", "architecture of VM b (default: the same as --arch): two architectures on one link")
 	// One vCPU each: two VMs of two under TCG on a 2-core host boot in
 	// 3.5 s instead of 2.4 s, and move RDMA writes across more slowly.
 	o.smp = 1
@@ -90,7 +91,11 @@ so a client must retry until its server listens, or wait first:
 	if *kernelB != "" {
 		kernels[1] = *kernelB
 	}
-	return runPair(o, kernels, argvs)
+	archs := [2]string{o.arch, o.arch}
+	if *archB != "" {
+		archs[1] = *archB
+	}
+	return runPair(o, kernels, archs, argvs)
 }
 
 // splitPairArgs splits "CMD_A... ::: CMD_B..." at the first separator; a
@@ -125,7 +130,7 @@ func pairEnv(i int) []string {
 
 // runPair boots the two VMs, runs argvs[0] in a and argvs[1] in b, and
 // returns the exit status for vm.
-func runPair(o runOptions, kernels [2]string, argvs [2][]string) int {
+func runPair(o runOptions, kernels, archs [2]string, argvs [2][]string) int {
 	c, err := openCache()
 	if err != nil {
 		logf("%v", err)
@@ -140,13 +145,18 @@ func runPair(o runOptions, kernels [2]string, argvs [2][]string) int {
 	var plans [2]*vmPlan
 	for i := range plans {
 		req := guestRequest{argv: argvs[i], rdma: !o.noRDMA, net: guestNet{mac: pairMACs[i], addr: pairAddrs[i]}}
-		p, err := planVM(c, o, kernels[i], req, pairEnv(i))
+		oi := o
+		oi.arch = archs[i]
+		p, err := planVM(c, oi, kernels[i], req, pairEnv(i))
 		if err != nil {
 			logf("[%s] %v", pairNames[i], err)
 			return exitVMError
 		}
 		defer os.RemoveAll(p.ioDir)
 		p.cfg.accel = accel
+		if oi.arch == "arm64" {
+			p.cfg.accel = "tcg" // emulated on this x86 host, whatever KVM can do
+		}
 		plans[i] = p
 	}
 

@@ -147,10 +147,19 @@ func (c qemuConfig) args() []string {
 		// emulates slowly (64 KiB RDMA writes: 49 vs 75 MB/s).
 		a = append(a, "-accel", "tcg", "-cpu", "max,-erms", "-smp", fmt.Sprint(c.smp))
 	}
+	return append(a, c.devices()...)
+}
+
+// devices are the guest's console, 9p shares and NIC, the same on both
+// machines: virtio over PCI(e).
+func (c qemuConfig) devices() []string {
 	// signal=off: Ctrl-C on an interactive console goes to the guest; for
 	// vm run we own the signals and stop QEMU ourselves.
-	a = append(a, "-chardev", "stdio,id=con,signal=off", "-serial", "chardev:con")
+	a := []string{"-chardev", "stdio,id=con,signal=off", "-serial", "chardev:con"}
 	a = append(a, fsShare("hostroot", "/", true)...)
+	if c.archRoot != "" {
+		a = append(a, fsShare("archroot", c.archRoot, true)...)
+	}
 	a = append(a, fsShare("rdmagoio", c.ioDir, false)...)
 	for _, s := range c.rw {
 		a = append(a, fsShare(s.tag, s.path, false)...)
@@ -190,18 +199,7 @@ func (c qemuConfig) arm64Args() []string {
 	if c.icount {
 		a = append(a, "-icount", "shift=0,sleep=off")
 	}
-	a = append(a, "-chardev", "stdio,id=con,signal=off", "-serial", "chardev:con")
-	a = append(a, fsShare("hostroot", "/", true)...)
-	a = append(a, fsShare("archroot", c.archRoot, true)...)
-	a = append(a, fsShare("rdmagoio", c.ioDir, false)...)
-	for _, s := range c.rw {
-		a = append(a, fsShare(s.tag, s.path, false)...)
-	}
-	if c.nic != nil {
-		a = append(a, "-netdev", fmt.Sprintf("socket,id=n0,fd=%d", nicFD),
-			"-device", "virtio-net-pci,netdev=n0,romfile=,mac="+c.nic.mac)
-	}
-	return a
+	return append(a, c.devices()...)
 }
 
 // fsShare exports a host folder over virtio-9p. multidevs=remap gives files
