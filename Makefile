@@ -164,6 +164,7 @@ ARM64_PKGS ?= ./uverbs ./cm ./rsocket ./provider/... ./qp ./mr ./cmd/rdmago/...
 bin/linux_arm64/rdmago:
 	GOARCH=arm64 CGO_ENABLED=0 $(GO) build -trimpath -o $@ ./cmd/rdmago
 test-arm64: deps bin/linux_arm64/rdmago
+	@m=$$($(VM) run --arch arm64 --kernel $(ARM64_KERNEL) -- uname -m); echo "arm64 guest: uname -m: $$m"; [ "$$m" = aarch64 ]
 	export GOARCH=arm64; $(call vmtest,--arch arm64 --kernel $(ARM64_KERNEL),-run '$(DEVICE_RUN)' $(ARM64_PKGS),test-arm64)
 
 ## test-kernels: everything on every kernel.
