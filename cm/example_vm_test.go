@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/rdmago/rdma/cm"
-	"github.com/rdmago/rdma/internal/perftable"
 	"github.com/rdmago/rdma/internal/rdmatest"
 	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/uverbs"
@@ -63,13 +62,7 @@ func TestDeviceExamples(t *testing.T) {
 	t.Run("CreateEP", func(t *testing.T) {
 		done := make(chan struct{})
 		go func() { ExampleCreateEP_server(); close(done) }()
-		deadline := time.Now().Add(10 * time.Second)
-		for !perftable.CMListening(7471) {
-			if time.Now().After(deadline) {
-				t.Fatal("ExampleCreateEP_server did not listen on port 7471 within 10 s")
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		rdmatest.WaitCMListening(t, 7471) // ExampleCreateEP_server's
 		runExample(t, ExampleCreateEP_client, `16 bytes: "sixteen bytes!!!"`)
 		select {
 		case <-done:

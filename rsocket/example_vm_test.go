@@ -7,9 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"testing"
-	"time"
 
-	"github.com/rdmago/rdma/internal/perftable"
 	"github.com/rdmago/rdma/internal/rdmatest"
 	"github.com/rdmago/rdma/rsocket"
 )
@@ -25,17 +23,6 @@ func TestMain(m *testing.M) {
 		return
 	}
 	os.Exit(m.Run())
-}
-
-// waitCMListening waits until an rdma_cm ID listens on port.
-func waitCMListening(t *testing.T, port int) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !perftable.CMListening(port); {
-		if time.Now().After(deadline) {
-			t.Fatalf("nothing listens on port %d after 10 s", port)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // runExample runs an example and checks what it printed. A failing
@@ -65,7 +52,7 @@ func TestDeviceExamples(t *testing.T) {
 			srv.Process.Kill()
 			srv.Wait()
 		}()
-		waitCMListening(t, 8080)
+		rdmatest.WaitCMListening(t, 8080)
 		runExample(t, Example_httpClient, "hello over RDMA\n")
 	})
 

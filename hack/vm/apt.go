@@ -58,11 +58,7 @@ func newAptRepoArch(c *vmCache, suite, arch string) (*aptRepo, error) {
 	if !ok {
 		return nil, fmt.Errorf("unknown suite %q", suite)
 	}
-	name := suite
-	if arch != "amd64" {
-		name += "-" + arch
-	}
-	r := &aptRepo{suite: suite, arch: arch, dir: c.path("apt", name)}
+	r := &aptRepo{suite: suite, arch: arch, dir: c.path("apt", suiteKey(suite, arch))}
 	for _, d := range []string{"lists/partial", "cache/archives/partial"} {
 		if err := os.MkdirAll(filepath.Join(r.dir, d), 0o755); err != nil {
 			return nil, err
@@ -249,6 +245,17 @@ func packageClosure(ctx context.Context, repo *aptRepo, roots []string) (map[str
 		todo = next
 	}
 	return seen, nil
+}
+
+// unpackDebs unpacks each .deb into root with dpkg-deb -x: the packages'
+// files, without running their maintainer scripts.
+func unpackDebs(ctx context.Context, files []string, root string) error {
+	for _, f := range files {
+		if out, err := exec.CommandContext(ctx, "dpkg-deb", "-x", f, root).CombinedOutput(); err != nil {
+			return fmt.Errorf("dpkg-deb -x %s: %v\n%s", f, err, out)
+		}
+	}
+	return nil
 }
 
 // pinned lists packages as name=version, sorted, for apt-get download.

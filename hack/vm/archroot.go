@@ -153,10 +153,8 @@ func buildArchRoot(ctx context.Context, repo *aptRepo, dir string, info archRoot
 		return nil, err
 	}
 	files, _ := filepath.Glob(filepath.Join(debs, "*.deb"))
-	for _, f := range files {
-		if out, err := exec.CommandContext(ctx, "dpkg-deb", "-x", f, r.root()).CombinedOutput(); err != nil {
-			return nil, fmt.Errorf("dpkg-deb -x %s: %v\n%s", f, err, out)
-		}
+	if err := unpackDebs(ctx, files, r.root()); err != nil {
+		return nil, err
 	}
 	if err := mergeUsr(r.root()); err != nil {
 		return nil, err

@@ -380,10 +380,8 @@ func unpackKernel(ctx context.Context, debs, root, release string) error {
 	if len(files) == 0 {
 		return fmt.Errorf("no .deb files in %s", debs)
 	}
-	for _, f := range files {
-		if out, err := exec.CommandContext(ctx, "dpkg-deb", "-x", f, tmp).CombinedOutput(); err != nil {
-			return fmt.Errorf("dpkg-deb -x %s: %v\n%s", f, err, out)
-		}
+	if err := unpackDebs(ctx, files, tmp); err != nil {
+		return err
 	}
 	if err := linkModuleDirs(tmp, release); err != nil {
 		return err

@@ -258,9 +258,9 @@ func buildRDMACore(ctx context.Context, repo *aptRepo, dir string, info rdmaCore
 		if st, err := os.Stat(f); err == nil {
 			size += st.Size()
 		}
-		if out, err := exec.CommandContext(ctx, "dpkg-deb", "-x", f, r.root()).CombinedOutput(); err != nil {
-			return nil, fmt.Errorf("dpkg-deb -x %s: %v\n%s", f, err, out)
-		}
+	}
+	if err := unpackDebs(ctx, files, r.root()); err != nil {
+		return nil, err
 	}
 	if err := r.writeDrivers(); err != nil {
 		return nil, err

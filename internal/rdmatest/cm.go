@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/rdmago/rdma/cm"
+	"github.com/rdmago/rdma/internal/perftable"
 	"github.com/rdmago/rdma/internal/testenv"
 	"github.com/rdmago/rdma/mr"
 	"github.com/rdmago/rdma/qp"
@@ -247,4 +248,18 @@ func (p *CMPair) close(t testing.TB) {
 	}
 	Destroy(t, p.Client)
 	Destroy(t, p.Server)
+}
+
+// WaitCMListening waits until an rdma_cm ID listens on port, as the RDMA
+// netlink resource table shows it (rdma res show cm_id), and fails the
+// test after 10 s: a server started in a goroutine or another process
+// takes no connection before then.
+func WaitCMListening(t testing.TB, port int) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !perftable.CMListening(port); {
+		if time.Now().After(deadline) {
+			t.Fatalf("nothing listens on rdma_cm port %d after 10 s", port)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
