@@ -550,8 +550,10 @@ func (cq *CQ) Poll(wc []wr.Completion) (int, error) {
 		}
 		if cq.aheadN.Load() > 0 {
 			n = cq.takeAhead(wc)
+			n += cq.pollDevice(wc[n:])
+		} else {
+			n = cq.pollDevice(wc)
 		}
-		n += cq.pollDevice(wc[n:])
 		cq.rw.RUnlock()
 	}
 	if n < len(wc) && cq.softN.Load() > 0 {
@@ -569,32 +571,34 @@ func (cq *CQ) Poll(wc []wr.Completion) (int, error) {
 // empty: a program that stops polling on a short count and waits for the
 // next event must not leave a completion behind a probe.
 func (cq *CQ) pollDevice(wc []wr.Completion) int {
-	n := 0
-	for n < len(wc) {
+	n := uint(0) // unsigned: the compiler then proves wc[n:] in bounds
+	for n < uint(len(wc)) {
+		rest := wc[n:]
 		var m int
 		switch {
 		case cq.rxe != nil:
-			m = cq.rxe.Poll(wc[n:])
+			m = cq.rxe.Poll(rest)
 		case cq.mlx5 != nil:
-			m = cq.mlx5.Poll(wc[n:])
+			m = cq.mlx5.Poll(rest)
 		default:
-			m = cq.prov.Poll(wc[n:])
+			m = cq.prov.Poll(rest)
 		}
-		for i := range wc[n : n+m] {
-			if wc[n+i].Status != wr.Success {
-				cq.ctx.noteFailed(wc[n+i].QPNum)
+		done := rest[:m] // the one bounds check: a provider's count, not trusted
+		for i := range done {
+			if done[i].Status != wr.Success {
+				cq.ctx.noteFailed(done[i].QPNum)
 			}
 		}
 		got := m
 		if cq.probing.Load() > 0 {
-			got = cq.dropProbes(wc[n : n+m])
+			got = cq.dropProbes(done)
 		}
-		n += got
+		n += uint(got)
 		if got == m {
 			break // nothing taken out: the device had no more, or wc is full
 		}
 	}
-	return n
+	return int(n)
 }
 
 // takeSoft moves the library's own completions into wc.

@@ -30,13 +30,6 @@ func storeRecord(rec *uint32, raw uint32)
 //go:noescape
 func storeRelease(p *uint32, v uint32)
 
-// fromDeviceBarrier (udma_from_device_barrier) keeps loads after it (a
-// CQE's fields) from being satisfied before the load before it (the CQE's
-// owner byte) observed the device's write.
-//
-//go:noescape
-func fromDeviceBarrier()
-
 // wcFlush (mmio_flush_writes, which is also mmio_wc_start) orders stores
 // to write-combining memory (a UAR, a BlueFlame register) with every other
 // store and pushes the CPU's write-combining buffers out, so that one

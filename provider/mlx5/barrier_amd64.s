@@ -9,11 +9,6 @@ TEXT ·storeRecord(SB), NOSPLIT, $0-12
 	MOVL BX, (AX)
 	RET
 
-// udma_from_device_barrier: LFENCE, as rdma-core uses.
-TEXT ·fromDeviceBarrier(SB), NOSPLIT, $0-0
-	LFENCE
-	RET
-
 // mmio_flush_writes / mmio_wc_start: SFENCE orders write-combining stores
 // with all others and drains the WC buffers.
 TEXT ·wcFlush(SB), NOSPLIT, $0-0

@@ -141,16 +141,34 @@ func (cq *CQ) Poll(wc []wr.Completion) int {
 		return 0
 	}
 	r := resources{t: &cq.ctx.t, v1: cq.ctx.cqeVersion == cqeVersion1, ts: cq.ts}
-	n := 0
+	n := uint(0) // unsigned: the compiler then proves wc[n] in bounds
 	start := cq.ring.consIndex
-	for n < len(wc) {
+	for n < uint(len(wc)) {
 		cqe := cq.ring.swOwned(cq.ring.consIndex)
 		if cqe == nil {
 			break
 		}
 		cq.ring.consIndex++
 		fromDeviceBarrier()
-		if decodeCQE(cqe, &wc[n], &r) {
+		c := &wc[n]
+		// A send's completion on the QP the CQE before named, the
+		// common case of a send queue's CQ, is decoded here, as
+		// decodeCQE would (decodeReq): a call per CQE, with every live
+		// value spilled around it, costs a fifth of the rest.
+		if *(*uint8)(at(cqe, cqeOffOpOwn))>>cqeOpcodeShift == cqeReq && !r.ts {
+			sop := getBE32(at(cqe, cqeOffSopDropQPN))
+			qpn := sop & cqeQPNMask
+			if q := r.qp; q != nil && q.rsn == r.reqRsn(cqe, qpn) && q.sq != nil {
+				*c = wr.Completion{QPNum: qpn}
+				k := &reqCompletions[uint8(sop>>24)]
+				c.Opcode, c.Flags = k.opcode, k.flags
+				c.ByteLen = k.byteLen | getBE32(at(cqe, cqeOffByteCnt))&k.byteCnt
+				completeSend(q.sq, cqe, c)
+				n++
+				continue
+			}
+		}
+		if decodeCQE(cqe, c, &r) {
 			n++
 		}
 	}
@@ -158,7 +176,7 @@ func (cq *CQ) Poll(wc []wr.Completion) int {
 		setRecord(&cq.db[cqSetCI], cq.ring.consIndex&cqeConsIndexMask)
 	}
 	cq.mu.unlock()
-	return n
+	return int(n)
 }
 
 // ReqNotify arms the CQ from user space (mlx5_arm_cq): the arm word goes

@@ -1,7 +1,6 @@
 package mlx5
 
 import (
-	"encoding/binary"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -53,9 +52,8 @@ func (r *cqRing) cqe64(entry unsafe.Pointer) unsafe.Pointer {
 // of the word that holds it: the device writes it last, and the load must
 // happen anew on every poll.
 func loadOpOwn(cqe unsafe.Pointer) uint8 {
-	var b [4]byte
-	binary.NativeEndian.PutUint32(b[:], atomic.LoadUint32((*uint32)(at(cqe, cqeOffWQECounter))))
-	return b[3]
+	// The word's last byte in memory is its low byte read big-endian.
+	return uint8(toBE32(atomic.LoadUint32((*uint32)(at(cqe, cqeOffWQECounter)))))
 }
 
 // swOwned returns the 64-byte CQE of entry n if software owns it, else
@@ -129,13 +127,21 @@ type resources struct {
 
 // qpByRsn finds a QP by its resource number: the user index with CQE
 // version 1, the QP number with version 0.
+// The last QP's check is inlined into its callers, the lookup is not: a
+// poll's completions mostly name the QP the one before named.
 func (r *resources) qpByRsn(rsn uint32) *QP {
-	if r.qp == nil || r.qp.rsn != rsn {
-		if r.v1 {
-			r.qp = r.t.uidx.get(rsn)
-		} else {
-			r.qp = r.t.qps.get(rsn)
-		}
+	if q := r.qp; q != nil && q.rsn == rsn {
+		return q
+	}
+	return r.lookupQP(rsn)
+}
+
+// lookupQP is qpByRsn's table lookup.
+func (r *resources) lookupQP(rsn uint32) *QP {
+	if r.v1 {
+		r.qp = r.t.uidx.get(rsn)
+	} else {
+		r.qp = r.t.qps.get(rsn)
 	}
 	return r.qp
 }
@@ -155,12 +161,37 @@ func (r *resources) xsrqByUidx(uidx uint32) *SRQ {
 	return r.srq
 }
 
-// reqQP is the QP a requester CQE names.
-func (r *resources) reqQP(cqe unsafe.Pointer, qpn uint32) *QP {
+// reqRsn is the resource number of the QP a requester CQE names: its user
+// index with CQE version 1, else its number.
+func (r *resources) reqRsn(cqe unsafe.Pointer, qpn uint32) uint32 {
 	if r.v1 {
-		return r.qpByRsn(getBE32(at(cqe, cqeOffSrqnUidx)) & cqeSrqnUidxMask)
+		return getBE32(at(cqe, cqeOffSrqnUidx)) & cqeSrqnUidxMask
 	}
-	return r.qpByRsn(qpn)
+	return qpn
+}
+
+// reqCompletion is what a requester CQE's opcode (the WQE's, in
+// sop_drop_qpn's top byte) makes of a completion: rdma-core's
+// handle_good_req as a table, which costs a load where its switch costs a
+// chain of compares. Opcodes it does not name complete as sends with no
+// flags, as there.
+type reqCompletion struct {
+	opcode  wr.WCOpcode
+	flags   wr.WCFlags
+	byteLen uint32 // the atomics' operand size
+	byteCnt uint32 // all ones where byte_cnt is the length (a read)
+}
+
+var reqCompletions = [256]reqCompletion{
+	opRDMAWriteImm: {opcode: wr.WCRDMAWrite, flags: wr.WCWithImm},
+	opRDMAWrite:    {opcode: wr.WCRDMAWrite},
+	opSendImm:      {opcode: wr.WCSend, flags: wr.WCWithImm},
+	opSend:         {opcode: wr.WCSend},
+	opSendInval:    {opcode: wr.WCSend},
+	opRDMARead:     {opcode: wr.WCRDMARead, byteCnt: ^uint32(0)},
+	opAtomicCS:     {opcode: wr.WCCompSwap, byteLen: atomicOperandSz},
+	opAtomicFA:     {opcode: wr.WCFetchAdd, byteLen: atomicOperandSz},
+	opTSO:          {opcode: wr.WCTSO},
 }
 
 // decodeCQE turns the software-owned CQE at cqe into c, and retires the
@@ -179,34 +210,11 @@ func decodeCQE(cqe unsafe.Pointer, c *wr.Completion, r *resources) bool {
 
 	switch opcode := opOwn >> cqeOpcodeShift; opcode {
 	case cqeReq:
-		qp := r.reqQP(cqe, qpn)
+		qp := r.qpByRsn(r.reqRsn(cqe, qpn))
 		if qp == nil || qp.sq == nil {
 			return false
 		}
-		switch uint8(sopDropQPN >> 24) {
-		case opRDMAWriteImm:
-			c.Flags |= wr.WCWithImm
-			c.Opcode = wr.WCRDMAWrite
-		case opRDMAWrite:
-			c.Opcode = wr.WCRDMAWrite
-		case opSendImm:
-			c.Flags |= wr.WCWithImm
-			c.Opcode = wr.WCSend
-		case opSend, opSendInval:
-			c.Opcode = wr.WCSend
-		case opRDMARead:
-			c.Opcode = wr.WCRDMARead
-			c.ByteLen = getBE32(at(cqe, cqeOffByteCnt))
-		case opAtomicCS:
-			c.Opcode = wr.WCCompSwap
-			c.ByteLen = atomicOperandSz
-		case opAtomicFA:
-			c.Opcode = wr.WCFetchAdd
-			c.ByteLen = atomicOperandSz
-		case opTSO:
-			c.Opcode = wr.WCTSO
-		}
-		completeSend(qp.sq, cqe, c)
+		decodeReq(cqe, c, qp.sq, sopDropQPN)
 
 	case cqeRespWrImm, cqeRespSend, cqeRespSendIm, cqeRespSendIn:
 		c.ByteLen = getBE32(at(cqe, cqeOffByteCnt))
@@ -244,7 +252,7 @@ func decodeCQE(cqe unsafe.Pointer, c *wr.Completion, r *resources) bool {
 		c.Status = syndromeStatus(*(*uint8)(at(cqe, errOffSyndrome)))
 		c.VendorErr = uint32(*(*uint8)(at(cqe, errOffVendorSynd)))
 		if opcode == cqeReqErr {
-			qp := r.reqQP(cqe, qpn)
+			qp := r.qpByRsn(r.reqRsn(cqe, qpn))
 			if qp == nil || qp.sq == nil {
 				return false
 			}
@@ -263,6 +271,15 @@ func decodeCQE(cqe unsafe.Pointer, c *wr.Completion, r *resources) bool {
 		c.Timestamp = getBE64(at(cqe, cqeOffTimestamp))
 	}
 	return true
+}
+
+// decodeReq fills c, already cleared and holding the QP number, from a
+// successful requester CQE of sq's.
+func decodeReq(cqe unsafe.Pointer, c *wr.Completion, sq *sendQueue, sopDropQPN uint32) {
+	k := &reqCompletions[uint8(sopDropQPN>>24)]
+	c.Opcode, c.Flags = k.opcode, k.flags
+	c.ByteLen = k.byteLen | getBE32(at(cqe, cqeOffByteCnt))&k.byteCnt
+	completeSend(sq, cqe, c)
 }
 
 // completeSend takes the ID of the send WQE a CQE names and moves the

@@ -165,8 +165,7 @@ func (b *qpBuilder) Finish(c provider.Created) (provider.QP, error) {
 			maxInl:  b.sq.maxInline,
 			qpn:     c.QPNum,
 			typ:     b.attr.Type,
-			wrid:    make([]uint64, b.sq.wqeCnt),
-			wqeHead: make([]uint32, b.sq.wqeCnt),
+			recs:    make([]wqeRecord, b.sq.wqeCnt),
 		}
 		if b.attr.SignalAll {
 			qp.sq.sigBits = ctrlCQUpdate

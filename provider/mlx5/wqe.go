@@ -154,9 +154,16 @@ type sendQueue struct {
 	typ     qp.Type
 	sigBits uint8 // ctrlCQUpdate when every request signals (sq_sig_all)
 	// Per WQE, indexed by its first BB: the caller's ID and the head count
-	// after it, which a completion makes the new tail.
-	wrid    []uint64
-	wqeHead []uint32
+	// after it, which a completion makes the new tail (rdma-core's wrid and
+	// wqe_head, one slice here so that a completion finds both with one
+	// address computation).
+	recs []wqeRecord
+}
+
+// wqeRecord is what a send WQE leaves for its completion.
+type wqeRecord struct {
+	id   uint64 // the work request's ID
+	head uint32 // the send queue's head count after the WQE
 }
 
 func (sq *sendQueue) bb(idx uint32) unsafe.Pointer {
@@ -308,26 +315,21 @@ func (sq *sendQueue) putCtrl(ctrl unsafe.Pointer, op wr.Opcode, ds, fmCeSe, imm 
 	putBE64(at(ctrl, 8), uint64(fmCeSe)<<32|uint64(imm))
 }
 
-// record keeps the ID and head count of the WQE at BB idx, which is below
-// wqeCnt, the length of both slices, by construction: no bounds checks.
+// record keeps the ID and head count of the WQE at BB idx.
 func (sq *sendQueue) record(idx uint32, id uint64, head uint32) {
-	p := (*uint64)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(sq.wrid)), uintptr(idx)*8))
-	h := (*uint32)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(sq.wqeHead)), uintptr(idx)*4))
+	r := sq.recordAt(idx)
 	if raceEnabled {
-		atomic.StoreUint64(p, id)
-		atomic.StoreUint32(h, head)
+		atomic.StoreUint64(&r.id, id)
+		atomic.StoreUint32(&r.head, head)
 		return
 	}
-	*p, *h = id, head
+	r.id, r.head = id, head
 }
 
-// retired returns the ID and head count of the WQE at BB idx (masked).
-func (sq *sendQueue) retired(idx uint32) (uint64, uint32) {
-	idx &= sq.wqeCnt - 1
-	if raceEnabled {
-		return atomic.LoadUint64(&sq.wrid[idx]), atomic.LoadUint32(&sq.wqeHead[idx])
-	}
-	return sq.wrid[idx], sq.wqeHead[idx]
+// recordAt returns the record of the WQE at BB idx, which is below wqeCnt,
+// the length of recs, by construction (masked): no bounds check.
+func (sq *sendQueue) recordAt(idx uint32) *wqeRecord {
+	return (*wqeRecord)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(sq.recs)), uintptr(idx)*unsafe.Sizeof(wqeRecord{})))
 }
 
 // writeGather writes a data segment for each non-empty SGE (8 bytes for

@@ -174,7 +174,7 @@ func testSQ(typ qp.Type, qpn, wqeCnt, start uint32, sigAll bool, buf []byte) *se
 	sq := &sendQueue{
 		start: base, qend: unsafe.Add(base, uintptr(wqeCnt)*sendWQEBB), wqeCnt: wqeCnt, curPost: start,
 		maxPost: 1 << 20, maxGS: 16, maxInl: 1024, qpn: qpn, typ: typ,
-		wrid: make([]uint64, wqeCnt), wqeHead: make([]uint32, wqeCnt),
+		recs: make([]wqeRecord, wqeCnt),
 	}
 	if sigAll {
 		sq.sigBits = ctrlCQUpdate
@@ -220,8 +220,8 @@ func TestWQEVectors(t *testing.T) {
 				if ctrl != sq.bb(idx) || ds != wv.wantDS || sq.curPost != wv.wantPost {
 					t.Errorf("request %d: ds %d, post %#x; want ds %d, post %#x", j, ds, sq.curPost, wv.wantDS, wv.wantPost)
 				}
-				if sq.wrid[idx] != wv.id || sq.wqeHead[idx] != uint32(j) {
-					t.Errorf("request %d: wrid[%d] = %d, wqe_head %d", j, idx, sq.wrid[idx], sq.wqeHead[idx])
+				if r := sq.recs[idx]; r.id != wv.id || r.head != uint32(j) {
+					t.Errorf("request %d: wrid[%d] = %d, wqe_head %d", j, idx, r.id, r.head)
 				}
 				runtime.KeepAlive(wv.inline)
 			}
@@ -277,11 +277,10 @@ func TestRecvVectors(t *testing.T) {
 func cqeFixture(t *testing.T) (*resources, *QP, *SRQ) {
 	tb := new(tables)
 	qp := &QP{num: fixQPN,
-		sq: &sendQueue{wqeCnt: fixSQCnt, wrid: make([]uint64, fixSQCnt), wqeHead: make([]uint32, fixSQCnt)},
+		sq: &sendQueue{wqeCnt: fixSQCnt, recs: make([]wqeRecord, fixSQCnt)},
 		rq: &recvQueue{wqeCnt: fixRQCnt, wrid: make([]uint64, fixRQCnt)}}
 	for i := range fixSQCnt {
-		qp.sq.wrid[i] = fixSQID + uint64(i)
-		qp.sq.wqeHead[i] = fixWQEHead + uint32(i)
+		qp.sq.recs[i] = wqeRecord{id: fixSQID + uint64(i), head: fixWQEHead + uint32(i)}
 	}
 	for i := range fixRQCnt {
 		qp.rq.wrid[i] = fixRQID + uint64(i)

@@ -120,10 +120,13 @@ func (cq *CQ) Poll(wc []wr.Completion) int {
 	q := cq.q
 	cons := q.consumer()
 	n := 0
-	for n < len(wc) && !q.empty(cons) {
-		decodeWC(&wc[n], (*abi.IbUverbsWc)(q.elem(cons)))
+	for i := range wc { // a range loop: the compiler proves wc[i] in bounds
+		if q.empty(cons) {
+			break
+		}
+		decodeWC(&wc[i], (*abi.IbUverbsWc)(q.elem(cons)))
 		cons = (cons + 1) & q.mask
-		n++
+		n = i + 1
 	}
 	if n > 0 {
 		q.release(cons)

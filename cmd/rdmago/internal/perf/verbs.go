@@ -182,7 +182,7 @@ func (r *perfRun) main(ctx context.Context) int {
 	}
 	var err error
 	if r.uctx, err = dev.Open(); err != nil {
-		return r.failf(" Couldn't get context for the device")
+		return r.stepFailf(err, " Couldn't get context for the device")
 	}
 	o.devName = dev.Name
 	o.transport = perfTransportStr(dev.Transport)
