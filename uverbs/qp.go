@@ -361,6 +361,31 @@ func (q *QP) PostSend(wrs []wr.SendWR) (int, error) {
 	if q.dead.Load() {
 		return 0, ErrClosed
 	}
+	// One test for the common case; the refusals and UD's address
+	// handles are checked out of line, so that this path keeps its
+	// values in registers.
+	if q.State() <= qp.StateRTR || q.typ == qp.XRCRecv || q.typ == qp.UD || len(wrs) == 0 {
+		return q.postSendChecked(wrs)
+	}
+	// post, by hand: one call fewer per request.
+	var n int
+	var err error
+	switch {
+	case q.rxe != nil:
+		n, err = q.rxe.PostSend(wrs)
+	case q.mlx5 != nil:
+		n, err = q.mlx5.PostSend(wrs)
+	default:
+		n, err = q.prov.PostSend(wrs)
+	}
+	if err != nil {
+		return n, postErr("post send", n, err)
+	}
+	return n, nil
+}
+
+// postSendChecked is PostSend for a QP that cannot send or a UD QP.
+func (q *QP) postSendChecked(wrs []wr.SendWR) (int, error) {
 	switch q.State() {
 	case qp.StateReset, qp.StateInit, qp.StateRTR:
 		return 0, &PostError{Op: "post send", Err: fmt.Errorf("QP %d is in state %v: %w", q.num, q.State(), unix.EINVAL)}

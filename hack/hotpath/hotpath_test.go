@@ -59,6 +59,8 @@ var mustInlineArch = map[string]map[string][]string{
 var hot = map[string]map[string]int{
 	"provider/mlx5": {
 		"(*QP).PostSend":     0,
+		"(*QP).postList":     0,
+		"(*QP).ring":         0,
 		"(*sendQueue).write": 0,
 		"(*QP).PostRecv":     0,
 		"(*CQ).Poll":         0,

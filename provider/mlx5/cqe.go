@@ -40,7 +40,7 @@ func (r *cqRing) size() uintptr { return 1 << r.shift }
 
 // entry returns entry n, the whole 64 or 128 bytes.
 func (r *cqRing) entry(n uint32) unsafe.Pointer {
-	return unsafe.Add(r.buf, uintptr(n&(r.ncqe-1))<<r.shift)
+	return unsafe.Add(r.buf, uintptr(n&(r.ncqe-1))<<(r.shift&7))
 }
 
 // cqe64 returns the 64-byte CQE of an entry.
@@ -59,7 +59,7 @@ func loadOpOwn(cqe unsafe.Pointer) uint8 {
 // swOwned returns the 64-byte CQE of entry n if software owns it, else
 // nil.
 func (r *cqRing) swOwned(n uint32) unsafe.Pointer {
-	cqe := unsafe.Add(r.buf, uintptr(n&(r.ncqe-1))<<r.shift+uintptr(r.off64))
+	cqe := unsafe.Add(r.buf, uintptr(n&(r.ncqe-1))<<(r.shift&7)+uintptr(r.off64)) // &7: no check for a shift past 63
 	if swOwns(loadOpOwn(cqe), n, r.ncqe) {
 		return cqe
 	}
