@@ -17,7 +17,7 @@ STATICCHECK_VERSION ?= v0.8.2
 export CGO_ENABLED := 0
 SHELL := /bin/bash
 
-.PHONY: all build vm testlog deps test test-unit-arm64 test-arm64 bin/linux_arm64/rdmago test-extprovider check-api test-mlx5cmp bench-mlx5cmp test-unit test-fuzz test-race fuzz stress test-vm test-device test-nodevice test-kernels demo bench generate check-generate lint vet clean
+.PHONY: all build vm testlog deps test pgo bench-mlx5cmp-pgo test-unit-arm64 test-arm64 bin/linux_arm64/rdmago test-extprovider check-api test-mlx5cmp bench-mlx5cmp test-unit test-fuzz test-race fuzz stress test-vm test-device test-nodevice test-kernels demo bench generate check-generate lint vet clean
 
 all: build
 
@@ -192,24 +192,54 @@ bench: deps build
 	$(MAKE) bench-mlx5
 	$(MAKE) bench-mlx5cmp
 
+## pgo: write cmd/rdmago/default.pgo, the profile go build then uses for
+## rdmago (profile-guided optimisation): CPU profiles of every rdmago
+## process of bin/bench's perftest, rstream and cmtime rows, in one VM
+## boot under the instruction-counting clock, merged. Not committed: on
+## rxe it moved no row (docs/performance.md).
+pgo: deps build
+	$(GO) build -o bin/bench ./hack/bench
+	rm -rf .cache/pgo && mkdir -p .cache/pgo
+	$(VM) run --icount --kernel $(KERNEL) --timeout 60m --rw $(CURDIR)/.cache/pgo \
+		--env RDMAGO_CPUPROFILE=$(CURDIR)/.cache/pgo/%p.pprof -- \
+		$(CURDIR)/bin/bench -reps $(BENCH_REPS) $(CURDIR)/bin/rdmago table rstream cmtime
+	$(GO) tool pprof -proto .cache/pgo/*.pprof > cmd/rdmago/default.pgo.tmp
+	mv cmd/rdmago/default.pgo.tmp cmd/rdmago/default.pgo
+
 ## bench-mlx5cmp: instructions per post and per polled completion of
 ## rdma-core's libmlx5 (ibv_post_send, ibv_poll_cq) against rdmago
 ## (uverbs.QP.PostSend, CQ.Poll) on hack/mlx5cmp's fake mlx5 device, in one
 ## VM boot under the instruction-counting clock, BENCH_REPS alternating runs
 ## each (docs/performance.md, mlx5).
 MLX5CMP_BENCH_N ?= 20000
+MLX5CMP_SIDES ?= c go
 bench-mlx5cmp: deps
 	@mkdir -p bin/mlx5cmp
 	$(GO) build -o bin/mlx5cmp/mlx5cmp ./hack/mlx5cmp
 	$(GO) build -o bin/mlx5cmp/bench-go ./hack/mlx5cmp/scenario/gobench
 	gcc -O2 -Wall -Wextra -o bin/mlx5cmp/bench-c hack/mlx5cmp/scenario/bench.c hack/mlx5cmp/scenario/common.c -libverbs
 	$(VM) run --icount --kernel $(KERNEL) --timeout 20m -- /bin/sh -c 'cd hack/mlx5cmp && \
-		for i in $$(seq $(BENCH_REPS)); do for s in c go; do \
+		for i in $$(seq $(BENCH_REPS)); do for s in $(MLX5CMP_SIDES); do \
 			timeout 300 $(CURDIR)/bin/mlx5cmp/mlx5cmp run -profile testdata/cx6.json -o /dev/null -- \
 				$(CURDIR)/bin/mlx5cmp/bench-$$s $(MLX5CMP_BENCH_N) >/tmp/bench.out 2>&1; \
 			grep -q "^bench " /tmp/bench.out || { cat /tmp/bench.out; exit 1; }; \
 			sed "s/^/$$s $$i: /" /tmp/bench.out; \
 		done; done'
+
+## bench-mlx5cmp-pgo: what profile-guided optimisation gives a program
+## built on the library: bench-go profiled on the fake mlx5 device, built
+## again with that profile, and both against libmlx5 under the
+## instruction-counting clock (docs/performance.md).
+bench-mlx5cmp-pgo: deps
+	@mkdir -p bin/mlx5cmp .cache/pgo-mlx5
+	$(GO) build -o bin/mlx5cmp/mlx5cmp ./hack/mlx5cmp
+	$(GO) build -o bin/mlx5cmp/bench-go ./hack/mlx5cmp/scenario/gobench
+	gcc -O2 -Wall -Wextra -o bin/mlx5cmp/bench-c hack/mlx5cmp/scenario/bench.c hack/mlx5cmp/scenario/common.c -libverbs
+	$(VM) run --icount --kernel $(KERNEL) --timeout 20m --rw $(CURDIR)/.cache/pgo-mlx5 -- /bin/sh -c 'cd hack/mlx5cmp && \
+		BENCH_GO_CPUPROFILE=$(CURDIR)/.cache/pgo-mlx5/bench-go.pprof timeout 600 $(CURDIR)/bin/mlx5cmp/mlx5cmp run \
+			-profile testdata/cx6.json -o /dev/null -- $(CURDIR)/bin/mlx5cmp/bench-go 200000 >/dev/null'
+	$(GO) build -pgo=$(CURDIR)/.cache/pgo-mlx5/bench-go.pprof -o bin/mlx5cmp/bench-go-pgo ./hack/mlx5cmp/scenario/gobench
+	$(MAKE) bench-mlx5cmp MLX5CMP_SIDES="c go go-pgo"
 
 ## generate: regenerate what is generated (go generate ./...): the kernel ABI
 ## from the pinned uapi headers, the mlx5 golden vectors, the doctor's table.

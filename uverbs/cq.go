@@ -39,7 +39,13 @@ type CompChannel struct {
 	directN   int
 	directErr error
 	directFor time.Duration // the next sleep's bound (under mu)
-	closed    atomic.Bool
+	// directMiss counts, saturating at 3, the direct waits whose first
+	// read found no event, less those whose did; from 2 on a wait sleeps
+	// in ppoll before it reads, but for a read first every
+	// directProbeEvery waits (directProbe counts them), which may bring
+	// the count down again (under mu).
+	directMiss, directProbe uint8
+	closed                  atomic.Bool
 	// useMu is held shared while the channel's descriptor number is in a
 	// command (CreateCQ), exclusively by Close.
 	useMu sync.RWMutex

@@ -299,6 +299,20 @@ func TestDeviceGetEventDirect(t *testing.T) {
 	}
 	ch.SetReadDeadline(time.Time{})
 
+	// The quiet waits above found no event at their first read, so the
+	// channel now sleeps before it reads; round trips whose event is
+	// queued before the wait are still delivered, and the periodic first
+	// read finds them queued, which turns the order back.
+	if m := uverbs.DirectMiss(ch); m < 2 {
+		t.Errorf("after quiet waits the miss count is %d, want 2 or more (sleep first)", m)
+	}
+	for range 4 * 8 {
+		roundTrip()
+	}
+	if m := uverbs.DirectMiss(ch); m != 0 {
+		t.Errorf("after round trips whose events were queued the miss count is %d, want 0 (read first)", m)
+	}
+
 	// Closing the channel ends a wait in progress.
 	c2, err := r.Ctx.NewCompChannel()
 	if err != nil {

@@ -11,3 +11,11 @@ func CreateCQKernelFlags(c *Context, attr CQAttr) (*CQ, error) { return c.create
 
 // HandleOf is a PD's kernel handle, which the device tests log.
 func HandleOf(pd *PD) uint32 { return pd.handle }
+
+// DirectMiss is the channel's count of direct waits that found no event
+// at their first read (which decides whether a wait reads first).
+func DirectMiss(ch *CompChannel) uint8 {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	return ch.directMiss
+}

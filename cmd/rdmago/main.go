@@ -8,6 +8,9 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
+	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/rdmago/rdma/cmd/rdmago/internal/cmtime"
@@ -38,7 +41,41 @@ var commands = command.NewSet(
 var version string
 
 func main() {
-	os.Exit(rdmago(os.Args[1:], os.Stdout, os.Stderr))
+	stop := startProfile(os.Getenv(cpuProfileEnv), os.Stderr)
+	status := rdmago(os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(status)
+}
+
+// cpuProfileEnv names a file for a CPU profile of the whole run, "%p" in
+// it replaced by the process ID: how make pgo collects cmd/rdmago's
+// default.pgo from the benchmarks' processes, servers and clients alike
+// (docs/performance.md, "Profile-guided optimisation").
+const cpuProfileEnv = "RDMAGO_CPUPROFILE"
+
+// startProfile starts a CPU profile into the file path names, when it
+// names one, and returns what stops it.
+func startProfile(path string, stderr io.Writer) (stop func()) {
+	if path == "" {
+		return func() {}
+	}
+	path = strings.ReplaceAll(path, "%p", strconv.Itoa(os.Getpid()))
+	f, err := os.Create(path)
+	if err != nil {
+		fmt.Fprintf(stderr, "rdmago: %s: %v\n", cpuProfileEnv, err)
+		return func() {}
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		fmt.Fprintf(stderr, "rdmago: %s: %v\n", cpuProfileEnv, err)
+		f.Close()
+		return func() {}
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			fmt.Fprintf(stderr, "rdmago: %s: %v\n", cpuProfileEnv, err)
+		}
+	}
 }
 
 // rdmago runs the command line (without the program name) and returns the
