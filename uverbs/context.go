@@ -258,10 +258,10 @@ func registerQP(c *Context, q *QP) bool {
 }
 
 // qpByNum returns the live QP with number n, or nil.
-func (c *Context) qpByNum(n uint32) *QP {
-	c.reg.mu.Lock()
-	defer c.reg.mu.Unlock()
-	return c.reg.byQPN[n].Value()
+func (r *registry) qpByNum(n uint32) *QP {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.byQPN[n].Value()
 }
 func registerSRQ(c *Context, s *SRQ) bool { return register(c.reg, c.reg.srqs, s.object, s) }
 func (c *Context) cqByID(id uint64) *CQ   { return lookup(c.reg, c.reg.cqs, id) }

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rdmago/rdma/internal/abi"
+	"github.com/rdmago/rdma/internal/failnote"
 	"github.com/rdmago/rdma/internal/pollctx"
 	"github.com/rdmago/rdma/provider"
 	"github.com/rdmago/rdma/provider/mlx5"
@@ -384,8 +385,11 @@ type CQ struct {
 	rxe     *rxe.CQ
 	mlx5    *mlx5.CQ
 	channel *CompChannel
-	cqe     int
-	single  bool // SingleThreaded: Poll skips rw
+	// notesFailed: the provider calls Context.noteFailed for each failed
+	// completion as it polls (internal/failnote).
+	notesFailed bool
+	cqe         int
+	single      bool // SingleThreaded: Poll skips rw
 	// soft holds completions the library made itself (receives posted to
 	// a QP in the error state); Poll returns them after the device's.
 	softMu sync.Mutex
@@ -525,6 +529,9 @@ func (c *Context) createCQ(attr CQAttr, kernelOnly bool) (*CQ, error) {
 		return nil, err
 	}
 	cq.rxe, cq.mlx5 = concrete[*rxe.CQ, *mlx5.CQ](cq.prov)
+	// The module's providers note failed QPs as they decode; pollDevice
+	// looks for them itself only in other providers' completions.
+	cq.notesFailed = failnote.Install(cq.prov, c.reg.noteFailed)
 	if err := registered(registerCQ(c, cq), cq.object, "create CQ"); err != nil {
 		return nil, err
 	}
@@ -590,9 +597,11 @@ func (cq *CQ) pollDevice(wc []wr.Completion) int {
 			m = cq.prov.Poll(rest)
 		}
 		done := rest[:m] // the one bounds check: a provider's count, not trusted
-		for i := range done {
-			if done[i].Status != wr.Success {
-				cq.ctx.noteFailed(done[i].QPNum)
+		if !cq.notesFailed {
+			for i := range done {
+				if done[i].Status != wr.Success {
+					cq.ctx.noteFailed(done[i].QPNum)
+				}
 			}
 		}
 		got := m
@@ -624,8 +633,13 @@ func (cq *CQ) take(q *[]wr.Completion, n *atomic.Int32, wc []wr.Completion) int 
 // noteFailed records that an RC QP showed an error completion: the device
 // has moved it to the error state, where receives are flushed by the
 // library (QP.PostRecv).
-func (c *Context) noteFailed(qpn uint32) {
-	if q := c.qpByNum(qpn); q != nil && q.typ == qp.RC {
+func (c *Context) noteFailed(qpn uint32) { c.reg.noteFailed(qpn) }
+
+// noteFailed is Context.noteFailed, on the registry so that a provider's
+// CQ holding it (internal/failnote) does not keep the Context reachable
+// from what releases a dropped one.
+func (r *registry) noteFailed(qpn uint32) {
+	if q := r.qpByNum(qpn); q != nil && q.typ == qp.RC {
 		q.failed.Store(true)
 	}
 }

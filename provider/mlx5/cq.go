@@ -7,6 +7,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rdmago/rdma/internal/abi"
+	"github.com/rdmago/rdma/internal/failnote"
 	"github.com/rdmago/rdma/provider"
 	"github.com/rdmago/rdma/wr"
 )
@@ -128,6 +129,20 @@ type CQ struct {
 	armDB unsafe.Pointer
 	uar   *dynUAR
 	ts    bool // completions carry the CQE's timestamp
+	// onError, set by uverbs before the first poll (internal/failnote),
+	// is called with the QP number of each failed completion Poll
+	// returns.
+	onError func(qpn uint32)
+}
+
+func init() {
+	failnote.Register(func(cq any, fn func(uint32)) bool {
+		c, ok := cq.(*CQ)
+		if ok {
+			c.onError = fn
+		}
+		return ok
+	})
 }
 
 // Poll consumes up to len(wc) completions, as rdma-core's poll_cq does:
@@ -140,7 +155,7 @@ func (cq *CQ) Poll(wc []wr.Completion) int {
 		cq.mu.unlock()
 		return 0
 	}
-	r := resources{t: &cq.ctx.t, v1: cq.ctx.cqeVersion == cqeVersion1, ts: cq.ts}
+	r := resources{t: &cq.ctx.t, v1: cq.ctx.cqeVersion == cqeVersion1, ts: cq.ts, onError: cq.onError}
 	n := uint(0) // unsigned: the compiler then proves wc[n] in bounds
 	start := cq.ring.consIndex
 	for n < uint(len(wc)) {

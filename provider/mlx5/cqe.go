@@ -123,6 +123,8 @@ type resources struct {
 	ts  bool // copy the CQE's timestamp into the completion
 	qp  *QP
 	srq *SRQ
+	// onError is the CQ's (CQ.onError).
+	onError func(qpn uint32)
 }
 
 // qpByRsn finds a QP by its resource number: the user index with CQE
@@ -259,6 +261,9 @@ func decodeCQE(cqe unsafe.Pointer, c *wr.Completion, r *resources) bool {
 			completeSend(qp.sq, cqe, c)
 		} else if !completeRecv(cqe, c, r, qpn) {
 			return false
+		}
+		if r.onError != nil {
+			r.onError(qpn)
 		}
 
 	default:

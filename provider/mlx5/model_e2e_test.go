@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"slices"
 	"testing"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rdmago/rdma/internal/failnote"
 	"github.com/rdmago/rdma/provider"
 	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/wr"
@@ -329,8 +331,17 @@ func TestModelErrors(t *testing.T) {
 		{ID: 3, Opcode: wr.OpRDMAWrite, Flags: wr.Signaled, SGList: []wr.SGE{{Addr: a, Length: 8, LKey: k}}, Remote: wr.Remote{Addr: a, RKey: k}},
 	})
 	mustPost(t, n, err, 3)
+	// uverbs' note of failed QPs (internal/failnote): once per failed
+	// completion, with its QP's number, before Poll returns it.
+	var noted []uint32
+	if !failnote.Install(p.cqa, func(qpn uint32) { noted = append(noted, qpn) }) {
+		t.Fatal("failnote.Install does not take an mlx5 CQ")
+	}
 	p.h.run()
 	cs := pollN(t, p.cqa, 5)
+	if len(noted) != 5 || slices.ContainsFunc(noted, func(n uint32) bool { return n != p.a.num }) {
+		t.Errorf("failed completions noted for QPs %v, want QP %d five times", noted, p.a.num)
+	}
 	want := []struct {
 		id     uint64
 		status wr.Status

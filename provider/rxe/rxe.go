@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rdmago/rdma/internal/abi"
+	"github.com/rdmago/rdma/internal/failnote"
 	"github.com/rdmago/rdma/provider"
 	"github.com/rdmago/rdma/wr"
 )
@@ -112,6 +113,20 @@ type CQ struct {
 		hdr abi.IbUverbsCmdHdr
 		cmd abi.IbUverbsReqNotifyCq
 	}
+	// onError, set by uverbs before the first poll (internal/failnote),
+	// is called with the QP number of each failed completion Poll
+	// returns.
+	onError func(qpn uint32)
+}
+
+func init() {
+	failnote.Register(func(cq any, fn func(uint32)) bool {
+		c, ok := cq.(*CQ)
+		if ok {
+			c.onError = fn
+		}
+		return ok
+	})
 }
 
 // Poll copies up to len(wc) completions out of the ring.
@@ -124,7 +139,11 @@ func (cq *CQ) Poll(wc []wr.Completion) int {
 		if q.empty(cons) {
 			break
 		}
-		decodeWC(&wc[i], (*abi.IbUverbsWc)(q.elem(cons)))
+		c := &wc[i]
+		decodeWC(c, (*abi.IbUverbsWc)(q.elem(cons)))
+		if c.Status != wr.Success && cq.onError != nil {
+			cq.onError(c.QPNum)
+		}
 		cons = (cons + 1) & q.mask
 		n = i + 1
 	}

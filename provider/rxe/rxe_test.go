@@ -3,12 +3,14 @@ package rxe
 import (
 	"encoding/binary"
 	"errors"
+	"slices"
 	"testing"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/rdmago/rdma/internal/abi"
+	"github.com/rdmago/rdma/internal/failnote"
 	"github.com/rdmago/rdma/provider"
 	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/wr"
@@ -239,10 +241,18 @@ func TestPollCQ(t *testing.T) {
 	withImm.Wr_id, withImm.Opcode, withImm.Byte_len, withImm.Qp_num, withImm.Src_qp = 9, uint32(wr.WCRecv), 100, 17, 18
 	withImm.Wc_flags = uint32(wr.WCWithImm | wr.WCGRH)
 	binary.BigEndian.PutUint32(withImm.Ex[:], 0xcafe0001)
-	produce(cq, abi.IbUverbsWc{Wr_id: 1, Status: uint32(wr.RemAccessErr), Vendor_err: 0x77}, withImm)
+	produce(cq, abi.IbUverbsWc{Wr_id: 1, Status: uint32(wr.RemAccessErr), Vendor_err: 0x77, Qp_num: 21}, withImm)
+	// uverbs' note of failed QPs (internal/failnote): the error's QP only.
+	var noted []uint32
+	if !failnote.Install(cq, func(qpn uint32) { noted = append(noted, qpn) }) {
+		t.Fatal("failnote.Install does not take an rxe CQ")
+	}
 	out := make([]wr.Completion, 4)
 	if n := cq.Poll(out); n != 2 {
 		t.Fatalf("polled %d, want 2", n)
+	}
+	if !slices.Equal(noted, []uint32{21}) {
+		t.Errorf("failed completions noted for QPs %v, want [21]", noted)
 	}
 	if out[0].ID != 1 || out[0].Status != wr.RemAccessErr || out[0].VendorErr != 0x77 || out[0].Err() == nil {
 		t.Errorf("error completion %+v", out[0])
