@@ -17,6 +17,18 @@ func Register(set func(cq any, fn func(qpn uint32)) bool) {
 	setters = append(setters, set)
 }
 
+// For registers the setter of a provider's CQ type T, whose note field
+// note returns.
+func For[T any](note func(T) *func(qpn uint32)) {
+	Register(func(cq any, fn func(uint32)) bool {
+		c, ok := cq.(T)
+		if ok {
+			*note(c) = fn
+		}
+		return ok
+	})
+}
+
 // Install has cq's provider call fn with the QP number of each failed
 // completion its Poll returns, before Poll returns, and reports whether
 // a provider took it. It is called once, before cq is polled.

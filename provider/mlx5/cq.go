@@ -135,15 +135,7 @@ type CQ struct {
 	onError func(qpn uint32)
 }
 
-func init() {
-	failnote.Register(func(cq any, fn func(uint32)) bool {
-		c, ok := cq.(*CQ)
-		if ok {
-			c.onError = fn
-		}
-		return ok
-	})
-}
+func init() { failnote.For(func(c *CQ) *func(uint32) { return &c.onError }) }
 
 // Poll consumes up to len(wc) completions, as rdma-core's poll_cq does:
 // take each software-owned CQE in order, order the reads of its contents

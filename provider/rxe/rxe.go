@@ -119,15 +119,7 @@ type CQ struct {
 	onError func(qpn uint32)
 }
 
-func init() {
-	failnote.Register(func(cq any, fn func(uint32)) bool {
-		c, ok := cq.(*CQ)
-		if ok {
-			c.onError = fn
-		}
-		return ok
-	})
-}
+func init() { failnote.For(func(c *CQ) *func(uint32) { return &c.onError }) }
 
 // Poll copies up to len(wc) completions out of the ring.
 func (cq *CQ) Poll(wc []wr.Completion) int {
