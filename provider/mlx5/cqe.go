@@ -129,8 +129,10 @@ type resources struct {
 
 // qpByRsn finds a QP by its resource number: the user index with CQE
 // version 1, the QP number with version 0.
-// The last QP's check is inlined into its callers, the lookup is not: a
-// poll's completions mostly name the QP the one before named.
+//
+// The check of the last QP found is inlined into the callers, the table
+// lookup is not: a poll's completions mostly name the QP the one before
+// named.
 func (r *resources) qpByRsn(rsn uint32) *QP {
 	if q := r.qp; q != nil && q.rsn == rsn {
 		return q
