@@ -212,7 +212,11 @@ func TestDeviceGetEventDirect(t *testing.T) {
 	wc := make([]wr.Completion, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	// One message: arm, send, wait in the kernel, poll.
+	// One message: arm, send, wait in the kernel, poll. With queued set,
+	// the wait begins only once the event is queued (the channel's
+	// descriptor is readable): rxe completes a send in the doorbell's
+	// system call on some kernels and in a worker on others.
+	queued := false
 	roundTrip := func() {
 		if _, err := rq.PostRecv(recv); err != nil {
 			t.Fatal(err)
@@ -222,6 +226,9 @@ func TestDeviceGetEventDirect(t *testing.T) {
 		}
 		if _, err := sq.PostSend(send); err != nil {
 			t.Fatal(err)
+		}
+		if queued {
+			waitReadable(t, ch)
 		}
 		got, err := ch.GetEventDirect(ctx)
 		if err != nil || got != cq {
@@ -306,9 +313,11 @@ func TestDeviceGetEventDirect(t *testing.T) {
 	if m := uverbs.DirectMiss(ch); m < 2 {
 		t.Errorf("after quiet waits the miss count is %d, want 2 or more (sleep first)", m)
 	}
+	queued = true
 	for range 4 * 8 {
 		roundTrip()
 	}
+	queued = false
 	if m := uverbs.DirectMiss(ch); m != 0 {
 		t.Errorf("after round trips whose events were queued the miss count is %d, want 0 (read first)", m)
 	}
@@ -460,4 +469,26 @@ func TestDeviceCQOverrunRecv(t *testing.T) {
 		t.Errorf("all %d receive completions polled from a CQ of %d", got, r.small.CQE())
 	}
 	t.Logf("%d receives, %d completions polled from a CQ of %d, then ErrCQOverrun", n, got, r.small.CQE())
+}
+
+// waitReadable waits until ch's descriptor is readable: an event is
+// queued.
+func waitReadable(t *testing.T, ch *uverbs.CompChannel) {
+	t.Helper()
+	rc, err := ch.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	cerr := rc.Control(func(fd uintptr) {
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		for {
+			if n, err = unix.Poll(fds, 10_000); err != unix.EINTR {
+				return
+			}
+		}
+	})
+	if cerr != nil || err != nil || n != 1 {
+		t.Fatalf("waiting for the channel to be readable: %v, %v, %d ready", cerr, err, n)
+	}
 }
