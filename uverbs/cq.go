@@ -385,7 +385,7 @@ type CQ struct {
 	rxe     *rxe.CQ
 	mlx5    *mlx5.CQ
 	channel *CompChannel
-	// notesFailed: the provider calls Context.noteFailed for each failed
+	// notesFailed: the provider calls registry.noteFailed for each failed
 	// completion as it polls (internal/failnote).
 	notesFailed bool
 	cqe         int
@@ -600,7 +600,7 @@ func (cq *CQ) pollDevice(wc []wr.Completion) int {
 		if !cq.notesFailed {
 			for i := range done {
 				if done[i].Status != wr.Success {
-					cq.ctx.noteFailed(done[i].QPNum)
+					cq.ctx.reg.noteFailed(done[i].QPNum)
 				}
 			}
 		}
@@ -632,12 +632,9 @@ func (cq *CQ) take(q *[]wr.Completion, n *atomic.Int32, wc []wr.Completion) int 
 
 // noteFailed records that an RC QP showed an error completion: the device
 // has moved it to the error state, where receives are flushed by the
-// library (QP.PostRecv).
-func (c *Context) noteFailed(qpn uint32) { c.reg.noteFailed(qpn) }
-
-// noteFailed is Context.noteFailed, on the registry so that a provider's
-// CQ holding it (internal/failnote) does not keep the Context reachable
-// from what releases a dropped one.
+// library (QP.PostRecv). It is the registry's, not the Context's, so that
+// a provider's CQ holding it (internal/failnote) does not keep the
+// Context reachable from what releases a dropped one.
 func (r *registry) noteFailed(qpn uint32) {
 	if q := r.qpByNum(qpn); q != nil && q.typ == qp.RC {
 		q.failed.Store(true)

@@ -27,21 +27,27 @@ func (ch *CompChannel) directRead(fd uintptr) {
 		}
 	}
 	for first := true; ; first = false {
-		if readFirst {
+		// The read: first, where the order says so, and after each
+		// ppoll that found the descriptor readable.
+		if readFirst || !first {
 			n, _, e := unix.RawSyscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)))
-			switch e {
-			case 0:
+			switch {
+			case e == 0:
 				if first && ch.directMiss > 0 {
 					ch.directMiss--
 				}
 				ch.directN = int(n)
 				return
-			case unix.EAGAIN:
-				if first && ch.directMiss < 3 {
+			case e != unix.EAGAIN:
+				ch.directErr = e
+				return
+			case first:
+				if ch.directMiss < 3 {
 					ch.directMiss++
 				}
-			default:
-				ch.directErr = e
+			case !readFirst:
+				// Readable, then taken by another reader of the
+				// descriptor (SyscallConn): as a quiet slice.
 				return
 			}
 		}
@@ -55,22 +61,6 @@ func (ch *CompChannel) directRead(fd uintptr) {
 		case r == 0:
 			return // a quiet slice: directN stays 0
 		}
-		if !readFirst {
-			n, _, e := unix.RawSyscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)))
-			switch e {
-			case 0:
-				ch.directN = int(n)
-			case unix.EAGAIN:
-				// Readable, then taken by another reader of the
-				// descriptor (SyscallConn): as a quiet slice.
-			default:
-				ch.directErr = e
-			}
-			return
-		}
-		// Read first after the ppoll too: the loop's read takes the
-		// event, and a miss there (another reader took it) waits again.
-		readFirst = true
 	}
 }
 

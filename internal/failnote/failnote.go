@@ -12,15 +12,10 @@ package failnote
 // its type (and then installing fn on it).
 var setters []func(cq any, fn func(qpn uint32)) bool
 
-// Register adds a provider's setter. Providers call it from init.
-func Register(set func(cq any, fn func(qpn uint32)) bool) {
-	setters = append(setters, set)
-}
-
 // For registers the setter of a provider's CQ type T, whose note field
-// note returns.
+// note returns. Providers call it from init.
 func For[T any](note func(T) *func(qpn uint32)) {
-	Register(func(cq any, fn func(uint32)) bool {
+	setters = append(setters, func(cq any, fn func(uint32)) bool {
 		c, ok := cq.(T)
 		if ok {
 			*note(c) = fn

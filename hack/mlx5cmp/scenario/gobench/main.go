@@ -173,8 +173,9 @@ func main() {
 	// bench-mlx5cmp-pgo): what a program built with PGO gets from the
 	// library. Profiling interrupts the rounds, so a profiled run's
 	// figures are not the benchmark's.
-	profiling := os.Getenv("BENCH_GO_CPUPROFILE") != ""
-	if path := os.Getenv("BENCH_GO_CPUPROFILE"); profiling {
+	path := os.Getenv("BENCH_GO_CPUPROFILE")
+	profiling := path != ""
+	if profiling {
 		f, err := os.Create(path)
 		if err != nil {
 			scen.Fail("cpuprofile", err)
