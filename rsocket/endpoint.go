@@ -68,10 +68,13 @@ type endpoint struct {
 
 	// Waiting. One goroutine at a time waits on the completion channel
 	// (it holds sem); the others sleep on their direction's wake channel
-	// and are woken when it sees progress or gives up the wait. kicks
-	// counts the reasons to look again (a deadline changed, Close) that
-	// cut the channel wait short.
-	sem     chan struct{}
+	// and are woken when it sees progress or gives up the wait. waiters
+	// counts the goroutines in wait, so that one waiting alone, the
+	// common case of one goroutine per connection, takes and gives up
+	// sem without touching a channel. kicks counts the reasons to look
+	// again (a deadline changed, Close) that cut the channel wait short.
+	sem     atomic.Bool
+	waiters atomic.Int32
 	wake    [3]chan struct{}
 	kicks   atomic.Uint64
 	armed   bool // the CQ is armed: an event will come (under mu)
@@ -183,7 +186,7 @@ func newEndpoint(id *cm.ID, cfg config) (e *endpoint, err error) {
 	rbufSize := roundBuf(cfg.recvBuf)
 	sbufSize := roundBuf(cfg.sendBuf)
 
-	e = &endpoint{id: id, sem: make(chan struct{}, 1), pollTime: cfg.pollTime, direct: cfg.waitInKernel}
+	e = &endpoint{id: id, pollTime: cfg.pollTime, direct: cfg.waitInKernel}
 	e.wake[dirRead] = make(chan struct{}, 1)
 	e.wake[dirWrite] = make(chan struct{}, 1)
 	e.wake[dirClose] = make(chan struct{}, 1)
@@ -451,14 +454,21 @@ var past = time.Unix(1, 0)
 // the arm. Every completion after that raises an event, so whatever made
 // the cond true comes as one. The holder wakes the sleepers whenever it
 // lets go of sem, so that they look again, and one of them takes over.
+// It skips that when it waits alone: a goroutine that enters wait later
+// looks at the state under mu before it sleeps.
 func (e *endpoint) wait(dir, cond int) error {
+	e.waiters.Add(1)
+	defer e.waiters.Add(-1)
 	var spinStart int64
+	spinning := true
 	holding := false
 	release := func() {
 		if holding {
-			<-e.sem
+			e.sem.Store(false)
 			holding = false
-			e.wakeAll()
+			if e.waiters.Load() > 1 {
+				e.wakeAll()
+			}
 		}
 	}
 	for {
@@ -471,7 +481,10 @@ func (e *endpoint) wait(dir, cond int) error {
 		}
 		var err error
 		dl := e.deadline[dir].Load()
-		now := time.Now().UnixNano()
+		var now int64
+		if dl != 0 || spinning {
+			now = time.Now().UnixNano()
+		}
 		switch {
 		case dir != dirClose && e.closed.Load():
 			err = errClosed
@@ -483,12 +496,15 @@ func (e *endpoint) wait(dir, cond int) error {
 			release()
 			return err
 		}
-		if spinStart == 0 {
-			spinStart = now
-		}
-		if now-spinStart < int64(e.pollTime) {
-			e.mu.Unlock()
-			continue
+		if spinning {
+			if spinStart == 0 {
+				spinStart = now
+			}
+			if now-spinStart < int64(e.pollTime) {
+				e.mu.Unlock()
+				continue
+			}
+			spinning = false
 		}
 		if !e.armed {
 			if err := e.cq.ReqNotify(false); err != nil {
@@ -500,10 +516,12 @@ func (e *endpoint) wait(dir, cond int) error {
 		}
 		e.mu.Unlock()
 		if !holding {
-			select {
-			case e.sem <- struct{}{}:
+			// The sleepers' wake-up follows every release of sem after
+			// they counted themselves in waiters, so none is lost.
+			if e.sem.CompareAndSwap(false, true) {
 				holding = true // look again before sleeping on the channel
-			case <-e.wake[dir]:
+			} else {
+				<-e.wake[dir]
 			}
 			continue
 		}

@@ -58,9 +58,11 @@ type CompChannel struct {
 	pendingArr [16]uint64
 	buf        [16 * 8]byte
 	// dlMu orders SetReadDeadline against a read that restores deadline
-	// (the one SetReadDeadline set) before it waits.
+	// (the one SetReadDeadline set) before it waits. moved: a context's
+	// wait has moved the file's deadline since it was last set to deadline.
 	dlMu     sync.Mutex
 	deadline time.Time
+	moved    bool
 	// CQ.Wait's reader (cqwait.go). waitMode: a CQ has waited, so the
 	// events belong to Wait. Under waitMu: waitCQs, the open CQs that
 	// have waited; reading, the reader runs; stopping, it has been asked
@@ -177,6 +179,9 @@ func (ch *CompChannel) read(ctx context.Context) error {
 		return ch.readUntil()
 	}
 	n, err := readContext(ctx, ch.file, ch.buf[:], "get CQ event")
+	ch.dlMu.Lock()
+	ch.moved = true // after the read: its cancellation is over by then
+	ch.dlMu.Unlock()
 	if err != nil {
 		return err
 	}
@@ -186,11 +191,14 @@ func (ch *CompChannel) read(ctx context.Context) error {
 
 // readUntil is read for a context that is never done: the wait ends at
 // the deadline SetReadDeadline set. A context's wait moves the file's
-// deadline, so it is restored first, under dlMu so that a SetReadDeadline
-// made meanwhile is not lost.
+// deadline, so it is restored first if one did, under dlMu so that a
+// SetReadDeadline made meanwhile is not lost.
 func (ch *CompChannel) readUntil() error {
 	ch.dlMu.Lock()
-	ch.file.SetReadDeadline(ch.deadline)
+	if ch.moved {
+		ch.file.SetReadDeadline(ch.deadline)
+		ch.moved = false
+	}
 	ch.dlMu.Unlock()
 	n, err := ch.file.Read(ch.buf[:])
 	switch {
@@ -219,7 +227,12 @@ func (ch *CompChannel) SetReadDeadline(t time.Time) error {
 	}
 	ch.dlMu.Lock()
 	defer ch.dlMu.Unlock()
-	ch.deadline = t
+	if t == ch.deadline && !ch.moved && !ch.closed.Load() {
+		// Unchanged: a loop that sets its deadline before every wait
+		// pays for the runtime's timer only when it moves.
+		return nil
+	}
+	ch.deadline, ch.moved = t, false
 	if err := ch.file.SetReadDeadline(t); err != nil {
 		if errors.Is(err, os.ErrClosed) {
 			return ErrClosed
