@@ -77,8 +77,9 @@ type endpoint struct {
 	waiters atomic.Int32
 	wake    [3]chan struct{}
 	kicks   atomic.Uint64
-	armed   bool // the CQ is armed: an event will come (under mu)
-	unacked int  // events received and not acknowledged (under mu)
+	armed   bool   // the CQ is armed: an event will come (under mu)
+	unacked int    // events received and not acknowledged (under mu)
+	events  uint64 // events received (under mu)
 
 	// Deadlines, in Unix nanoseconds (0: none), and the timers that wake
 	// a waiting direction when its deadline passes.
@@ -514,16 +515,27 @@ func (e *endpoint) wait(dir, cond int) error {
 			e.mu.Unlock()
 			continue // poll once more: a completion may have come before the arm
 		}
+		seen := e.events
 		e.mu.Unlock()
 		if !holding {
 			// The sleepers' wake-up follows every release of sem after
 			// they counted themselves in waiters, so none is lost.
-			if e.sem.CompareAndSwap(false, true) {
-				holding = true // look again before sleeping on the channel
-			} else {
+			if !e.sem.CompareAndSwap(false, true) {
 				<-e.wake[dir]
+				continue
 			}
-			continue
+			holding = true
+			// Look again before sleeping on the channel if another
+			// holder read an event since this poll: what it polled
+			// after may be what this wait waits for, and the CQ is no
+			// longer armed. Otherwise the poll above, made with the CQ
+			// armed, still stands.
+			e.mu.Lock()
+			again := e.events != seen || !e.armed
+			e.mu.Unlock()
+			if again {
+				continue
+			}
 		}
 		e.waitEvent(g, dl)
 		release()
@@ -553,6 +565,7 @@ func (e *endpoint) waitEvent(g uint64, dl int64) {
 	}
 	e.mu.Lock()
 	e.armed = false
+	e.events++
 	if e.unacked++; e.unacked >= int(e.s.sqSize+e.s.rqSize) {
 		e.cq.AckEvents(e.unacked)
 		e.unacked = 0

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 	"unsafe"
+	"weak"
 
 	"golang.org/x/sys/unix"
 
@@ -56,7 +57,13 @@ type CompChannel struct {
 	mu         sync.Mutex
 	pending    []uint64
 	pendingArr [16]uint64
-	buf        [16 * 8]byte
+	// last is the CQ of the last event, by handle (under mu): a channel
+	// serves one CQ or a few, and the registry's lock and map are then
+	// skipped. Weak, as the registry holds CQs: the cache must not keep a
+	// dropped CQ from releasing itself.
+	lastID uint64
+	last   weak.Pointer[CQ]
+	buf    [16 * 8]byte
 	// dlMu orders SetReadDeadline against a read that restores deadline
 	// (the one SetReadDeadline set) before it waits. moved: a context's
 	// wait has moved the file's deadline since it was last set to deadline.
@@ -160,15 +167,23 @@ func (ch *CompChannel) getEvent(ctx context.Context, direct bool) (*CQ, error) {
 	}
 	h := ch.pending[0]
 	ch.pending = ch.pending[1:]
-	cq := ch.ctx.cqByID(h)
+	var cq *CQ
+	if h == ch.lastID {
+		if cq = ch.last.Value(); cq != nil && cq.dead.Load() {
+			cq = nil
+		}
+	}
 	if cq == nil {
-		return nil, fmt.Errorf("%w (handle %d)", errUnknownCQ, h)
+		if cq = ch.ctx.cqByID(h); cq == nil {
+			return nil, fmt.Errorf("%w (handle %d)", errUnknownCQ, h)
+		}
+		ch.lastID, ch.last = h, weak.Make(cq)
 	}
 	cq.eventsGot.Add(1)
 	// Providers that arm CQs in user space count events: the next arm
 	// carries the next sequence number (mlx5's arm_sn).
-	if e, ok := cq.prov.(interface{ CQEvent() }); ok {
-		e.CQEvent()
+	if cq.eventer != nil {
+		cq.eventer.CQEvent()
 	}
 	return cq, nil
 }
@@ -401,8 +416,10 @@ type CQ struct {
 	// notesFailed: the provider calls registry.noteFailed for each failed
 	// completion as it polls (internal/failnote).
 	notesFailed bool
-	cqe         int
-	single      bool // SingleThreaded: Poll skips rw
+	// eventer is prov if it counts its events (mlx5's arm sequence).
+	eventer interface{ CQEvent() }
+	cqe     int
+	single  bool // SingleThreaded: Poll skips rw
 	// soft holds completions the library made itself (receives posted to
 	// a QP in the error state); Poll returns them after the device's.
 	softMu sync.Mutex
@@ -542,6 +559,7 @@ func (c *Context) createCQ(attr CQAttr, kernelOnly bool) (*CQ, error) {
 		return nil, err
 	}
 	cq.rxe, cq.mlx5 = concrete[*rxe.CQ, *mlx5.CQ](cq.prov)
+	cq.eventer, _ = cq.prov.(interface{ CQEvent() })
 	// The module's providers note failed QPs as they decode; pollDevice
 	// looks for them itself only in other providers' completions.
 	cq.notesFailed = failnote.Install(cq.prov, c.reg.noteFailed)
