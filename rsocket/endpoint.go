@@ -374,9 +374,6 @@ func (e *endpoint) poll() {
 			e.fail(err)
 			return
 		}
-		if n == 0 {
-			break
-		}
 		for i := range e.wc[:n] {
 			c := &e.wc[i]
 			if c.ID&recvFlag != 0 {
@@ -397,6 +394,9 @@ func (e *endpoint) poll() {
 			if c.Status != wr.Success && s.state&stConnected != 0 {
 				e.fail(fmt.Errorf("rsocket: send failed: %w", c.Err()))
 			}
+		}
+		if n < len(e.wc) {
+			break // Poll found the CQ empty: no second call to see it again
 		}
 	}
 	if s.recvsToRepost > 0 && s.state&stConnected != 0 {
