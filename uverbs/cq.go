@@ -417,7 +417,7 @@ type CQ struct {
 	// completion as it polls (internal/failnote).
 	notesFailed bool
 	// eventer is prov if it counts its events (mlx5's arm sequence).
-	eventer interface{ CQEvent() }
+	eventer cqEventer
 	cqe     int
 	single  bool // SingleThreaded: Poll skips rw
 	// soft holds completions the library made itself (receives posted to
@@ -559,7 +559,7 @@ func (c *Context) createCQ(attr CQAttr, kernelOnly bool) (*CQ, error) {
 		return nil, err
 	}
 	cq.rxe, cq.mlx5 = concrete[*rxe.CQ, *mlx5.CQ](cq.prov)
-	cq.eventer, _ = cq.prov.(interface{ CQEvent() })
+	cq.eventer, _ = cq.prov.(cqEventer)
 	// The module's providers note failed QPs as they decode; pollDevice
 	// looks for them itself only in other providers' completions.
 	cq.notesFailed = failnote.Install(cq.prov, c.reg.noteFailed)
@@ -568,6 +568,10 @@ func (c *Context) createCQ(attr CQAttr, kernelOnly bool) (*CQ, error) {
 	}
 	return cq, nil
 }
+
+// cqEventer is a provider's CQ that counts the completion events read for
+// it: its next arm carries the next sequence number (mlx5's arm_sn).
+type cqEventer interface{ CQEvent() }
 
 // CQE returns the number of entries the device allocated.
 func (cq *CQ) CQE() int { return cq.cqe }
