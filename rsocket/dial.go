@@ -6,11 +6,11 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"strconv"
 	"syscall"
 	"time"
 
 	"github.com/rdmago/rdma/cm"
+	"github.com/rdmago/rdma/internal/inetaddr"
 	"github.com/rdmago/rdma/uverbs"
 	"github.com/rdmago/rdma/wr"
 )
@@ -211,56 +211,15 @@ func ResolveAddr(network, address string) (*Addr, error) {
 
 // resolve turns host:port into an address of the network's family.
 func resolve(ctx context.Context, network, address string, passive bool) (netip.AddrPort, error) {
+	f := inetaddr.Any
 	switch network {
-	case "rdma", "rdma4", "rdma6":
+	case "rdma":
+	case "rdma4":
+		f = inetaddr.IP4
+	case "rdma6":
+		f = inetaddr.IP6
 	default:
 		return netip.AddrPort{}, net.UnknownNetworkError(network)
 	}
-	host, service, err := net.SplitHostPort(address)
-	if err != nil {
-		return netip.AddrPort{}, err
-	}
-	port, err := net.DefaultResolver.LookupPort(ctx, "tcp", service)
-	if err != nil {
-		return netip.AddrPort{}, err
-	}
-	if port < 0 || port > 0xffff {
-		return netip.AddrPort{}, &net.AddrError{Err: "invalid port", Addr: strconv.Itoa(port)}
-	}
-	if host == "" {
-		if !passive {
-			host = "localhost"
-		} else if network == "rdma4" {
-			return netip.AddrPortFrom(netip.IPv4Unspecified(), uint16(port)), nil
-		} else {
-			return netip.AddrPortFrom(netip.IPv6Unspecified(), uint16(port)), nil
-		}
-	}
-	if a, err := netip.ParseAddr(host); err == nil {
-		a = a.Unmap()
-		if !familyOK(network, a) {
-			return netip.AddrPort{}, &net.AddrError{Err: "address of the wrong family for " + network, Addr: host}
-		}
-		return netip.AddrPortFrom(a, uint16(port)), nil
-	}
-	addrs, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
-	if err != nil {
-		return netip.AddrPort{}, err
-	}
-	for _, a := range addrs {
-		if a = a.Unmap(); familyOK(network, a) {
-			return netip.AddrPortFrom(a, uint16(port)), nil
-		}
-	}
-	return netip.AddrPort{}, &net.AddrError{Err: "no suitable address found", Addr: host}
-}
-
-func familyOK(network string, a netip.Addr) bool {
-	switch network {
-	case "rdma4":
-		return a.Is4()
-	case "rdma6":
-		return a.Is6()
-	}
-	return true
+	return inetaddr.Resolve(ctx, network, f, address, passive)
 }

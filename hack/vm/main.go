@@ -50,6 +50,8 @@ subcommands:
   rdmacore  unpack a Debian suite's libibverbs and providers into the cache and
             print the folder, or run a command against them:
             vm rdmacore --release trixie|sid [-- CMD ARGS...]
+  valkey    build valkey-server with RDMA and valkey's rdma-test from a Debian
+            suite's source package into the cache, and print their folder
 
 Run "vm <subcommand> -h" for the flags of each.
 
@@ -86,6 +88,8 @@ func main() {
 		code = cmdShell(args)
 	case "rdmacore":
 		code = cmdRDMACore(args)
+	case "valkey":
+		code = cmdValkey(args)
 	case "-h", "-help", "--help", "help":
 		fmt.Print(usage)
 	default:
