@@ -702,14 +702,16 @@ func (c *conn) close() error {
 	if c.kaTimer != nil {
 		c.kaTimer.Stop()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), closeLinger)
-	c.id.Disconnect(ctx)
-	cancel()
+	// The watcher goes first: Disconnect waits for the DISCONNECTED
+	// event on the ID's channel, which the watcher would otherwise read.
 	if c.stop != nil {
 		c.stop()
 		<-c.loopDone
 		<-c.cmDone
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), closeLinger)
+	c.id.Disconnect(ctx)
+	cancel()
 	// The keepalive may have fired before it was stopped: it ends once
 	// it sees the connection closed, and mu orders it before release.
 	c.mu.Lock()
