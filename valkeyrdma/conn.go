@@ -408,7 +408,7 @@ func (c *conn) received(w *wr.Completion) error {
 	case wr.WCRecvRDMAWithImm:
 		n := w.Imm
 		if w.Flags&wr.WCWithImm == 0 || uint64(c.rxOff)+uint64(n) > uint64(len(c.rx.Bytes())) {
-			return protoErr("%d bytes written past the %d of the receive buffer announced", n, uint64(len(c.rx.Bytes()))-uint64(c.rxOff))
+			return protoErr("a write of %d bytes announced where %d bytes of the receive buffer are left", n, uint64(len(c.rx.Bytes()))-uint64(c.rxOff))
 		}
 		c.rxOff += n
 		return nil
