@@ -17,7 +17,7 @@ STATICCHECK_VERSION ?= v0.8.2
 export CGO_ENABLED := 0
 SHELL := /bin/bash
 
-.PHONY: all build vm testlog deps test pgo bench-mlx5cmp-pgo test-unit-arm64 test-arm64 bin/linux_arm64/rdmago test-extprovider check-api test-mlx5cmp bench-mlx5cmp test-unit test-fuzz test-race fuzz stress test-vm test-device test-nodevice test-kernels demo bench generate check-generate lint vet clean
+.PHONY: all build vm testlog deps valkey test pgo bench-mlx5cmp-pgo test-unit-arm64 test-arm64 bin/linux_arm64/rdmago test-extprovider check-api test-mlx5cmp bench-mlx5cmp test-unit test-fuzz test-race fuzz stress test-vm test-device test-nodevice test-kernels demo bench generate check-generate lint vet clean
 
 all: build
 
@@ -34,6 +34,12 @@ testlog:
 
 deps: vm testlog
 	$(VM) deps
+
+## valkey: valkey-server with RDMA and valkey's rdma-test, built from
+## trixie's source package into the cache (a few minutes, once): the
+## peers of the valkeyrdma device tests.
+valkey: deps
+	$(VM) valkey >/dev/null
 
 ## test: host unit tests, a short run of every fuzz target, the ABI
 ## check, every package in the VM on the default kernel, the device tests
@@ -112,12 +118,12 @@ fuzz: deps
 # the host's root. The device tests of cmd/rdmago take over five minutes
 # under -race (the tools' interop runs), so the device run is limited to
 # RACE_PKGS.
-RACE_PKGS ?= ./uverbs ./cm ./rsocket ./provider/...
+RACE_PKGS ?= ./uverbs ./cm ./rsocket ./valkeyrdma ./provider/...
 
 ## test-race: the host unit tests, then the device tests of RACE_PKGS in
 ## the VM on KERNEL, built with -race.
 test-race: GOTEST := CGO_ENABLED=1 $(GO) test -count=1 -race
-test-race: deps
+test-race: deps valkey
 	$(GOTEST) ./...
 	$(call vmtest,--kernel $(KERNEL),-run '$(DEVICE_RUN)' $(RACE_PKGS),test-race)
 
@@ -133,12 +139,12 @@ stress: deps
 # status is go test's.
 vmtest = set -o pipefail; $(GOTEST) -json -exec "$(VM) run $(1) --" $(2) 2>&1 | $(TESTLOG) -log $(CURDIR)/bin/$(3).log
 
-test-vm: deps
+test-vm: deps valkey
 	$(call vmtest,--kernel $(KERNEL),./...,test-vm)
 
 # The device tests on every kernel but the default one. hack/extprovider is
 # a module of its own (test-extprovider).
-test-device: deps
+test-device: deps valkey
 	@set -e; pkgs=$$(grep -l '^func TestDevice' $$(git ls-files '*_test.go' ':!hack/extprovider') | xargs -n1 dirname | sort -u | sed 's|^|./|'); \
 	for k in $(filter-out $(KERNEL),$(KERNELS)); do \
 		echo "== device tests on $$k: $$pkgs"; \

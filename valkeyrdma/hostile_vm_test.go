@@ -14,6 +14,7 @@ import (
 
 	"github.com/rdmago/rdma/cm"
 	"github.com/rdmago/rdma/internal/rdmatest"
+	"github.com/rdmago/rdma/internal/testenv"
 	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/uverbs"
 	"github.com/rdmago/rdma/valkeyrdma"
@@ -81,6 +82,7 @@ func register(addr uint64, length, key uint32) func([]byte) {
 // TestDeviceHostilePeer: a peer that breaks the protocol ends its own
 // connection with a clear error, and the listener goes on serving.
 func TestDeviceHostilePeer(t *testing.T) {
+	testenv.RequireDevice(t)
 	l, err := valkeyrdma.Listen("rdma", netip.AddrPortFrom(rdmatest.VMAddr, 0).String())
 	if err != nil {
 		t.Fatal(err)

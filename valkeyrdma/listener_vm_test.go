@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -27,12 +28,18 @@ import (
 // BGSAVE (answered, not done), HELLO and CLIENT (refused), enough for
 // valkey's rdma-test and for the clients' basic commands.
 type kvServer struct {
-	mu   sync.Mutex
-	data map[string]string
+	mu     sync.Mutex
+	data   map[string]string
+	active atomic.Int32 // connections being served
 }
 
 // listenKV serves a kvServer on a valkeyrdma Listener on the VM's address.
 func listenKV(t testing.TB, lc *valkeyrdma.ListenConfig) *valkeyrdma.Listener {
+	l, _ := listenKVServer(t, lc)
+	return l
+}
+
+func listenKVServer(t testing.TB, lc *valkeyrdma.ListenConfig) (*valkeyrdma.Listener, *kvServer) {
 	t.Helper()
 	testenv.RequireDevice(t)
 	if lc == nil {
@@ -53,8 +60,10 @@ func listenKV(t testing.TB, lc *valkeyrdma.ListenConfig) *valkeyrdma.Listener {
 				return
 			}
 			wg.Add(1)
+			s.active.Add(1)
 			go func() {
 				defer wg.Done()
+				defer s.active.Add(-1)
 				defer c.Close()
 				s.serve(c)
 			}()
@@ -64,7 +73,13 @@ func listenKV(t testing.TB, lc *valkeyrdma.ListenConfig) *valkeyrdma.Listener {
 		l.Close()
 		wg.Wait()
 	})
-	return l
+	return l, s
+}
+
+func (s *kvServer) keys() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.data)
 }
 
 func (s *kvServer) serve(c net.Conn) error {

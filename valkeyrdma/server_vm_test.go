@@ -62,10 +62,18 @@ var nextPort = 20000 + rand.IntN(20000)
 // address and waits until both listeners answer.
 func startServer(t testing.TB, args ...string) *server {
 	t.Helper()
+	rport := nextPort
+	nextPort++
+	return startServerOn(t, rport, args...)
+}
+
+// startServerOn is startServer with its RDMA listener on rport.
+func startServerOn(t testing.TB, rport int, args ...string) *server {
+	t.Helper()
 	testenv.RequireDevice(t)
 	bin := valkeyBin(t)
-	tport, rport := nextPort, nextPort+1
-	nextPort += 2
+	tport := nextPort
+	nextPort++
 	ip := rdmatest.VMAddr.String()
 	s := &server{
 		rdma: netip.AddrPortFrom(rdmatest.VMAddr, uint16(rport)).String(),
