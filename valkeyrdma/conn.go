@@ -79,6 +79,10 @@ type conn struct {
 	rx   *mr.Region // the buffer the peer writes into
 	tx   *mr.Region // this side's copy of what it writes to the peer
 
+	// The regions' memory, taken once: Region.Bytes takes a lock, and
+	// the posts and copies need the slices on every call.
+	msgBuf, rxBuf, txBuf []byte
+
 	// rmu and wmu make Reads, and Writes, take turns; mu guards the rest
 	// and every post and poll.
 	rmu, wmu sync.Mutex
@@ -91,7 +95,6 @@ type conn struct {
 	// Sending: the peer's receive buffer, and how much of it is written.
 	txAddr uint64
 	txKey  uint32
-	txLen  uint32
 	txOff  uint32
 
 	// The send queue: sends posted, sends known complete (every send up
@@ -196,6 +199,7 @@ func newConn(id *cm.ID, cfg config) (c *conn, err error) {
 	if c.rx, err = mr.New(pd, cfg.recvBuf, wr.LocalWrite|wr.RemoteWrite|wr.RemoteRead); err != nil {
 		return nil, err
 	}
+	c.msgBuf, c.rxBuf = c.msgs.Bytes(), c.rx.Bytes()
 	c.freeSlots = make([]uint16, queueDepth)
 	for i := range c.freeSlots {
 		c.freeSlots[i] = uint16(2*queueDepth - 1 - i)
@@ -270,7 +274,7 @@ func (c *conn) fail(err error) {
 
 // msg returns send or receive slot i of the message buffer.
 func (c *conn) msg(i int) []byte {
-	return c.msgs.Bytes()[i*msgSize : (i+1)*msgSize]
+	return c.msgBuf[i*msgSize : (i+1)*msgSize]
 }
 
 // sendRoom reports whether a control message may be posted, and
@@ -279,6 +283,10 @@ func (c *conn) msg(i int) []byte {
 // keep Read from offering the receive buffer again.
 func (c *conn) sendRoom() bool { return c.posted-c.done < queueDepth }
 func (c *conn) dataRoom() bool { return c.posted-c.done < queueDepth-ctrlSlots }
+
+// txReady reports whether the peer's buffer is known and has room left
+// (under mu).
+func (c *conn) txReady() bool { return c.txOff < uint32(len(c.txBuf)) }
 
 // ctrlSlots is the part of the send queue that data writes leave free.
 const ctrlSlots = 16
@@ -313,7 +321,7 @@ func (c *conn) sendMsg(m message) error {
 // it. Under mu.
 func (c *conn) registerRx() error {
 	c.rxOff, c.rxPos = 0, 0
-	return c.sendMsg(message{op: opRegisterXferMemory, addr: c.rx.Addr(), length: uint32(len(c.rx.Bytes())), key: c.rx.RKey()})
+	return c.sendMsg(message{op: opRegisterXferMemory, addr: c.rx.Addr(), length: uint32(len(c.rxBuf)), key: c.rx.RKey()})
 }
 
 // writeData writes n bytes staged at txOff of tx into the peer's buffer at
@@ -407,8 +415,8 @@ func (c *conn) received(w *wr.Completion) error {
 	switch w.Opcode {
 	case wr.WCRecvRDMAWithImm:
 		n := w.Imm
-		if w.Flags&wr.WCWithImm == 0 || uint64(c.rxOff)+uint64(n) > uint64(len(c.rx.Bytes())) {
-			return protoErr("a write of %d bytes announced where %d bytes of the receive buffer are left", n, uint64(len(c.rx.Bytes()))-uint64(c.rxOff))
+		if w.Flags&wr.WCWithImm == 0 || uint64(c.rxOff)+uint64(n) > uint64(len(c.rxBuf)) {
+			return protoErr("a write of %d bytes announced where %d bytes of the receive buffer are left", n, uint64(len(c.rxBuf))-uint64(c.rxOff))
 		}
 		c.rxOff += n
 		return nil
@@ -429,7 +437,7 @@ func (c *conn) received(w *wr.Completion) error {
 	case opKeepalive:
 		c.peerKA = true
 	case opRegisterXferMemory:
-		if c.tx == nil || len(c.tx.Bytes()) != int(m.length) {
+		if len(c.txBuf) != int(m.length) {
 			// A buffer of the peer's size: each write goes from the
 			// same offset here as there, as src/rdma.c's.
 			tx, err := mr.New(c.pd, int(m.length), wr.LocalWrite)
@@ -439,9 +447,9 @@ func (c *conn) received(w *wr.Completion) error {
 			if c.tx != nil {
 				c.tx.Close()
 			}
-			c.tx = tx
+			c.tx, c.txBuf = tx, tx.Bytes()
 		}
-		c.txAddr, c.txLen, c.txKey, c.txOff = m.addr, m.length, m.key, 0
+		c.txAddr, c.txKey, c.txOff = m.addr, m.key, 0
 	}
 	return nil
 }
@@ -587,10 +595,10 @@ func (c *conn) read(b []byte) (int, error) {
 			c.poll()
 		}
 		if c.rxPos < c.rxOff {
-			n := copy(b, c.rx.Bytes()[c.rxPos:c.rxOff])
+			n := copy(b, c.rxBuf[c.rxPos:c.rxOff])
 			c.rxPos += uint32(n)
 			var err error
-			if int(c.rxPos) == len(c.rx.Bytes()) && c.err == nil && !c.peerGone {
+			if int(c.rxPos) == len(c.rxBuf) && c.err == nil && !c.peerGone {
 				// All of the buffer read: offer it again
 				// (connRdmaEventHandler).
 				if err = c.registerRx(); err != nil {
@@ -626,7 +634,7 @@ func (c *conn) write(b []byte) (int, error) {
 	written := 0
 	for written < len(b) {
 		c.mu.Lock()
-		if c.tx == nil || c.txOff == c.txLen || !c.dataRoom() {
+		if !c.txReady() || !c.dataRoom() {
 			c.poll()
 		}
 		err := c.err
@@ -637,9 +645,9 @@ func (c *conn) write(b []byte) (int, error) {
 			c.mu.Unlock()
 			return written, err
 		}
-		if c.tx != nil && c.txOff < c.txLen && c.dataRoom() {
-			n := min(c.txLen-c.txOff, uint32(min(len(b)-written, MaxBuffer)))
-			copy(c.tx.Bytes()[c.txOff:], b[written:written+int(n)])
+		if c.txReady() && c.dataRoom() {
+			n := min(uint32(len(c.txBuf))-c.txOff, uint32(min(len(b)-written, MaxBuffer)))
+			copy(c.txBuf[c.txOff:], b[written:written+int(n)])
 			if err := c.writeData(n); err != nil {
 				c.fail(err)
 				c.mu.Unlock()
