@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rdmago/rdma/cm"
+	"github.com/rdmago/rdma/internal/cmsock"
 )
 
 // Conn is an rsocket connection: a net.Conn whose bytes travel as RDMA
@@ -70,13 +71,7 @@ func (c *Conn) LocalAddr() net.Addr { return c.laddr }
 func (c *Conn) RemoteAddr() net.Addr { return c.raddr }
 
 func (c *Conn) opErr(op string, err error) error {
-	switch {
-	case err == nil || err == io.EOF:
-		return err
-	case errors.Is(err, errClosed):
-		err = net.ErrClosed
-	}
-	return &net.OpError{Op: op, Net: c.network, Source: c.laddr, Addr: c.raddr, Err: err}
+	return cmsock.OpErr(op, c.network, c.laddr, c.raddr, err, errClosed)
 }
 
 // Read reads what has arrived, up to len(b) bytes, waiting for data if
@@ -115,7 +110,7 @@ func (e *endpoint) usable(dir int) error {
 	if e.closed.Load() {
 		return errClosed
 	}
-	if dl := e.deadline[dir].Load(); dl != 0 && time.Now().UnixNano() >= dl {
+	if e.deadlines.Passed(dir) {
 		return errDeadline
 	}
 	return nil
@@ -484,8 +479,8 @@ func (c *Conn) SetDeadline(t time.Time) error {
 	if c.e.closed.Load() {
 		return c.opErr("set deadline", errClosed)
 	}
-	c.e.setDeadline(dirRead, t)
-	c.e.setDeadline(dirWrite, t)
+	c.e.deadlines.Set(dirRead, t, c.e.kick)
+	c.e.deadlines.Set(dirWrite, t, c.e.kick)
 	return nil
 }
 
@@ -495,7 +490,7 @@ func (c *Conn) SetReadDeadline(t time.Time) error {
 	if c.e.closed.Load() {
 		return c.opErr("set deadline", errClosed)
 	}
-	c.e.setDeadline(dirRead, t)
+	c.e.deadlines.Set(dirRead, t, c.e.kick)
 	return nil
 }
 
@@ -505,7 +500,7 @@ func (c *Conn) SetWriteDeadline(t time.Time) error {
 	if c.e.closed.Load() {
 		return c.opErr("set deadline", errClosed)
 	}
-	c.e.setDeadline(dirWrite, t)
+	c.e.deadlines.Set(dirWrite, t, c.e.kick)
 	return nil
 }
 
@@ -608,7 +603,7 @@ func (e *endpoint) close() error {
 	e.wmu.Lock()
 	defer e.wmu.Unlock()
 	defer e.rmu.Unlock()
-	e.setDeadline(dirClose, time.Now().Add(closeLinger))
+	e.deadlines.Set(dirClose, time.Now().Add(closeLinger), e.kick)
 	e.shutdownLocked(unix.SHUT_RDWR, dirClose)
 	e.mu.Lock()
 	awaitPeer := e.s.peerEnded && !e.sentEnd && e.cmGone != nil
@@ -628,13 +623,7 @@ func (e *endpoint) close() error {
 		}
 		t.Stop()
 	}
-	e.timerMu.Lock()
-	for _, t := range e.timer {
-		if t != nil {
-			t.Stop()
-		}
-	}
-	e.timerMu.Unlock()
+	e.deadlines.Stop()
 	if e.stopWatch != nil {
 		e.stopWatch()
 		<-e.watchEnd

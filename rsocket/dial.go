@@ -6,13 +6,10 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"syscall"
 	"time"
 
 	"github.com/rdmago/rdma/cm"
-	"github.com/rdmago/rdma/internal/inetaddr"
-	"github.com/rdmago/rdma/uverbs"
-	"github.com/rdmago/rdma/wr"
+	"github.com/rdmago/rdma/internal/cmsock"
 )
 
 // Dialer holds options for connecting. The zero Dialer connects with
@@ -184,18 +181,7 @@ func establish(e *endpoint, peer *connData, network string, cfg config) (*Conn, 
 // call's: an *os.SyscallError around the errno, which errors.Is finds. A
 // host without the connection manager keeps package cm's error, which
 // matches ENODEV and uverbs.ErrNoDevice and says which module to load.
-func sysErr(call string, err error) error {
-	var ce *wr.CompletionError
-	if errors.Is(err, uverbs.ErrNoDevice) || errors.As(err, &ce) {
-		// A completion's error keeps its status (and matches its errno).
-		return err
-	}
-	var errno syscall.Errno
-	if errors.As(err, &errno) {
-		return os.NewSyscallError(call, errno)
-	}
-	return err
-}
+func sysErr(call string, err error) error { return cmsock.SysErr(call, err) }
 
 // ResolveAddr resolves address (host:port) on the named network, as
 // net.ResolveTCPAddr does: an empty host is the unspecified address (IPv4
@@ -211,15 +197,5 @@ func ResolveAddr(network, address string) (*Addr, error) {
 
 // resolve turns host:port into an address of the network's family.
 func resolve(ctx context.Context, network, address string, passive bool) (netip.AddrPort, error) {
-	f := inetaddr.Any
-	switch network {
-	case "rdma":
-	case "rdma4":
-		f = inetaddr.IP4
-	case "rdma6":
-		f = inetaddr.IP6
-	default:
-		return netip.AddrPort{}, net.UnknownNetworkError(network)
-	}
-	return inetaddr.Resolve(ctx, network, f, address, passive)
+	return cmsock.Resolve(ctx, network, address, passive, false)
 }

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rdmago/rdma/cm"
+	"github.com/rdmago/rdma/internal/cmsock"
 	"github.com/rdmago/rdma/mr"
 	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/uverbs"
@@ -81,11 +82,9 @@ type endpoint struct {
 	unacked int    // events received and not acknowledged (under mu)
 	events  uint64 // events received (under mu)
 
-	// Deadlines, in Unix nanoseconds (0: none), and the timers that wake
-	// a waiting direction when its deadline passes.
-	deadline [3]atomic.Int64
-	timerMu  sync.Mutex
-	timer    [3]*time.Timer
+	// Deadlines, and the timers that wake a waiting direction when its
+	// deadline passes.
+	deadlines cmsock.Deadlines
 
 	pollTime time.Duration // how long to poll before waiting for an event
 	direct   bool          // wait for events on the thread (GetEventDirect)
@@ -481,7 +480,7 @@ func (e *endpoint) wait(dir, cond int) error {
 			return nil
 		}
 		var err error
-		dl := e.deadline[dir].Load()
+		dl := e.deadlines.Get(dir)
 		var now int64
 		if dl != 0 || spinning {
 			now = time.Now().UnixNano()
@@ -590,25 +589,4 @@ func (e *endpoint) kick() {
 	e.kicks.Add(1)
 	e.ch.SetReadDeadline(past)
 	e.wakeAll()
-}
-
-// setDeadline sets a direction's deadline and wakes its waiter.
-func (e *endpoint) setDeadline(dir int, t time.Time) {
-	var ns int64
-	if !t.IsZero() {
-		ns = max(t.UnixNano(), 1)
-	}
-	e.deadline[dir].Store(ns)
-	e.timerMu.Lock()
-	if ns == 0 {
-		if e.timer[dir] != nil {
-			e.timer[dir].Stop()
-		}
-	} else if e.timer[dir] == nil {
-		e.timer[dir] = time.AfterFunc(time.Until(t), e.kick)
-	} else {
-		e.timer[dir].Reset(time.Until(t))
-	}
-	e.timerMu.Unlock()
-	e.kick()
 }

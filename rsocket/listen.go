@@ -3,10 +3,11 @@ package rsocket
 import (
 	"context"
 	"net"
-	"sync"
+	"net/netip"
 	"time"
 
 	"github.com/rdmago/rdma/cm"
+	"github.com/rdmago/rdma/internal/cmsock"
 )
 
 // ListenConfig holds options for listening; its fields apply to the
@@ -24,15 +25,8 @@ type ListenConfig struct {
 
 // Listener accepts rsocket connections. It is a net.Listener.
 type Listener struct {
-	id      *cm.ID
-	addr    Addr
-	network string
-	cfg     config
-	ctx     context.Context
-	cancel  context.CancelFunc
-	mu      sync.Mutex // Accepts take turns on the ID
-	closeMu sync.Mutex
-	closed  bool
+	l   *cmsock.Listener
+	cfg config
 }
 
 var _ net.Listener = (*Listener)(nil)
@@ -48,43 +42,12 @@ func Listen(network, address string) (*Listener, error) {
 
 // Listen listens on address; ctx bounds resolving it.
 func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (*Listener, error) {
-	opErr := func(err error) error {
-		return &net.OpError{Op: "listen", Net: network, Err: err}
-	}
-	src, err := resolve(ctx, network, address, true)
+	id, err := cmsock.Listen(ctx, network, address, lc.Backlog, false, func(a netip.AddrPort) net.Addr { return Addr{a, network} })
 	if err != nil {
-		return nil, opErr(err)
+		return nil, err
 	}
-	id, err := cm.CreateID(nil, nil, cm.PSTCP)
-	if err != nil {
-		return nil, opErr(sysErr("socket", err))
-	}
-	fail := func(call string, err error) (*Listener, error) {
-		id.Close()
-		return nil, &net.OpError{Op: "listen", Net: network, Addr: Addr{src, network}, Err: sysErr(call, err)}
-	}
-	if err := id.SetReuseAddr(true); err != nil {
-		return fail("setsockopt", err)
-	}
-	if network == "rdma6" {
-		if err := id.SetAFOnly(true); err != nil {
-			return fail("setsockopt", err)
-		}
-	}
-	if err := id.BindAddr(src); err != nil {
-		return fail("bind", err)
-	}
-	backlog := lc.Backlog
-	if backlog <= 0 {
-		backlog = 128
-	}
-	if err := id.Listen(backlog); err != nil {
-		return fail("listen", err)
-	}
-	l := &Listener{
-		id:      id,
-		addr:    Addr{id.SrcAddr(), network},
-		network: network,
+	return &Listener{
+		l: cmsock.NewListener(id, network, Addr{id.SrcAddr(), network}),
 		cfg: config{
 			sendBuf:      lc.SendBuffer,
 			recvBuf:      lc.RecvBuffer,
@@ -94,13 +57,11 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (*L
 			pollTime:     lc.PollTime,
 			waitInKernel: lc.WaitInKernel,
 		}.withDefaults(),
-	}
-	l.ctx, l.cancel = context.WithCancel(context.Background())
-	return l, nil
+	}, nil
 }
 
 // Addr returns the address the listener is bound to.
-func (l *Listener) Addr() net.Addr { return l.addr }
+func (l *Listener) Addr() net.Addr { return l.l.Addr }
 
 // Accept waits for the next connection and returns it as a net.Conn (a
 // *Conn; AcceptRsocket returns it as one).
@@ -109,27 +70,7 @@ func (l *Listener) Accept() (net.Conn, error) { return l.AcceptRsocket() }
 // AcceptRsocket waits for the next connection. A request whose private
 // data is not an rsocket's, or that the device cannot serve, is rejected
 // and the wait goes on.
-func (l *Listener) AcceptRsocket() (*Conn, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for {
-		nid, err := l.id.GetRequest(l.ctx)
-		if err != nil {
-			if l.ctx.Err() != nil {
-				err = net.ErrClosed
-			} else {
-				err = sysErr("accept", err)
-			}
-			return nil, &net.OpError{Op: "accept", Net: l.network, Addr: l.addr, Err: err}
-		}
-		c, err := l.accept(nid)
-		if err != nil {
-			nid.Close()
-			continue
-		}
-		return c, nil
-	}
-}
+func (l *Listener) AcceptRsocket() (*Conn, error) { return cmsock.Accept(l.l, l.accept) }
 
 // accept answers one connection request (rs_accept).
 func (l *Listener) accept(nid *cm.ID) (*Conn, error) {
@@ -150,13 +91,13 @@ func (l *Listener) accept(nid *cm.ID) (*Conn, error) {
 	param.PrivateData = b[:]
 	param.FlowControl, param.RNRRetryCount = 1, 7
 	param.QPNum, param.SRQ = 0, false
-	ctx, cancel := context.WithTimeout(l.ctx, acceptTimeout)
+	ctx, cancel := context.WithTimeout(l.l.Ctx, acceptTimeout)
 	defer cancel()
 	if err := nid.Accept(ctx, &param); err != nil {
 		e.release()
 		return nil, err
 	}
-	return establish(e, &peer, l.network, l.cfg)
+	return establish(e, &peer, l.l.Network, l.cfg)
 }
 
 // acceptTimeout bounds the wait for a connection to be established after
@@ -166,15 +107,4 @@ const acceptTimeout = 10 * time.Second
 
 // Close stops listening. Accepts under way return an error matching
 // net.ErrClosed; connections already accepted stay open.
-func (l *Listener) Close() error {
-	l.closeMu.Lock()
-	defer l.closeMu.Unlock()
-	if l.closed {
-		return &net.OpError{Op: "close", Net: l.network, Addr: l.addr, Err: net.ErrClosed}
-	}
-	l.closed = true
-	l.cancel()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.id.Close()
-}
+func (l *Listener) Close() error { return l.l.Close() }

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rdmago/rdma/cm"
+	"github.com/rdmago/rdma/internal/cmsock"
 	"github.com/rdmago/rdma/mr"
 	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/uverbs"
@@ -117,10 +118,8 @@ type conn struct {
 	// Waiting: Read and Write sleep on their wake channel; the CQ's
 	// reader, the deadline timers, the connection's end and Close wake
 	// them.
-	wake     [2]chan struct{}
-	deadline [2]atomic.Int64
-	timerMu  sync.Mutex
-	timer    [2]*time.Timer
+	wake      [2]chan struct{}
+	deadlines cmsock.Deadlines
 
 	keepAlive   time.Duration
 	peerTimeout time.Duration
@@ -565,7 +564,7 @@ func (c *conn) usable(dir int) error {
 	if c.closed.Load() {
 		return errClosed
 	}
-	if dl := c.deadline[dir].Load(); dl != 0 && time.Now().UnixNano() >= dl {
+	if c.deadlines.Passed(dir) {
 		return os.ErrDeadlineExceeded
 	}
 	return nil
@@ -665,28 +664,6 @@ func (c *conn) write(b []byte) (int, error) {
 	return written, nil
 }
 
-// setDeadline sets a direction's deadline and wakes its waiter, which
-// looks at it again.
-func (c *conn) setDeadline(dir int, t time.Time) {
-	var ns int64
-	if !t.IsZero() {
-		ns = max(t.UnixNano(), 1)
-	}
-	c.deadline[dir].Store(ns)
-	c.timerMu.Lock()
-	if ns == 0 {
-		if c.timer[dir] != nil {
-			c.timer[dir].Stop()
-		}
-	} else if c.timer[dir] == nil {
-		c.timer[dir] = time.AfterFunc(time.Until(t), c.wakeAll)
-	} else {
-		c.timer[dir].Reset(time.Until(t))
-	}
-	c.timerMu.Unlock()
-	c.wakeAll()
-}
-
 // closeLinger bounds how long Close waits for the disconnect.
 const closeLinger = 2 * time.Second
 
@@ -700,13 +677,7 @@ func (c *conn) close() error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	defer c.rmu.Unlock()
-	c.timerMu.Lock()
-	for _, t := range c.timer {
-		if t != nil {
-			t.Stop()
-		}
-	}
-	c.timerMu.Unlock()
+	c.deadlines.Stop()
 	if c.kaTimer != nil {
 		c.kaTimer.Stop()
 	}
@@ -735,13 +706,7 @@ func (c *Conn) LocalAddr() net.Addr { return c.laddr }
 func (c *Conn) RemoteAddr() net.Addr { return c.raddr }
 
 func (c *Conn) opErr(op string, err error) error {
-	switch {
-	case err == nil || err == io.EOF:
-		return err
-	case errors.Is(err, errClosed):
-		err = net.ErrClosed
-	}
-	return &net.OpError{Op: op, Net: "rdma", Source: c.laddr, Addr: c.raddr, Err: err}
+	return cmsock.OpErr(op, "rdma", c.laddr, c.raddr, err, errClosed)
 }
 
 // Read reads what the peer has written, up to len(b) bytes, waiting for
@@ -769,30 +734,21 @@ func (c *Conn) Close() error {
 }
 
 // SetDeadline sets the read and write deadlines.
-func (c *Conn) SetDeadline(t time.Time) error {
-	if c.c.closed.Load() {
-		return c.opErr("set deadline", errClosed)
-	}
-	c.c.setDeadline(dirRead, t)
-	c.c.setDeadline(dirWrite, t)
-	return nil
-}
+func (c *Conn) SetDeadline(t time.Time) error { return c.setDeadline(t, dirRead, dirWrite) }
 
 // SetReadDeadline sets the deadline for Reads, those under way included:
 // past it, they fail with an error matching os.ErrDeadlineExceeded.
-func (c *Conn) SetReadDeadline(t time.Time) error {
-	if c.c.closed.Load() {
-		return c.opErr("set deadline", errClosed)
-	}
-	c.c.setDeadline(dirRead, t)
-	return nil
-}
+func (c *Conn) SetReadDeadline(t time.Time) error { return c.setDeadline(t, dirRead) }
 
 // SetWriteDeadline sets the deadline for Writes, as SetReadDeadline.
-func (c *Conn) SetWriteDeadline(t time.Time) error {
+func (c *Conn) SetWriteDeadline(t time.Time) error { return c.setDeadline(t, dirWrite) }
+
+func (c *Conn) setDeadline(t time.Time, dirs ...int) error {
 	if c.c.closed.Load() {
 		return c.opErr("set deadline", errClosed)
 	}
-	c.c.setDeadline(dirWrite, t)
+	for _, d := range dirs {
+		c.c.deadlines.Set(d, t, c.c.wakeAll)
+	}
 	return nil
 }

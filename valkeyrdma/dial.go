@@ -6,13 +6,10 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"syscall"
 	"time"
 
 	"github.com/rdmago/rdma/cm"
-	"github.com/rdmago/rdma/internal/inetaddr"
-	"github.com/rdmago/rdma/uverbs"
-	"github.com/rdmago/rdma/wr"
+	"github.com/rdmago/rdma/internal/cmsock"
 )
 
 // Dialer holds options for connecting. The zero Dialer connects as
@@ -141,31 +138,12 @@ func (d *Dialer) dial(ctx context.Context, id *cm.ID, dst netip.AddrPort) (*Conn
 	return wrap(c), nil
 }
 
-// resolve turns host:port into an address of the network's family.
+// resolve turns host:port into an address of the network's family: the
+// rdma networks, and the tcp ones meaning the same.
 func resolve(ctx context.Context, network, address string, passive bool) (netip.AddrPort, error) {
-	f := inetaddr.Any
-	switch network {
-	case "rdma", "tcp":
-	case "rdma4", "tcp4":
-		f = inetaddr.IP4
-	case "rdma6", "tcp6":
-		f = inetaddr.IP6
-	default:
-		return netip.AddrPort{}, net.UnknownNetworkError(network)
-	}
-	return inetaddr.Resolve(ctx, network, f, address, passive)
+	return cmsock.Resolve(ctx, network, address, passive, true)
 }
 
 // sysErr gives an rdma_cm failure the shape package net gives a system
-// call's: an *os.SyscallError around the errno, which errors.Is finds.
-func sysErr(call string, err error) error {
-	var ce *wr.CompletionError
-	if errors.Is(err, uverbs.ErrNoDevice) || errors.As(err, &ce) || errors.Is(err, ErrProtocol) {
-		return err
-	}
-	var errno syscall.Errno
-	if errors.As(err, &errno) {
-		return os.NewSyscallError(call, errno)
-	}
-	return err
-}
+// call's (cmsock.SysErr); ErrProtocol stays as it is.
+func sysErr(call string, err error) error { return cmsock.SysErr(call, err, ErrProtocol) }

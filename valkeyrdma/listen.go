@@ -3,10 +3,11 @@ package valkeyrdma
 import (
 	"context"
 	"net"
-	"sync"
+	"net/netip"
 	"time"
 
 	"github.com/rdmago/rdma/cm"
+	"github.com/rdmago/rdma/internal/cmsock"
 )
 
 // ListenConfig holds options for listening; its fields apply to the
@@ -24,15 +25,8 @@ type ListenConfig struct {
 // Dial): it plays valkey-server's part of the transport, so that a server
 // written in Go can serve them. It is a net.Listener.
 type Listener struct {
-	id      *cm.ID
-	addr    Addr
-	network string
-	cfg     config
-	ctx     context.Context
-	cancel  context.CancelFunc
-	mu      sync.Mutex // Accepts take turns on the ID
-	closeMu sync.Mutex
-	closed  bool
+	l   *cmsock.Listener
+	cfg config
 }
 
 var _ net.Listener = (*Listener)(nil)
@@ -48,82 +42,32 @@ func Listen(network, address string) (*Listener, error) {
 
 // Listen listens on address; ctx bounds resolving it.
 func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (*Listener, error) {
-	src, err := resolve(ctx, network, address, true)
+	id, err := cmsock.Listen(ctx, network, address, lc.Backlog, true, func(a netip.AddrPort) net.Addr { return Addr{a} })
 	if err != nil {
-		return nil, &net.OpError{Op: "listen", Net: network, Err: err}
+		return nil, err
 	}
-	id, err := cm.CreateID(nil, nil, cm.PSTCP)
-	if err != nil {
-		return nil, &net.OpError{Op: "listen", Net: network, Addr: Addr{src}, Err: sysErr("socket", err)}
-	}
-	fail := func(call string, err error) (*Listener, error) {
-		id.Close()
-		return nil, &net.OpError{Op: "listen", Net: network, Addr: Addr{src}, Err: sysErr(call, err)}
-	}
-	if err := id.SetReuseAddr(true); err != nil {
-		return fail("setsockopt", err)
-	}
-	if network == "rdma6" || network == "tcp6" {
-		if err := id.SetAFOnly(true); err != nil {
-			return fail("setsockopt", err)
-		}
-	}
-	if err := id.BindAddr(src); err != nil {
-		return fail("bind", err)
-	}
-	backlog := lc.Backlog
-	if backlog <= 0 {
-		backlog = 128
-	}
-	if err := id.Listen(backlog); err != nil {
-		return fail("listen", err)
-	}
-	l := &Listener{
-		id:      id,
-		addr:    Addr{id.SrcAddr()},
-		network: network,
-		cfg:     config{recvBuf: lc.RecvBuffer, keepAlive: lc.KeepAlive, peerTimeout: lc.PeerTimeout}.withDefaults(),
-	}
-	l.ctx, l.cancel = context.WithCancel(context.Background())
-	return l, nil
+	return &Listener{
+		l:   cmsock.NewListener(id, network, Addr{id.SrcAddr()}),
+		cfg: config{recvBuf: lc.RecvBuffer, keepAlive: lc.KeepAlive, peerTimeout: lc.PeerTimeout}.withDefaults(),
+	}, nil
 }
 
 // Addr returns the address the listener is bound to.
-func (l *Listener) Addr() net.Addr { return l.addr }
+func (l *Listener) Addr() net.Addr { return l.l.Addr }
 
 // Accept waits for the next connection and returns it (a *Conn). A
 // request the device cannot serve is rejected and the wait goes on.
-func (l *Listener) Accept() (net.Conn, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for {
-		nid, err := l.id.GetRequest(l.ctx)
-		if err != nil {
-			if l.ctx.Err() != nil {
-				err = net.ErrClosed
-			} else {
-				err = sysErr("accept", err)
-			}
-			return nil, &net.OpError{Op: "accept", Net: l.network, Addr: l.addr, Err: err}
-		}
-		c, err := l.accept(nid)
-		if err != nil {
-			nid.Close()
-			continue
-		}
-		return c, nil
-	}
-}
+func (l *Listener) Accept() (net.Conn, error) { return cmsock.Accept(l.l, l.accept) }
 
 // accept answers one connection request (rdmaHandleConnect).
-func (l *Listener) accept(nid *cm.ID) (*Conn, error) {
+func (l *Listener) accept(nid *cm.ID) (net.Conn, error) {
 	c, err := newConn(nid, l.cfg)
 	if err != nil {
 		nid.Reject(nil)
 		return nil, err
 	}
 	param := cm.ConnParam{ResponderResources: 1, InitiatorDepth: 1, RetryCount: 7, RNRRetryCount: 7}
-	ctx, cancel := context.WithTimeout(l.ctx, acceptTimeout)
+	ctx, cancel := context.WithTimeout(l.l.Ctx, acceptTimeout)
 	defer cancel()
 	if err := nid.Accept(ctx, &param); err != nil {
 		c.release()
@@ -143,15 +87,4 @@ const acceptTimeout = 10 * time.Second
 
 // Close stops listening. Accepts under way return an error matching
 // net.ErrClosed; connections already accepted stay open.
-func (l *Listener) Close() error {
-	l.closeMu.Lock()
-	defer l.closeMu.Unlock()
-	if l.closed {
-		return &net.OpError{Op: "close", Net: l.network, Addr: l.addr, Err: net.ErrClosed}
-	}
-	l.closed = true
-	l.cancel()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.id.Close()
-}
+func (l *Listener) Close() error { return l.l.Close() }

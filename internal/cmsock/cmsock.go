@@ -1,0 +1,230 @@
+// Package cmsock holds what the stream transports over rdma_cm (packages
+// rsocket and valkeyrdma) share in giving a connection the shape of
+// package net's: resolving an address by network name, the listening ID
+// behind a net.Listener, per-direction deadlines with their timers, and
+// errors that look like a socket's.
+package cmsock
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/rdmago/rdma/cm"
+	"github.com/rdmago/rdma/internal/inetaddr"
+	"github.com/rdmago/rdma/uverbs"
+	"github.com/rdmago/rdma/wr"
+)
+
+// Resolve turns host:port into an address of network's family: "rdma"
+// (either), "rdma4" or "rdma6", and with tcp also "tcp", "tcp4" and
+// "tcp6" meaning the same, for client libraries that name their
+// dialer's network "tcp".
+func Resolve(ctx context.Context, network, address string, passive, tcp bool) (netip.AddrPort, error) {
+	f := inetaddr.Any
+	switch {
+	case network == "rdma" || tcp && network == "tcp":
+	case network == "rdma4" || tcp && network == "tcp4":
+		f = inetaddr.IP4
+	case network == "rdma6" || tcp && network == "tcp6":
+		f = inetaddr.IP6
+	default:
+		return netip.AddrPort{}, net.UnknownNetworkError(network)
+	}
+	return inetaddr.Resolve(ctx, network, f, address, passive)
+}
+
+// SysErr gives an rdma_cm or verbs failure the shape package net gives a
+// system call's: an *os.SyscallError around the errno, which errors.Is
+// finds. A completion's error keeps its status (and matches its errno),
+// and so do the errors in keep and uverbs.ErrNoDevice.
+func SysErr(call string, err error, keep ...error) error {
+	var ce *wr.CompletionError
+	if errors.Is(err, uverbs.ErrNoDevice) || errors.As(err, &ce) {
+		return err
+	}
+	for _, k := range keep {
+		if errors.Is(err, k) {
+			return err
+		}
+	}
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		return os.NewSyscallError(call, errno)
+	}
+	return err
+}
+
+// Listen creates a listening ID (port space TCP) on address: SO_REUSEADDR
+// as net.Listen sets it, IPv6 only for the networks ending in 6, backlog
+// 128 when it is not positive. Its errors are *net.OpError, addr making
+// their address from the resolved one.
+func Listen(ctx context.Context, network, address string, backlog int, tcp bool, addr func(netip.AddrPort) net.Addr) (*cm.ID, error) {
+	src, err := Resolve(ctx, network, address, true, tcp)
+	if err != nil {
+		return nil, &net.OpError{Op: "listen", Net: network, Err: err}
+	}
+	opErr := func(call string, err error) error {
+		return &net.OpError{Op: "listen", Net: network, Addr: addr(src), Err: SysErr(call, err)}
+	}
+	id, err := cm.CreateID(nil, nil, cm.PSTCP)
+	if err != nil {
+		return nil, opErr("socket", err)
+	}
+	fail := func(call string, err error) (*cm.ID, error) {
+		id.Close()
+		return nil, opErr(call, err)
+	}
+	if err := id.SetReuseAddr(true); err != nil {
+		return fail("setsockopt", err)
+	}
+	if network == "rdma6" || network == "tcp6" {
+		if err := id.SetAFOnly(true); err != nil {
+			return fail("setsockopt", err)
+		}
+	}
+	if err := id.BindAddr(src); err != nil {
+		return fail("bind", err)
+	}
+	if backlog <= 0 {
+		backlog = 128
+	}
+	if err := id.Listen(backlog); err != nil {
+		return fail("listen", err)
+	}
+	return id, nil
+}
+
+// Listener is the core of a transport's net.Listener: the listening ID,
+// Accepts taking turns on it, and a Close that ends them.
+type Listener struct {
+	ID      *cm.ID
+	Network string
+	Addr    net.Addr
+	Ctx     context.Context // ended by Close
+
+	cancel  context.CancelFunc
+	mu      sync.Mutex // Accepts take turns on the ID
+	closeMu sync.Mutex
+	closed  bool
+}
+
+// NewListener wraps a listening ID.
+func NewListener(id *cm.ID, network string, addr net.Addr) *Listener {
+	l := &Listener{ID: id, Network: network, Addr: addr}
+	l.Ctx, l.cancel = context.WithCancel(context.Background())
+	return l
+}
+
+// Accept waits for connection requests and hands each to accept, until
+// one gives a connection; a request accept fails is closed and the wait
+// goes on. After Close it fails with an error matching net.ErrClosed.
+func Accept[C any](l *Listener, accept func(nid *cm.ID) (C, error)) (C, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for {
+		nid, err := l.ID.GetRequest(l.Ctx)
+		if err != nil {
+			if l.Ctx.Err() != nil {
+				err = net.ErrClosed
+			} else {
+				err = SysErr("accept", err)
+			}
+			var zero C
+			return zero, &net.OpError{Op: "accept", Net: l.Network, Addr: l.Addr, Err: err}
+		}
+		c, err := accept(nid)
+		if err != nil {
+			nid.Close()
+			continue
+		}
+		return c, nil
+	}
+}
+
+// Close stops listening. Accepts under way return an error matching
+// net.ErrClosed; connections already accepted stay open.
+func (l *Listener) Close() error {
+	l.closeMu.Lock()
+	defer l.closeMu.Unlock()
+	if l.closed {
+		return &net.OpError{Op: "close", Net: l.Network, Addr: l.Addr, Err: net.ErrClosed}
+	}
+	l.closed = true
+	l.cancel()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ID.Close()
+}
+
+// Deadlines are a connection's deadlines, by direction (up to three), in
+// Unix nanoseconds (0: none), with the timers that wake a direction's
+// waiter when its deadline passes.
+type Deadlines struct {
+	ns    [3]atomic.Int64
+	mu    sync.Mutex
+	timer [3]*time.Timer
+}
+
+// Set sets direction dir's deadline (the zero time: none) and calls wake,
+// which also runs when the deadline passes, so that a waiter looks at it
+// again.
+func (d *Deadlines) Set(dir int, t time.Time, wake func()) {
+	var ns int64
+	if !t.IsZero() {
+		ns = max(t.UnixNano(), 1)
+	}
+	d.ns[dir].Store(ns)
+	d.mu.Lock()
+	if ns == 0 {
+		if d.timer[dir] != nil {
+			d.timer[dir].Stop()
+		}
+	} else if d.timer[dir] == nil {
+		d.timer[dir] = time.AfterFunc(time.Until(t), wake)
+	} else {
+		d.timer[dir].Reset(time.Until(t))
+	}
+	d.mu.Unlock()
+	wake()
+}
+
+// Get returns direction dir's deadline in Unix nanoseconds, 0 for none.
+func (d *Deadlines) Get(dir int) int64 { return d.ns[dir].Load() }
+
+// Passed reports whether direction dir has a deadline and it has passed.
+func (d *Deadlines) Passed(dir int) bool {
+	dl := d.ns[dir].Load()
+	return dl != 0 && time.Now().UnixNano() >= dl
+}
+
+// Stop stops the timers, for a connection that closes.
+func (d *Deadlines) Stop() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, t := range d.timer {
+		if t != nil {
+			t.Stop()
+		}
+	}
+}
+
+// OpErr is a connection's error as package net returns it: nil and io.EOF
+// as they are, anything else in a *net.OpError, the connection's own
+// closed error (closed) as net.ErrClosed.
+func OpErr(op, network string, laddr, raddr net.Addr, err, closed error) error {
+	switch {
+	case err == nil || err == io.EOF:
+		return err
+	case errors.Is(err, closed):
+		err = net.ErrClosed
+	}
+	return &net.OpError{Op: op, Net: network, Source: laddr, Addr: raddr, Err: err}
+}
