@@ -466,14 +466,28 @@ func (c *conn) repost() {
 }
 
 // loop reads the CQ's events, so that completions are reaped and the
-// waiting Read or Write woken while nobody polls.
+// waiting Read or Write woken while nobody polls. It owns the CQ's
+// channel (one per connection) and reads it itself, as valkey's C
+// client does: arm, reap what came before the arm, wait for the event.
 func (c *conn) loop(ctx context.Context) {
 	defer close(c.loopDone)
-	var wcs [32]wr.Completion
 	for {
-		n, err := c.cq.Wait(ctx, wcs[:])
+		err := c.cq.ReqNotify(false)
 		c.mu.Lock()
+		if err == nil {
+			// A completion that came before the arm raises no event.
+			c.poll()
+		} else if ctx.Err() == nil {
+			c.fail(err)
+		}
+		c.mu.Unlock()
+		c.wakeAll()
 		if err != nil {
+			return
+		}
+		cq, err := c.ch.GetEvent(ctx)
+		if err != nil {
+			c.mu.Lock()
 			if ctx.Err() == nil {
 				c.fail(err)
 			}
@@ -481,10 +495,7 @@ func (c *conn) loop(ctx context.Context) {
 			c.wakeAll()
 			return
 		}
-		c.handle(wcs[:n])
-		c.poll()
-		c.mu.Unlock()
-		c.wakeAll()
+		cq.AckEvents(1)
 	}
 }
 
