@@ -17,6 +17,7 @@
 //	client    the rdma_client side of the rdma_verbs.h exchange
 //	xserver   the rdma_xserver side: one message received over RC or XRC
 //	xclient   the rdma_xclient side: one message sent over RC or XRC
+//	valkey-benchmark  SET and GET against valkey-server over RDMA or TCP
 //	help      list the commands, or show one command's usage
 //	version   print the version of rdmago
 //
@@ -84,4 +85,19 @@
 // names the server's XRC SRQ, whose number the server sends when it
 // accepts); a device without XRC, such as rxe, refuses -c x as it refuses
 // the C programs.
+//
+// # valkey-benchmark
+//
+//	rdmago valkey-benchmark [-h host] [-p port] [-c clients] [-n requests]
+//	       [-d size] [-P pipeline] [-t set,get|rdma-test] [--rdma] [--csv]
+//
+// valkey-benchmark sets and reads back keys on a Valkey server, over its
+// RDMA transport with --rdma (package valkeyrdma; valkey-server
+// --rdma-port) and over TCP without, and prints each test's requests per
+// second. Every client connects, and builds its keys and values, before
+// the clock starts; every reply is checked, every GET against the value
+// set. The options are valkey-benchmark's, -n counting all clients'
+// requests. -t rdma-test runs instead the sequence of valkey's RDMA test
+// client (tests/rdma/rdma-test) on each client, with its progress lines,
+// which is how make bench sets the two clients side by side.
 package main

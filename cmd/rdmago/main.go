@@ -27,13 +27,14 @@ import (
 	"github.com/rdmago/rdma/cmd/rdmago/internal/rstream"
 	"github.com/rdmago/rdma/cmd/rdmago/internal/ucmatose"
 	"github.com/rdmago/rdma/cmd/rdmago/internal/udaddy"
+	"github.com/rdmago/rdma/cmd/rdmago/internal/valkeybench"
 	"github.com/rdmago/rdma/uverbs"
 )
 
 // commands are rdmago's subcommands: each tool's, with help and version.
 var commands = command.NewSet(
 	[]*command.Command{{Name: "version", Summary: "print the version of rdmago", Run: runVersion}},
-	cmtime.Commands(), devices.Commands(), devinfo.Commands(), doctor.Commands(), mckey.Commands(), perf.Commands(), pingpong.Commands(), rdmaserver.Commands(), rdmatool.Commands(), rping.Commands(), rstream.Commands(), ucmatose.Commands(), udaddy.Commands(),
+	cmtime.Commands(), devices.Commands(), devinfo.Commands(), doctor.Commands(), mckey.Commands(), perf.Commands(), pingpong.Commands(), rdmaserver.Commands(), rdmatool.Commands(), rping.Commands(), rstream.Commands(), ucmatose.Commands(), udaddy.Commands(), valkeybench.Commands(),
 )
 
 // version is set at link time with -ldflags "-X main.version=v1.2.3"; when
