@@ -186,17 +186,26 @@ demo: deps build
 	$(VM) run --kernel $(KERNEL) -- $(CURDIR)/hack/demo.sh $(CURDIR)/bin/rdmago
 
 ## bench: perftest and rdmago perf side by side in one VM boot under QEMU's
-## instruction-counting clock (the scale study, and rdmago rstream against
-## C rstream and TCP), polling latency in a
+## instruction-counting clock (the scale study, rdmago rstream against
+## C rstream and TCP, cmtime, and Valkey over RDMA against TCP and against
+## valkey's C RDMA client), polling latency in a
 ## two-vCPU wall-clock boot, the Go micro-benchmarks, and the mlx5 Go/C
 ## benchmark. docs/performance.md explains each part.
-bench: deps build
+bench: deps build valkey
 	$(GO) build -o bin/bench ./hack/bench
-	$(VM) run --icount --kernel $(KERNEL) --timeout 60m -- $(CURDIR)/bin/bench -reps $(BENCH_REPS) $(CURDIR)/bin/rdmago table scale rstream cmtime
+	$(VM) run --icount --kernel $(KERNEL) --timeout 60m -- $(CURDIR)/bin/bench -reps $(BENCH_REPS) \
+		-valkey $$($(VM) valkey) $(CURDIR)/bin/rdmago table scale rstream cmtime valkey
 	$(VM) run --smp 2 --kernel $(KERNEL) --timeout 20m -- $(CURDIR)/bin/bench -reps 5 $(CURDIR)/bin/rdmago latency
 	$(GOTEST) -exec "$(VM) run --kernel $(KERNEL) --" -run '^$$' -bench . -benchmem ./...
 	$(MAKE) bench-mlx5
 	$(MAKE) bench-mlx5cmp
+
+## bench-valkey: the valkey part of bench alone.
+.PHONY: bench-valkey
+bench-valkey: deps build valkey
+	$(GO) build -o bin/bench ./hack/bench
+	$(VM) run --icount --kernel $(KERNEL) --timeout 30m -- $(CURDIR)/bin/bench -reps $(BENCH_REPS) \
+		-valkey $$($(VM) valkey) $(CURDIR)/bin/rdmago valkey
 
 ## pgo: write cmd/rdmago/default.pgo, the profile go build then uses for
 ## rdmago (profile-guided optimisation): CPU profiles of every rdmago
@@ -296,15 +305,17 @@ check-generate-mlx5:
 bench-mlx5:
 	GO="$(GO)" hack/mlx5gen/bench.sh
 
-## test-pair: rping, rdma_server/rdma_client, rstream and mckey between two VMs (vm pair,
+## test-pair: rping, rdma_server/rdma_client, rstream, mckey and Valkey between two VMs (vm pair,
 ## KERNEL for both): rdmago serving rdma-core's client, rdma-core's server
 ## serving rdmago, and rdmago on both sides; then rping and rstream between
 ## an x86 VM and an arm64 one (vm pair --arch-b arm64), Go on one side and
-## C on the other, both ways. Each client waits 2 s for its
+## C on the other, both ways; valkey-server in one VM and rdmago
+## valkey-benchmark over RDMA in the other (hack/valkey-pair.sh), x86 and
+## arm64 clients. Each client waits 2 s for its
 ## server. Logged to bin/test-pair.log; exits non-zero on any failure.
 PAIR_TIMEOUT ?= 90s
 .PHONY: test-pair
-test-pair: vm build bin/linux_arm64/rdmago
+test-pair: vm build bin/linux_arm64/rdmago valkey
 	@set -uo pipefail; R=$(CURDIR)/bin/rdmago; A=10.0.5.1; S=1000; log=$(CURDIR)/bin/test-pair.log; : > $$log; PF=; \
 	fails=0; t0=$$(date +%s); \
 	pair() { \
@@ -361,7 +372,12 @@ test-pair: vm build bin/linux_arm64/rdmago
 	pair "mckey: rdmago receiver, rdmago sender" \
 		"$$R mckey -m $$mg -b $$A" "$$R mckey -m $$mg -b 10.0.5.2 -s" \
 		1 "^\[a\] $$mk" 1 "^\[b\] $$mk" 1 '^\[a\] data transfers complete$$'; \
+	VK=$$($(VM) valkey); VP=$(CURDIR)/hack/valkey-pair.sh; \
+	vk() { pair "$$1" "$$VP server $$VK" "$$VP client $$2" \
+		2 '^\[b\] SET: ' 2 '^\[b\] GET: ' 1 '^\[b\] Valkey Over RDMA test \[OK\]$$' 0 '^\[b\] FAILED'; }; \
+	vk "valkey: valkey-server (RDMA), rdmago valkey-benchmark --rdma client (verified)" "$$R"; \
 	PF="--arch-b arm64"; RB=$(CURDIR)/bin/linux_arm64/rdmago; \
+	vk "x86 a, arm64 b: valkey: valkey-server (RDMA), rdmago valkey-benchmark --rdma client (verified)" "$$RB"; \
 	pair "x86 a, arm64 b: rping: rdmago server, rping client" \
 		"$$R rping -s -v -a $$A -S $$S" "/usr/bin/rping -c -V -v -C 10 -a $$A -S $$S" \
 		10 "$$pa[0-9]: " 1 "$$pa$$p9" 10 "$$pb[0-9]: " 1 "$$pb$$p9"; \
@@ -374,7 +390,7 @@ test-pair: vm build bin/linux_arm64/rdmago
 	pair "x86 a, arm64 b: rstream: rstream server, rdmago client (64 KiB, verified)" \
 		"/usr/bin/rstream -S 65536 -C 20 -T v" "$$RB rstream -s $$A -S 65536 -C 20 -T v" \
 		2 "$$rs"; \
-	echo "== test-pair ($(KERNEL)): 16 pairs, $$fails failed, $$(( $$(date +%s) - t0 )) s; full output in $$log"; \
+	echo "== test-pair ($(KERNEL)): 18 pairs, $$fails failed, $$(( $$(date +%s) - t0 )) s; full output in $$log"; \
 	[ $$fails -eq 0 ]
 
 ## test-faults: RoCEv2 recovery between two VMs (vm pair, KERNEL for both)

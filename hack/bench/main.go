@@ -5,7 +5,7 @@
 // runs it inside the soft-RoCE VM; it works the same on a host with a real
 // device.
 //
-//	bench [-d rxe0] [-reps 3] [-ip 10.0.2.15] rdmago-binary table|latency|scale|rstream|cmtime...
+//	bench [-d rxe0] [-reps 3] [-ip 10.0.2.15] rdmago-binary table|latency|scale|rstream|cmtime|valkey...
 //
 // table: the rows of docs/performance.md, each pair (perftest against
 // perftest, rdmago against rdmago) alternating -reps times. Meant for a VM
@@ -25,6 +25,10 @@
 // cmtime: librdmacm's cmtime client connecting 100 connections to
 // cmtime's server and to `rdmago cmtime`'s, with the client at normal
 // priority and under nice 19, and the servers' CPU time.
+//
+// valkey: SET and GET against valkey-server over its RDMA transport and
+// over TCP, and the Go client beside valkey's C RDMA client (-valkey names
+// their directory; valkey.go says how each is timed).
 package main
 
 import (
@@ -61,10 +65,11 @@ var (
 
 func main() {
 	flag.Usage = func() {
-		fmt.Fprintln(os.Stderr, "usage: bench [flags] rdmago-binary table|latency|scale|rstream|cmtime...")
+		fmt.Fprintln(os.Stderr, "usage: bench [flags] rdmago-binary table|latency|scale|rstream|cmtime|valkey...")
 		flag.PrintDefaults()
 	}
 	run := flag.String("run", "", "measure only the rows whose names match this regular expression")
+	flag.StringVar(&valkeyDir, "valkey", "", "`directory` of valkey-server and rdma-test, for the valkey part")
 	flag.Parse()
 	rowRE = regexp.MustCompile(*run)
 	if flag.NArg() < 2 {
@@ -87,6 +92,8 @@ func main() {
 			err = rstreamTable()
 		case "cmtime":
 			err = cmtimeTable()
+		case "valkey":
+			err = valkeyTable()
 		default:
 			err = fmt.Errorf("unknown part %q", what)
 		}

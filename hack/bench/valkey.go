@@ -1,0 +1,295 @@
+//go:build linux
+
+package main
+
+// The valkey part: a valkey-server built with its RDMA transport (bin/vm
+// valkey), and two tables.
+//
+// The first is `rdmago valkey-benchmark`'s SET and GET rates over the
+// server's RDMA port (package valkeyrdma) and over its TCP port, for 16 B,
+// 1 KiB and 64 KiB values with 1 and 16 clients, the two transports
+// alternating -reps times. The figures are the client's own: the requests
+// alone, after every client has connected.
+//
+// The second sets the Go client beside valkey's C one. valkey-benchmark
+// (8.1) has no RDMA transport; valkey's RDMA client is tests/rdma/rdma-test,
+// which prints no figures: per thread, a PING, N random 1 KiB values made,
+// the N keys SET one by one, one BGSAVE from the first thread there, the N
+// keys read back and compared, with a line after each step.
+// `rdmago valkey-benchmark -t rdma-test` runs the same sequence and prints
+// the same lines, and both programs are timed by those lines' arrival
+// (rdma-test's stdout made line-buffered with stdbuf): with one thread,
+// SET is the time from "prepare" to "SET", GET from "BGSAVE" to "GET". With
+// 16 threads the threads' steps overlap, so the figure is the whole
+// sequence's, from the first PING's line to the last GET's, building the
+// values included, for both alike.
+
+import (
+	"bufio"
+	"context"
+	"encoding/csv"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rdmago/rdma/internal/perftable"
+)
+
+var valkeyDir = "" // -valkey: the directory of valkey-server and rdma-test
+
+const (
+	valkeyTCPPort  = 16379
+	valkeyRDMAPort = 16380
+)
+
+// valkeyServer starts valkey-server on *ip over TCP and RDMA, without
+// persistence (BGSAVE still writes a dump, into a temporary directory).
+func valkeyServer(ctx context.Context) (*proc, func(), error) {
+	dir, err := os.MkdirTemp("", "valkey-bench")
+	if err != nil {
+		return nil, nil, err
+	}
+	argv := []string{filepath.Join(valkeyDir, "valkey-server"),
+		"--bind", *ip, "--port", strconv.Itoa(valkeyTCPPort),
+		"--rdma-bind", *ip, "--rdma-port", strconv.Itoa(valkeyRDMAPort),
+		"--protected-mode", "no", "--save", "", "--appendonly", "no",
+		"--dir", dir, "--logfile", filepath.Join(dir, "valkey.log")}
+	srv, err := startProc(ctx, argv, nil, false)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, nil, err
+	}
+	stop := func() {
+		srv.kill()
+		os.RemoveAll(dir)
+	}
+	for !perftable.Listening(valkeyTCPPort) || !perftable.CMListening(valkeyRDMAPort) {
+		select {
+		case <-srv.done:
+			log, _ := os.ReadFile(filepath.Join(dir, "valkey.log"))
+			stop()
+			return nil, nil, fmt.Errorf("valkey-server exited: %v\n%s%s", srv.err, srv.out(), log)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return srv, stop, nil
+}
+
+// flushAll empties the server between runs, over TCP.
+func flushAll() error {
+	c, err := net.DialTimeout("tcp", net.JoinHostPort(*ip, strconv.Itoa(valkeyTCPPort)), 10*time.Second)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(time.Minute))
+	if _, err := c.Write([]byte("*1\r\n$8\r\nFLUSHALL\r\n")); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil || line != "+OK\r\n" {
+		return fmt.Errorf("FLUSHALL: %q, %v", line, err)
+	}
+	return nil
+}
+
+// valkeyBench runs one `rdmago valkey-benchmark` and returns its SET and
+// GET rates.
+func valkeyBench(ctx context.Context, rdma bool, clients, requests, size int) (set, get float64, err error) {
+	if err := flushAll(); err != nil {
+		return 0, 0, err
+	}
+	port := valkeyTCPPort
+	argv := []string{rdmago, "valkey-benchmark", "--csv", "-h", *ip, "-c", strconv.Itoa(clients), "-n", strconv.Itoa(requests), "-d", strconv.Itoa(size)}
+	if rdma {
+		port = valkeyRDMAPort
+		argv = append(argv, "--rdma")
+	}
+	argv = append(argv, "-p", strconv.Itoa(port))
+	out, err := exec.CommandContext(ctx, argv[0], argv[1:]...).CombinedOutput()
+	if err != nil {
+		return 0, 0, fmt.Errorf("%q: %v\n%s", argv, err, out)
+	}
+	recs, err := csv.NewReader(strings.NewReader(string(out))).ReadAll()
+	if err != nil {
+		return 0, 0, fmt.Errorf("%q: %v\n%s", argv, err, out)
+	}
+	for _, r := range recs[1:] {
+		v, err := strconv.ParseFloat(r[len(r)-1], 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("%q: %v\n%s", argv, err, out)
+		}
+		switch r[0] {
+		case "SET":
+			set = v
+		case "GET":
+			get = v
+		}
+	}
+	if set == 0 || get == 0 {
+		return 0, 0, fmt.Errorf("%q: no SET and GET rates\n%s", argv, out)
+	}
+	return set, get, nil
+}
+
+// errNoConnection is a client that failed before its first reply.
+// rdma-test gives its connection 1 s, which the first connection after
+// valkey-server starts sometimes takes under the instruction-counting
+// clock; such a run is made again, up to three times, for either client.
+var errNoConnection = errors.New("no connection")
+
+// stepRE matches the progress lines of rdma-test and of
+// valkey-benchmark -t rdma-test.
+var stepRE = regexp.MustCompile(`^Valkey Over RDMA test thread\[\d+\] (PING/PONG|prepare|SET|BGSAVE|GET)\b.*\[OK\]$`)
+
+// rdmaTestRun runs argv (one of the two rdma-test clients), timestamps
+// its progress lines as they arrive, and returns the rates: with one
+// thread, SET's and GET's; with more, the whole sequence's.
+func rdmaTestRun(ctx context.Context, argv []string, threads, keys int) (set, get, whole float64, err error) {
+	if err := flushAll(); err != nil {
+		return 0, 0, 0, err
+	}
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		return 0, 0, 0, err
+	}
+	at := map[string][]time.Time{}
+	var out strings.Builder
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() {
+		now := time.Now()
+		line := sc.Text()
+		out.WriteString(line + "\n")
+		if m := stepRE.FindStringSubmatch(line); m != nil {
+			at[m[1]] = append(at[m[1]], now)
+		}
+	}
+	if err := cmd.Wait(); err != nil {
+		if len(at["PING/PONG"]) == 0 {
+			err = fmt.Errorf("%w: %v", errNoConnection, err)
+		}
+		return 0, 0, 0, fmt.Errorf("%q: %w\n%s%s", argv, err, out.String(), stderr.String())
+	}
+	if len(at["GET"]) != threads || len(at["SET"]) != threads || len(at["BGSAVE"]) != 1 {
+		return 0, 0, 0, fmt.Errorf("%q: not every thread's steps printed:\n%s%s", argv, out.String(), stderr.String())
+	}
+	rate := func(n int, from, to time.Time) float64 { return float64(n) / to.Sub(from).Seconds() }
+	if threads == 1 {
+		return rate(keys, at["prepare"][0], at["SET"][0]), rate(keys, at["BGSAVE"][0], at["GET"][0]), 0, nil
+	}
+	return 0, 0, rate(2*keys*threads, at["PING/PONG"][0], at["GET"][threads-1]), nil
+}
+
+func valkeyTable() error {
+	if valkeyDir == "" {
+		return fmt.Errorf("valkey: -valkey names no directory (bin/vm valkey builds one)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout*4)
+	defer cancel()
+	_, stop, err := valkeyServer(ctx)
+	if err != nil {
+		return err
+	}
+	defer stop()
+
+	fmt.Printf("\nvalkey: rdmago valkey-benchmark against valkey-server (RDMA port and TCP port), kernel %s, %d runs of each, alternating; median (range), requests/s\n\n", kernelRelease(), *reps)
+	fmt.Println("| value | clients | requests | SET, RDMA | SET, TCP | RDMA / TCP | GET, RDMA | GET, TCP | RDMA / TCP |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|")
+	for _, size := range []int{16, 1024, 65536} {
+		for _, clients := range []int{1, 16} {
+			name := fmt.Sprintf("%s, %d", sizeName(size), clients)
+			if !rowRE.MatchString(name) {
+				continue
+			}
+			requests := 2000
+			if size >= 65536 {
+				requests = 400
+			}
+			var vals [4][]float64 // SET RDMA, SET TCP, GET RDMA, GET TCP
+			for range *reps {
+				for i, rdma := range []bool{true, false} {
+					s, g, err := valkeyBench(ctx, rdma, clients, requests, size)
+					if err != nil {
+						return err
+					}
+					vals[i] = append(vals[i], s)
+					vals[2+i] = append(vals[2+i], g)
+				}
+			}
+			fmt.Printf("| %s | %d | %d | %s | %s | %.3f | %s | %s | %.3f |\n", sizeName(size), clients, requests,
+				spread(vals[0]), spread(vals[1]), median(vals[0])/median(vals[1]),
+				spread(vals[2]), spread(vals[3]), median(vals[2])/median(vals[3]))
+		}
+	}
+
+	fmt.Printf("\nvalkey: valkey's C RDMA client (tests/rdma/rdma-test) and rdmago valkey-benchmark -t rdma-test, 1 KiB values, against valkey-server, kernel %s, %d runs of each, alternating; median (range), requests/s\n\n", kernelRelease(), *reps)
+	fmt.Println("| threads | keys each | step | rdma-test (C) | rdmago | rdmago / C | target |")
+	fmt.Println("|---|---|---|---|---|---|---|")
+	for _, threads := range []int{1, 16} {
+		if !rowRE.MatchString(fmt.Sprintf("rdma-test, %d", threads)) {
+			continue
+		}
+		keys := 2000
+		if threads > 1 {
+			keys = 250
+		}
+		c := []string{"stdbuf", "-oL", filepath.Join(valkeyDir, "rdma-test"), "-h", *ip, "-p", strconv.Itoa(valkeyRDMAPort),
+			"-t", strconv.Itoa(threads), "-m", strconv.Itoa(keys), "-M", strconv.Itoa(keys + 1)}
+		g := []string{rdmago, "valkey-benchmark", "--rdma", "-t", "rdma-test", "-h", *ip, "-p", strconv.Itoa(valkeyRDMAPort),
+			"-c", strconv.Itoa(threads), "-n", strconv.Itoa(keys), "-d", "1024"}
+		var vals [2][3][]float64 // [C, Go][SET, GET, whole]
+		for range *reps {
+			for i, argv := range [][]string{c, g} {
+				s, gt, w, err := rdmaTestRun(ctx, argv, threads, keys)
+				for try := 1; errors.Is(err, errNoConnection) && try < 3; try++ {
+					fmt.Fprintf(os.Stderr, "bench: %v; again\n", err)
+					s, gt, w, err = rdmaTestRun(ctx, argv, threads, keys)
+				}
+				if err != nil {
+					return err
+				}
+				vals[i][0] = append(vals[i][0], s)
+				vals[i][1] = append(vals[i][1], gt)
+				vals[i][2] = append(vals[i][2], w)
+			}
+		}
+		steps := []struct {
+			name string
+			k    int
+		}{{"SET (prepare to SET)", 0}, {"GET (BGSAVE to GET)", 1}}
+		if threads > 1 {
+			steps = steps[:0]
+			steps = append(steps, struct {
+				name string
+				k    int
+			}{"whole sequence (first PING to last GET; SETs and GETs counted)", 2})
+		}
+		for _, st := range steps {
+			fmt.Printf("| %d | %d | %s | %s | %s | %.3f | ≥ 1.00 |\n", threads, keys, st.name,
+				spread(vals[0][st.k]), spread(vals[1][st.k]), median(vals[1][st.k])/median(vals[0][st.k]))
+		}
+	}
+	return nil
+}
+
+func sizeName(n int) string {
+	switch {
+	case n >= 1024 && n%1024 == 0:
+		return strconv.Itoa(n/1024) + " KiB"
+	default:
+		return strconv.Itoa(n) + " B"
+	}
+}
