@@ -45,7 +45,6 @@ func Commands() []*command.Command {
 		Run: func(args []string, stdout, stderr io.Writer) int {
 			return Main(context.Background(), args, stdout, stderr)
 		},
-		Usage: func(w io.Writer) { newFlags(&options{}, w).Usage() },
 	}}
 }
 
@@ -96,8 +95,10 @@ func newFlags(o *options, w io.Writer) *flag.FlagSet {
 // Main runs the command and returns its exit status.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	o := &options{}
-	for _, a := range args {
-		if a == "--help" || a == "-help" {
+	// -h is the host, as valkey-benchmark's; alone at the end, with no
+	// host after it, it asks for the usage, as rdmago's commands' -h does.
+	for i, a := range args {
+		if a == "--help" || a == "-help" || a == "-h" && i == len(args)-1 {
 			newFlags(o, stdout).Usage()
 			return 0
 		}

@@ -221,3 +221,14 @@ func TestServerGone(t *testing.T) {
 		t.Fatalf("status %d, stderr %q; want 1, connection refused", status, errOut)
 	}
 }
+
+// TestUsage: -h alone, or last with no host after it, and --help print the
+// usage with status 0; -h with a value is the host.
+func TestUsage(t *testing.T) {
+	for _, args := range [][]string{{"-h"}, {"--help"}, {"-c", "2", "-h"}} {
+		status, out, _ := runMain(args...)
+		if status != 0 || !strings.HasPrefix(out, "usage: rdmago valkey-benchmark") {
+			t.Errorf("%q: status %d, stdout %q", args, status, out)
+		}
+	}
+}
