@@ -431,15 +431,23 @@ func TestDeviceBlockingCancel(t *testing.T) {
 // each checking every reply it gets.
 func TestDeviceConcurrentClients(t *testing.T) {
 	s := startServer(t)
+	// Under the race detector, 16: with 64 clients valkey-server's QP
+	// creation failed there (EAGAIN, in two runs on a loaded host) and
+	// valkey-server crashed on that error path, which is valkey's to
+	// fix; the races this test looks for need concurrency, not scale.
+	clients := 64
+	if raceEnabled {
+		clients = 16
+	}
 	for _, lib := range libraries {
 		t.Run(lib.name, func(t *testing.T) {
-			c := lib.new(t, s, true, 64)
+			c := lib.new(t, s, true, clients)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			var ops atomic.Int64
 			var wg sync.WaitGroup
-			errs := make(chan error, 64)
-			for g := range 64 {
+			errs := make(chan error, clients)
+			for g := range clients {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
@@ -473,8 +481,8 @@ func TestDeviceConcurrentClients(t *testing.T) {
 			for err := range errs {
 				t.Error(err)
 			}
-			t.Logf("%d commands in 10 s from 64 clients", ops.Load())
-			if ops.Load() < 64*2 {
+			t.Logf("%d commands in 10 s from %d clients", ops.Load(), clients)
+			if ops.Load() < int64(clients)*2 {
 				t.Errorf("only %d commands in 10 s", ops.Load())
 			}
 		})

@@ -234,8 +234,12 @@ func (c *conn) start() error {
 	go c.loop(ctx)
 	go c.watch(ctx)
 	if c.keepAlive > 0 {
+		// Under mu, which tick takes: the timer's goroutine must see
+		// kaTimer and kaQuiet set, however soon it fires.
+		c.mu.Lock()
 		c.kaQuiet = time.Now()
 		c.kaTimer = time.AfterFunc(c.keepAlive, c.tick)
+		c.mu.Unlock()
 	}
 	return nil
 }

@@ -216,7 +216,13 @@ func TestDeviceDialListener(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer c.Close()
-			c.SetDeadline(time.Now().Add(time.Minute))
+			// A bound on a hang, not a timing: 48 MiB each way at
+			// MaxBuffer take minutes under the race detector.
+			limit := time.Minute
+			if raceEnabled {
+				limit = 5 * time.Minute
+			}
+			c.SetDeadline(time.Now().Add(limit))
 			r := bufio.NewReader(c)
 			v := strings.Repeat("0123456789abcdef", 3*size/16+5)
 			if _, err := fmt.Fprintf(c, "*2\r\n$4\r\nECHO\r\n%s", bulk(v)); err != nil {
