@@ -266,16 +266,13 @@ func valkeyTable() error {
 				vals[i][2] = append(vals[i][2], w)
 			}
 		}
-		steps := []struct {
+		type step struct {
 			name string
-			k    int
-		}{{"SET (prepare to SET)", 0}, {"GET (BGSAVE to GET)", 1}}
+			k    int // index into vals[i]
+		}
+		steps := []step{{"SET (prepare to SET)", 0}, {"GET (BGSAVE to GET)", 1}}
 		if threads > 1 {
-			steps = steps[:0]
-			steps = append(steps, struct {
-				name string
-				k    int
-			}{"whole sequence (first PING to last GET; SETs and GETs counted)", 2})
+			steps = []step{{"whole sequence (first PING to last GET; SETs and GETs counted)", 2}}
 		}
 		for _, st := range steps {
 			fmt.Printf("| %d | %d | %s | %s | %s | %.3f | ≥ 1.00 |\n", threads, keys, st.name,
