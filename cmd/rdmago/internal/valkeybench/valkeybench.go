@@ -153,7 +153,7 @@ func (o *options) check() error {
 func (o *options) dial(ctx context.Context) (net.Conn, error) {
 	addr := net.JoinHostPort(o.host, strconv.Itoa(o.port))
 	if o.rdma {
-		return valkeyrdma.DialContext(ctx, "tcp", addr)
+		return valkeyrdma.DialContext(ctx, "rdma", addr)
 	}
 	var d net.Dialer
 	return d.DialContext(ctx, "tcp", addr)
