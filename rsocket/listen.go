@@ -91,7 +91,7 @@ func (l *Listener) accept(nid *cm.ID) (*Conn, error) {
 	param.PrivateData = b[:]
 	param.FlowControl, param.RNRRetryCount = 1, 7
 	param.QPNum, param.SRQ = 0, false
-	ctx, cancel := context.WithTimeout(l.l.Ctx, acceptTimeout)
+	ctx, cancel := l.l.AcceptContext()
 	defer cancel()
 	if err := nid.Accept(ctx, &param); err != nil {
 		e.release()
@@ -99,11 +99,6 @@ func (l *Listener) accept(nid *cm.ID) (*Conn, error) {
 	}
 	return establish(e, &peer, l.l.Network, l.cfg)
 }
-
-// acceptTimeout bounds the wait for a connection to be established after
-// it was accepted: a peer that went away meanwhile must not hold up the
-// listener.
-const acceptTimeout = 10 * time.Second
 
 // Close stops listening. Accepts under way return an error matching
 // net.ErrClosed; connections already accepted stay open.

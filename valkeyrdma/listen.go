@@ -67,7 +67,7 @@ func (l *Listener) accept(nid *cm.ID) (net.Conn, error) {
 		return nil, err
 	}
 	param := cm.ConnParam{ResponderResources: 1, InitiatorDepth: 1, RetryCount: 7, RNRRetryCount: 7}
-	ctx, cancel := context.WithTimeout(l.l.Ctx, acceptTimeout)
+	ctx, cancel := l.l.AcceptContext()
 	defer cancel()
 	if err := nid.Accept(ctx, &param); err != nil {
 		c.release()
@@ -79,11 +79,6 @@ func (l *Listener) accept(nid *cm.ID) (net.Conn, error) {
 	}
 	return wrap(c), nil
 }
-
-// acceptTimeout bounds the wait for a connection to be established after
-// it was accepted: a peer that went away meanwhile must not hold up the
-// listener.
-const acceptTimeout = 10 * time.Second
 
 // Close stops listening. Accepts under way return an error matching
 // net.ErrClosed; connections already accepted stay open.

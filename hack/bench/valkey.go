@@ -51,10 +51,10 @@ const (
 
 // valkeyServer starts valkey-server on *ip over TCP and RDMA, without
 // persistence (BGSAVE still writes a dump, into a temporary directory).
-func valkeyServer(ctx context.Context) (*proc, func(), error) {
+func valkeyServer(ctx context.Context) (stop func(), err error) {
 	dir, err := os.MkdirTemp("", "valkey-bench")
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	argv := []string{filepath.Join(valkeyDir, "valkey-server"),
 		"--bind", *ip, "--port", strconv.Itoa(valkeyTCPPort),
@@ -64,9 +64,9 @@ func valkeyServer(ctx context.Context) (*proc, func(), error) {
 	srv, err := startProc(ctx, argv, nil, false)
 	if err != nil {
 		os.RemoveAll(dir)
-		return nil, nil, err
+		return nil, err
 	}
-	stop := func() {
+	stop = func() {
 		srv.kill()
 		os.RemoveAll(dir)
 	}
@@ -75,11 +75,11 @@ func valkeyServer(ctx context.Context) (*proc, func(), error) {
 		case <-srv.done:
 			log, _ := os.ReadFile(filepath.Join(dir, "valkey.log"))
 			stop()
-			return nil, nil, fmt.Errorf("valkey-server exited: %v\n%s%s", srv.err, srv.out(), log)
+			return nil, fmt.Errorf("valkey-server exited: %v\n%s%s", srv.err, srv.out(), log)
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	return srv, stop, nil
+	return stop, nil
 }
 
 // flushAll empties the server between runs, over TCP.
@@ -199,7 +199,7 @@ func valkeyTable() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout*4)
 	defer cancel()
-	_, stop, err := valkeyServer(ctx)
+	stop, err := valkeyServer(ctx)
 	if err != nil {
 		return err
 	}

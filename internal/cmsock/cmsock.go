@@ -123,6 +123,17 @@ func NewListener(id *cm.ID, network string, addr net.Addr) *Listener {
 	return l
 }
 
+// acceptTimeout bounds the wait for a connection to be established after
+// it was accepted: a peer that went away meanwhile must not hold up the
+// listener.
+const acceptTimeout = 10 * time.Second
+
+// AcceptContext is the context for accepting one request: it ends with
+// Close, or after acceptTimeout.
+func (l *Listener) AcceptContext() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(l.Ctx, acceptTimeout)
+}
+
 // Accept waits for connection requests and hands each to accept, until
 // one gives a connection; a request accept fails is closed and the wait
 // goes on. After Close it fails with an error matching net.ErrClosed.

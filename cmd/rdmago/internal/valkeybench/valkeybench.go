@@ -261,6 +261,15 @@ func (c *client) expectStatus(want string) error {
 	return nil
 }
 
+// ping sends PING and checks the PONG.
+func (c *client) ping() error {
+	c.writeCommand("PING", "", nil)
+	if err := c.w.Flush(); err != nil {
+		return err
+	}
+	return c.expectStatus("PONG")
+}
+
 // expectBulk reads a bulk-string reply and compares it with want.
 func (c *client) expectBulk(want []byte) error {
 	line, err := c.readLine()
@@ -297,8 +306,8 @@ func (c *client) expectBulk(want []byte) error {
 }
 
 // open connects the clients and gives each its keys: -n requests split
-// over them, "rdmago:C:I".
-func open(ctx context.Context, o *options, perClient func(c int) int) ([]*client, error) {
+// evenly over them, "rdmago:C:I".
+func open(ctx context.Context, o *options) ([]*client, error) {
 	cs := make([]*client, 0, o.clients)
 	for c := range o.clients {
 		conn, err := o.dial(ctx)
@@ -307,7 +316,11 @@ func open(ctx context.Context, o *options, perClient func(c int) int) ([]*client
 			return nil, fmt.Errorf("client %d: %w", c, err)
 		}
 		cl := newClient(conn, o.size)
-		for i := range perClient(c) {
+		n := o.requests / o.clients
+		if c < o.requests%o.clients {
+			n++
+		}
+		for i := range n {
 			cl.keys = append(cl.keys, fmt.Sprintf("rdmago:%d:%d", c, i))
 		}
 		cs = append(cs, cl)
@@ -323,24 +336,14 @@ func closeAll(cs []*client) {
 
 // benchmark runs -t set,get.
 func benchmark(ctx context.Context, o *options, stdout io.Writer) error {
-	cs, err := open(ctx, o, func(c int) int {
-		n := o.requests / o.clients
-		if c < o.requests%o.clients {
-			n++
-		}
-		return n
-	})
+	cs, err := open(ctx, o)
 	if err != nil {
 		return err
 	}
 	defer closeAll(cs)
 	for i, c := range cs {
 		c.conn.SetDeadline(time.Now().Add(o.timeout))
-		c.writeCommand("PING", "", nil)
-		if err := c.w.Flush(); err != nil {
-			return fmt.Errorf("client %d: PING: %w", i, err)
-		}
-		if err := c.expectStatus("PONG"); err != nil {
+		if err := c.ping(); err != nil {
 			return fmt.Errorf("client %d: PING: %w", i, err)
 		}
 	}
@@ -460,11 +463,7 @@ func rdmaTestClient(ctx context.Context, o *options, t int, bgsaved *atomic.Bool
 	defer conn.Close()
 	conn.SetDeadline(time.Now().Add(o.timeout))
 	c := newClient(conn, o.size)
-	c.writeCommand("PING", "", nil)
-	if err := c.w.Flush(); err != nil {
-		return err
-	}
-	if err := c.expectStatus("PONG"); err != nil {
+	if err := c.ping(); err != nil {
 		return fmt.Errorf("client %d: PING: %w", t, err)
 	}
 	say("Valkey Over RDMA test thread[%d] PING/PONG [OK]\n", t)
