@@ -121,6 +121,18 @@ type conn struct {
 	wake      [2]chan struct{}
 	deadlines cmsock.Deadlines
 
+	// With WaitInKernel there is no CQ's reader: a Read or Write that
+	// must wait takes the completion channel (holding) and waits on it
+	// in the kernel, while the other sleeps on its wake channel until
+	// the holder lets go. armed (under mu) tells that the CQ is armed and
+	// its event not yet read; kicks counts the kicks that cut a wait
+	// short (kick).
+	direct   bool
+	holding  atomic.Bool
+	sleepers atomic.Int32 // Reads and Writes waiting for holding
+	armed    bool
+	kicks    atomic.Uint64
+
 	keepAlive   time.Duration
 	peerTimeout time.Duration
 	kaTimer     *time.Timer
@@ -141,9 +153,10 @@ const (
 
 // config is what Dialer and ListenConfig set.
 type config struct {
-	recvBuf     int
-	keepAlive   time.Duration
-	peerTimeout time.Duration
+	recvBuf      int
+	keepAlive    time.Duration
+	peerTimeout  time.Duration
+	waitInKernel bool
 }
 
 func (c config) withDefaults() config {
@@ -168,7 +181,7 @@ func newConn(id *cm.ID, cfg config) (c *conn, err error) {
 	if vctx == nil || pd == nil {
 		return nil, unix.ENODEV
 	}
-	c = &conn{id: id, pd: pd, keepAlive: cfg.keepAlive, peerTimeout: cfg.peerTimeout}
+	c = &conn{id: id, pd: pd, keepAlive: cfg.keepAlive, peerTimeout: cfg.peerTimeout, direct: cfg.waitInKernel}
 	c.wake[dirRead] = make(chan struct{}, 1)
 	c.wake[dirWrite] = make(chan struct{}, 1)
 	defer func() {
@@ -218,8 +231,8 @@ func newConn(id *cm.ID, cfg config) (c *conn, err error) {
 }
 
 // start announces this side's receive buffer and starts the goroutines of
-// an established connection: the CQ's reader, the rdma_cm event watcher
-// and the keepalive.
+// an established connection: the CQ's reader (none with WaitInKernel), the
+// rdma_cm event watcher and the keepalive.
 func (c *conn) start() error {
 	c.mu.Lock()
 	err := c.registerRx()
@@ -231,17 +244,35 @@ func (c *conn) start() error {
 	c.stop = cancel
 	c.loopDone = make(chan struct{})
 	c.cmDone = make(chan struct{})
-	go c.loop(ctx)
+	if c.direct {
+		close(c.loopDone)
+	} else {
+		go c.loop(ctx)
+	}
 	go c.watch(ctx)
-	if c.keepAlive > 0 {
+	if every := c.tickEvery(); every > 0 {
 		// Under mu, which tick takes: the timer's goroutine must see
 		// kaTimer and kaQuiet set, however soon it fires.
 		c.mu.Lock()
 		c.kaQuiet = time.Now()
-		c.kaTimer = time.AfterFunc(c.keepAlive, c.tick)
+		c.kaTimer = time.AfterFunc(every, c.tick)
 		c.mu.Unlock()
 	}
 	return nil
+}
+
+// tickEvery is the interval of tick: the keepalive's, and with
+// WaitInKernel at least Valkey's default, since with no CQ's reader the
+// tick reaps what comes while neither Read nor Write waits (the peer's
+// keepalives, whose receives must be posted again).
+func (c *conn) tickEvery() time.Duration {
+	if c.keepAlive > 0 {
+		return c.keepAlive
+	}
+	if c.direct {
+		return defaultKeepAlive
+	}
+	return 0
 }
 
 func wrap(c *conn) *Conn {
@@ -529,7 +560,7 @@ func (c *conn) watch(ctx context.Context) {
 		}
 		c.mu.Unlock()
 		c.id.Disconnect(ctx)
-		c.wakeAll()
+		c.alert()
 	}
 }
 
@@ -542,22 +573,27 @@ func (c *conn) tick() {
 	if c.closed.Load() || c.err != nil || c.peerGone {
 		return
 	}
+	if c.direct {
+		// Nobody else reaps while no call waits.
+		c.poll()
+		c.wakeAll()
+	}
 	now := time.Now()
 	if c.recvs != c.kaRecvs {
 		c.kaRecvs, c.kaQuiet = c.recvs, now
 	} else if c.peerTimeout > 0 && c.peerKA && now.Sub(c.kaQuiet) >= c.peerTimeout {
 		c.fail(fmt.Errorf("valkeyrdma: nothing from the peer for %v: %w", now.Sub(c.kaQuiet).Round(time.Millisecond), unix.ETIMEDOUT))
-		c.wakeAll()
+		c.alert()
 		return
 	}
-	if len(c.freeSlots) > 0 && c.sendRoom() {
+	if c.keepAlive > 0 && len(c.freeSlots) > 0 && c.sendRoom() {
 		if err := c.sendMsg(message{op: opKeepalive}); err != nil {
 			c.fail(err)
-			c.wakeAll()
+			c.alert()
 			return
 		}
 	}
-	c.kaTimer.Reset(c.keepAlive)
+	c.kaTimer.Reset(c.tickEvery())
 }
 
 // wakeAll wakes a waiting Read and Write.
@@ -569,6 +605,20 @@ func (c *conn) wakeAll() {
 		}
 	}
 }
+
+// alert wakes the waiting Read and Write for an event that does not come
+// through the CQ (a deadline, the peer's disconnect, Close), cutting short
+// a wait in the kernel.
+func (c *conn) alert() {
+	if c.direct {
+		c.kicks.Add(1)
+		c.ch.SetReadDeadline(past)
+	}
+	c.wakeAll()
+}
+
+// past is a deadline that has passed, which ends a wait under way.
+var past = time.Unix(1, 0)
 
 // errClosed ends calls on a closed connection.
 var errClosed = errors.New("valkeyrdma: use of closed connection")
@@ -585,13 +635,84 @@ func (c *conn) usable(dir int) error {
 	return nil
 }
 
-// sleep waits to be woken, after usable said the call may go on.
+// sleep waits to be woken, after usable said the call may go on; the
+// caller polls and looks again.
 func (c *conn) sleep(dir int) error {
 	if err := c.usable(dir); err != nil {
 		return err
 	}
-	<-c.wake[dir]
+	if c.direct {
+		c.waitDirect(dir)
+	} else {
+		<-c.wake[dir]
+	}
 	return c.usable(dir)
+}
+
+// waitDirect is sleep with WaitInKernel: the caller waits on the
+// completion channel in the kernel (uverbs.CompChannel.GetEventDirect)
+// unless the other direction does, in which case it sleeps until that
+// one lets go.
+func (c *conn) waitDirect(dir int) {
+	// Counted before the try, so that a holder that lets go after a
+	// failed try sees the sleeper and wakes it.
+	c.sleepers.Add(1)
+	if !c.holding.CompareAndSwap(false, true) {
+		<-c.wake[dir]
+		c.sleepers.Add(-1)
+		return
+	}
+	c.sleepers.Add(-1)
+	c.waitEvent(dir)
+	c.holding.Store(false)
+	if c.sleepers.Load() > 0 {
+		// The other direction waits for the channel, and what this
+		// wait reaped may be what it waits for.
+		c.wakeAll()
+	}
+}
+
+// waitEvent waits for one event of the completion channel, holding it.
+// The CQ is armed again as soon as its event is read, as valkey's client
+// does, so that the caller's poll that follows reaps what came before the
+// arm and the next wait can sleep at once. An unarmed CQ (the first wait)
+// is armed and the caller sent back to poll once more, since a completion
+// that came before the arm raises no event.
+func (c *conn) waitEvent(dir int) {
+	g := c.kicks.Load()
+	c.mu.Lock()
+	if !c.armed {
+		c.arm()
+		c.mu.Unlock()
+		return
+	}
+	c.mu.Unlock()
+	t := time.Time{}
+	if dl := c.deadlines.Get(dir); dl != 0 {
+		t = time.Unix(0, dl)
+	}
+	c.ch.SetReadDeadline(t)
+	if c.kicks.Load() != g {
+		// A kick came before the deadline was set, which undid it.
+		return
+	}
+	if _, err := c.ch.GetEventDirect(context.Background()); err != nil {
+		// A deadline, a kick or Close: the caller looks again.
+		return
+	}
+	c.cq.AckEvents(1)
+	c.mu.Lock()
+	c.arm()
+	c.mu.Unlock()
+}
+
+// arm requests the CQ's next event (under mu).
+func (c *conn) arm() {
+	err := c.cq.ReqNotify(false)
+	if err != nil {
+		c.fail(err)
+	}
+	c.armed = err == nil
 }
 
 func (c *conn) read(b []byte) (int, error) {
@@ -621,7 +742,7 @@ func (c *conn) read(b []byte) (int, error) {
 			}
 			c.mu.Unlock()
 			if err != nil {
-				c.wakeAll()
+				c.alert()
 			}
 			return n, nil
 		}
@@ -682,12 +803,47 @@ func (c *conn) write(b []byte) (int, error) {
 // closeLinger bounds how long Close waits for the disconnect.
 const closeLinger = 2 * time.Second
 
+// drain waits, until deadline, for the sends posted to complete, so that
+// what Write returned as sent reaches the peer before the disconnect
+// flushes the queue, as a TCP socket's close sends what it buffered. Most
+// data writes are unsignaled: a signaled write of no bytes after them
+// completes only once they have (the queue's order).
+func (c *conn) drain(deadline time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for pause := 10 * time.Microsecond; ; pause = min(2*pause, time.Millisecond) {
+		c.poll()
+		if c.err != nil || c.peerGone || c.posted == c.done {
+			return
+		}
+		if c.unsignaled > 0 && c.sendRoom() {
+			c.swr[0] = wr.SendWR{
+				ID:     c.posted & 0xffffffff,
+				Opcode: wr.OpRDMAWrite,
+				Flags:  wr.Signaled,
+				Remote: wr.Remote{Addr: c.txAddr, RKey: c.txKey},
+			}
+			if _, err := c.qp.PostSend(c.swr[:]); err != nil {
+				return
+			}
+			c.posted++
+			c.unsignaled = 0
+		}
+		if time.Now().After(deadline) {
+			return
+		}
+		c.mu.Unlock()
+		time.Sleep(pause)
+		c.mu.Lock()
+	}
+}
+
 // close is Close, and the cleanup of a Conn dropped without it.
 func (c *conn) close() error {
 	if !c.closed.CompareAndSwap(false, true) {
 		return errClosed
 	}
-	c.wakeAll()
+	c.alert()
 	c.rmu.Lock()
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
@@ -703,7 +859,9 @@ func (c *conn) close() error {
 		<-c.loopDone
 		<-c.cmDone
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), closeLinger)
+	deadline := time.Now().Add(closeLinger)
+	c.drain(deadline)
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	c.id.Disconnect(ctx)
 	cancel()
 	// The keepalive may have fired before it was stopped: it ends once
@@ -741,8 +899,9 @@ func (c *Conn) Write(b []byte) (int, error) {
 	return n, c.opErr("write", err)
 }
 
-// Close ends the connection: it disconnects, ends the calls under way and
-// releases the connection's resources. Later calls fail with an error
+// Close ends the connection: it ends the calls under way, waits for what
+// Write sent to reach the peer (2 s at most, as a TCP socket's close sends
+// what it buffered), disconnects and releases the connection's resources. Later calls fail with an error
 // matching net.ErrClosed.
 func (c *Conn) Close() error {
 	return c.opErr("close", c.c.close())
@@ -763,7 +922,7 @@ func (c *Conn) setDeadline(t time.Time, dirs ...int) error {
 		return c.opErr("set deadline", errClosed)
 	}
 	for _, d := range dirs {
-		c.c.deadlines.Set(d, t, c.c.wakeAll)
+		c.c.deadlines.Set(d, t, c.c.alert)
 	}
 	return nil
 }

@@ -21,10 +21,23 @@ import (
 )
 
 // TestDeviceServerKilled: valkey-server killed in the middle of a pipeline
-// ends the client's calls with an error, soon; nothing hangs.
+// ends the client's calls with an error, soon; nothing hangs. Also with
+// WaitInKernel, where the blocked Write and Read take turns waiting in the
+// kernel.
 func TestDeviceServerKilled(t *testing.T) {
+	for _, direct := range []bool{false, true} {
+		name := "poller"
+		if direct {
+			name = "WaitInKernel"
+		}
+		t.Run(name, func(t *testing.T) { testServerKilled(t, direct) })
+	}
+}
+
+func testServerKilled(t *testing.T, direct bool) {
 	s := startServer(t)
-	c, err := valkeyrdma.Dial("tcp", s.rdma)
+	d := valkeyrdma.Dialer{WaitInKernel: direct}
+	c, err := d.Dial("tcp", s.rdma)
 	if err != nil {
 		t.Fatal(err)
 	}

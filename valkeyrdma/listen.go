@@ -16,6 +16,8 @@ type ListenConfig struct {
 	RecvBuffer  int
 	KeepAlive   time.Duration
 	PeerTimeout time.Duration
+	// WaitInKernel is Dialer's, for the accepted connections.
+	WaitInKernel bool
 	// Backlog is the listen queue's length; zero means 128.
 	Backlog int
 }
@@ -48,7 +50,7 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (*L
 	}
 	return &Listener{
 		l:   cmsock.NewListener(id, network, Addr{id.SrcAddr()}),
-		cfg: config{recvBuf: lc.RecvBuffer, keepAlive: lc.KeepAlive, peerTimeout: lc.PeerTimeout}.withDefaults(),
+		cfg: config{recvBuf: lc.RecvBuffer, keepAlive: lc.KeepAlive, peerTimeout: lc.PeerTimeout, waitInKernel: lc.WaitInKernel}.withDefaults(),
 	}, nil
 }
 

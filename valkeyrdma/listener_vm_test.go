@@ -205,48 +205,57 @@ func TestDeviceRDMATestAgainstListener(t *testing.T) {
 
 // TestDeviceDialListener: this package's Dial against its Listener, with
 // the smallest and the largest buffers, one ECHO crossing both buffers
-// several times.
+// several times; with the waits of the CQ's reader goroutine, and in the
+// kernel (WaitInKernel).
 func TestDeviceDialListener(t *testing.T) {
-	for _, size := range []int{valkeyrdma.MinBuffer, valkeyrdma.MaxBuffer} {
-		t.Run(strconv.Itoa(size), func(t *testing.T) {
-			l := listenKV(t, &valkeyrdma.ListenConfig{RecvBuffer: size})
-			d := valkeyrdma.Dialer{RecvBuffer: size}
-			c, err := d.Dial("rdma", l.Addr().String())
-			if err != nil {
-				t.Fatal(err)
+	for _, direct := range []bool{false, true} {
+		for _, size := range []int{valkeyrdma.MinBuffer, valkeyrdma.MaxBuffer} {
+			name := strconv.Itoa(size)
+			if direct {
+				name = "WaitInKernel/" + name
 			}
-			defer c.Close()
-			// A bound on a hang, not a timing: 48 MiB each way at
-			// MaxBuffer take minutes under the race detector.
-			limit := time.Minute
-			if raceEnabled {
-				limit = 5 * time.Minute
-			}
-			c.SetDeadline(time.Now().Add(limit))
-			r := bufio.NewReader(c)
-			v := strings.Repeat("0123456789abcdef", 3*size/16+5)
-			if _, err := fmt.Fprintf(c, "*2\r\n$4\r\nECHO\r\n%s", bulk(v)); err != nil {
-				t.Fatal(err)
-			}
-			want := bulk(v)
-			got := make([]byte, len(want))
-			if _, err := io.ReadFull(r, got); err != nil {
-				t.Fatal(err)
-			}
-			if string(got) != want {
-				t.Fatal("ECHO came back different")
-			}
-			// Close ends a Read under way.
-			errc := make(chan error, 1)
-			go func() {
-				_, err := r.ReadByte()
-				errc <- err
-			}()
-			time.Sleep(50 * time.Millisecond)
-			c.Close()
-			if err := <-errc; !errors.Is(err, net.ErrClosed) {
-				t.Errorf("Read under Close: %v, want net.ErrClosed", err)
-			}
-		})
+			t.Run(name, func(t *testing.T) { testDialListener(t, size, direct) })
+		}
+	}
+}
+
+func testDialListener(t *testing.T, size int, direct bool) {
+	l := listenKV(t, &valkeyrdma.ListenConfig{RecvBuffer: size, WaitInKernel: direct})
+	d := valkeyrdma.Dialer{RecvBuffer: size, WaitInKernel: direct}
+	c, err := d.Dial("rdma", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// A bound on a hang, not a timing: 48 MiB each way at
+	// MaxBuffer take minutes under the race detector.
+	limit := time.Minute
+	if raceEnabled {
+		limit = 5 * time.Minute
+	}
+	c.SetDeadline(time.Now().Add(limit))
+	r := bufio.NewReader(c)
+	v := strings.Repeat("0123456789abcdef", 3*size/16+5)
+	if _, err := fmt.Fprintf(c, "*2\r\n$4\r\nECHO\r\n%s", bulk(v)); err != nil {
+		t.Fatal(err)
+	}
+	want := bulk(v)
+	got := make([]byte, len(want))
+	if _, err := io.ReadFull(r, got); err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != want {
+		t.Fatal("ECHO came back different")
+	}
+	// Close ends a Read under way.
+	errc := make(chan error, 1)
+	go func() {
+		_, err := r.ReadByte()
+		errc <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	c.Close()
+	if err := <-errc; !errors.Is(err, net.ErrClosed) {
+		t.Errorf("Read under Close: %v, want net.ErrClosed", err)
 	}
 }
