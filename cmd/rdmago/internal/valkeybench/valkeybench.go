@@ -58,12 +58,14 @@ type options struct {
 	pipeline int
 	tests    string
 	rdma     bool
+	direct   bool
 	csv      bool
 	timeout  time.Duration
 }
 
 const usageHead = `usage: rdmago valkey-benchmark [-h host] [-p port] [-c clients] [-n requests]
-       [-d size] [-P pipeline] [-t set,get|rdma-test] [--rdma] [--csv]
+       [-d size] [-P pipeline] [-t set,get|rdma-test] [--rdma [--wait-in-kernel=false]]
+       [--csv]
 
 SET and GET against a Valkey server, over its RDMA transport with --rdma
 (valkey-server --rdma-port) and over TCP without. Each client sets its own
@@ -83,6 +85,7 @@ func newFlags(o *options, w io.Writer) *flag.FlagSet {
 	fs.IntVar(&o.pipeline, "P", 1, "`requests` each client sends before reading their replies")
 	fs.StringVar(&o.tests, "t", "set,get", "`tests` to run: set,get or rdma-test")
 	fs.BoolVar(&o.rdma, "rdma", false, "connect over Valkey's RDMA transport")
+	fs.BoolVar(&o.direct, "wait-in-kernel", true, "with --rdma, wait for replies in the kernel, as valkey's C client does (valkeyrdma.Dialer.WaitInKernel); false waits in Go's poller")
 	fs.BoolVar(&o.csv, "csv", false, "print the figures as CSV")
 	fs.DurationVar(&o.timeout, "timeout", time.Minute, "limit for each test")
 	fs.Usage = func() {
@@ -153,7 +156,9 @@ func (o *options) check() error {
 func (o *options) dial(ctx context.Context) (net.Conn, error) {
 	addr := net.JoinHostPort(o.host, strconv.Itoa(o.port))
 	if o.rdma {
-		return valkeyrdma.DialContext(ctx, "rdma", addr)
+		// A goroutine per connection: what WaitInKernel suits.
+		d := valkeyrdma.Dialer{WaitInKernel: o.direct}
+		return d.DialContext(ctx, "rdma", addr)
 	}
 	var d net.Dialer
 	return d.DialContext(ctx, "tcp", addr)
@@ -467,12 +472,21 @@ func rdmaTestClient(ctx context.Context, o *options, t int, bgsaved *atomic.Bool
 		return fmt.Errorf("client %d: PING: %w", t, err)
 	}
 	say("Valkey Over RDMA test thread[%d] PING/PONG [OK]\n", t)
-	// Random upper-case values, as rdma-test's.
+	// Random upper-case values, as rdma-test's. With 16 clients the
+	// others' SETs and GETs run meanwhile: a PCG of the client's own,
+	// each draw giving two letters, keeps this to a few instructions a
+	// byte, as glibc's random() takes in rdma-test (rand.IntN's ChaCha8
+	// took half the client's CPU).
+	rng := rand.NewPCG(uint64(time.Now().UnixNano()), uint64(t))
 	values := make([][]byte, o.requests)
 	for i := range values {
 		v := make([]byte, o.size)
-		for k := range v {
-			v[k] = 'A' + byte(rand.IntN(26))
+		for k := 0; k < len(v); k += 2 {
+			x := rng.Uint64()
+			v[k] = 'A' + byte(uint64(uint32(x))*26>>32)
+			if k+1 < len(v) {
+				v[k+1] = 'A' + byte((x>>32)*26>>32)
+			}
 		}
 		values[i] = v
 		c.keys = append(c.keys, fmt.Sprintf("THREAD%02d-%06d", t, i))
