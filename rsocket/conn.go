@@ -71,6 +71,11 @@ func (c *Conn) LocalAddr() net.Addr { return c.laddr }
 func (c *Conn) RemoteAddr() net.Addr { return c.raddr }
 
 func (c *Conn) opErr(op string, err error) error {
+	if err == nil || err == io.EOF {
+		// Here, not in OpErr: the addresses, made interfaces for its
+		// call, would cost two allocations on every Read and Write.
+		return err
+	}
 	return cmsock.OpErr(op, c.network, c.laddr, c.raddr, err, errClosed)
 }
 
