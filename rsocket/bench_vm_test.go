@@ -5,17 +5,9 @@ package rsocket_test
 import (
 	"io"
 	"testing"
-)
 
-// transfer writes b on c and reads it whole on s: one message each way
-// through the send buffer, the peer's ring and the credits.
-func transfer(c, s io.ReadWriter, b, in []byte) error {
-	if _, err := c.Write(b); err != nil {
-		return err
-	}
-	_, err := io.ReadFull(s, in)
-	return err
-}
+	"github.com/rdmago/rdma/internal/rdmatest"
+)
 
 // TestDeviceSteadyStateAllocs checks that Read and Write allocate nothing
 // once a connection is up: the work requests, SGEs, completions and
@@ -23,24 +15,7 @@ func transfer(c, s io.ReadWriter, b, in []byte) error {
 func TestDeviceSteadyStateAllocs(t *testing.T) {
 	for _, n := range []int{64, 4096, 65536} {
 		c, s := pair(t)
-		b, in := make([]byte, n), make([]byte, n)
-		for range 100 { // past the first credit updates
-			if err := transfer(c, s, b, in); err != nil {
-				t.Fatal(err)
-			}
-		}
-		var err error
-		allocs := testing.AllocsPerRun(500, func() {
-			if e := transfer(c, s, b, in); e != nil {
-				err = e
-			}
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if allocs != 0 {
-			t.Errorf("%d-byte Write and Read: %v allocations, want 0", n, allocs)
-		}
+		rdmatest.NoTransferAllocs(t, c, s, n)
 	}
 }
 
@@ -50,7 +25,7 @@ func benchTransfer(b *testing.B, n int) {
 	b.SetBytes(int64(n))
 	b.ReportAllocs()
 	for b.Loop() {
-		if err := transfer(c, s, out, in); err != nil {
+		if err := rdmatest.Transfer(c, s, out, in); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 	"unsafe"
+
+	"github.com/rdmago/rdma/internal/rdmatest"
 )
 
 // within tells that p lies inside buf.
@@ -291,7 +293,7 @@ func TestDeviceCopyAllocs(t *testing.T) {
 	})
 	// Warm up past the first credit updates.
 	for range 50 {
-		if err := transfer(c, s, chunk, make([]byte, size)); err != nil {
+		if err := rdmatest.Transfer(c, s, chunk, make([]byte, size)); err != nil {
 			t.Fatal(err)
 		}
 	}

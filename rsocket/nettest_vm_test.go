@@ -25,17 +25,11 @@ import (
 // kernel (WaitInKernel), whose deadlines and Close take another path.
 func TestDeviceNettestConn(t *testing.T) {
 	testenv.RequireDevice(t)
-	for _, direct := range []bool{false, true} {
-		name := "poller"
-		if direct {
-			name = "WaitInKernel"
-		}
-		t.Run(name, func(t *testing.T) {
-			nettest.TestConn(t, func() (c1, c2 net.Conn, stop func(), err error) {
-				return makePipe(direct)
-			})
+	rdmatest.WaitModes(t, func(t *testing.T, direct bool) {
+		nettest.TestConn(t, func() (c1, c2 net.Conn, stop func(), err error) {
+			return makePipe(direct)
 		})
-	}
+	})
 }
 
 func makePipe(direct bool) (c1, c2 net.Conn, stop func(), err error) {
@@ -44,29 +38,8 @@ func makePipe(direct bool) (c1, c2 net.Conn, stop func(), err error) {
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	defer l.Close()
-	type res struct {
-		c   net.Conn
-		err error
-	}
-	ch := make(chan res, 1)
-	go func() {
-		c, err := l.Accept()
-		ch <- res{c, err}
-	}()
 	d := rsocket.Dialer{WaitInKernel: direct}
-	c, err := d.Dial("rdma", l.Addr().String())
-	r := <-ch
-	if err != nil || r.err != nil {
-		if c != nil {
-			c.Close()
-		}
-		if r.c != nil {
-			r.c.Close()
-		}
-		return nil, nil, nil, errors.Join(err, r.err)
-	}
-	return c, r.c, func() { c.Close(); r.c.Close() }, nil
+	return rdmatest.Pipe(l, func(addr string) (net.Conn, error) { return d.Dial("rdma", addr) })
 }
 
 // TestDeviceListener checks what net.Listener promises, as nettest's

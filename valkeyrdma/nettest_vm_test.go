@@ -4,7 +4,6 @@ package valkeyrdma_test
 
 import (
 	"context"
-	"errors"
 	"net"
 	"net/netip"
 	"testing"
@@ -19,22 +18,34 @@ import (
 // TestDeviceNettestConn runs golang.org/x/net/nettest's conformance suite
 // for net.Conn on a Dial and Accept pair: basic I/O, ping-pong, racing
 // Reads, Writes and Closes, past and future deadlines, deadlines moved
-// while blocked, and Close ending blocked calls. Once with the waits of
-// the CQ's reader goroutine, once with WaitInKernel, whose waits, deadlines
-// and Close take another path.
+// while blocked, and Close ending blocked calls; with the CQ's reader
+// goroutine, and with WaitInKernel.
 func TestDeviceNettestConn(t *testing.T) {
 	testenv.RequireDevice(t)
-	for _, direct := range []bool{false, true} {
-		name := "poller"
-		if direct {
-			name = "WaitInKernel"
-		}
-		t.Run(name, func(t *testing.T) {
-			nettest.TestConn(t, func() (c1, c2 net.Conn, stop func(), err error) {
-				return makePipe(direct)
-			})
+	rdmatest.WaitModes(t, func(t *testing.T, direct bool) {
+		nettest.TestConn(t, func() (c1, c2 net.Conn, stop func(), err error) {
+			return makePipe(direct)
 		})
-	}
+	})
+}
+
+// TestDeviceSteadyStateAllocs checks that Write and Read allocate nothing
+// once a connection is up, in both ways of waiting. A pipe for each size:
+// its writes then tile the peer's buffer, whereas a write across the
+// buffer's end would wait for the peer to read, which this one goroutine
+// does only after it.
+func TestDeviceSteadyStateAllocs(t *testing.T) {
+	testenv.RequireDevice(t)
+	rdmatest.WaitModes(t, func(t *testing.T, direct bool) {
+		for _, n := range []int{64, 4096} {
+			c, s, stop, err := makePipe(direct)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer stop()
+			rdmatest.NoTransferAllocs(t, c, s, n)
+		}
+	})
 }
 
 func makePipe(direct bool) (c1, c2 net.Conn, stop func(), err error) {
@@ -43,27 +54,6 @@ func makePipe(direct bool) (c1, c2 net.Conn, stop func(), err error) {
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	defer l.Close()
-	type res struct {
-		c   net.Conn
-		err error
-	}
-	ch := make(chan res, 1)
-	go func() {
-		c, err := l.Accept()
-		ch <- res{c, err}
-	}()
 	d := valkeyrdma.Dialer{WaitInKernel: direct}
-	c, err := d.Dial("rdma", l.Addr().String())
-	r := <-ch
-	if err != nil || r.err != nil {
-		if c != nil {
-			c.Close()
-		}
-		if r.c != nil {
-			r.c.Close()
-		}
-		return nil, nil, nil, errors.Join(err, r.err)
-	}
-	return c, r.c, func() { c.Close(); r.c.Close() }, nil
+	return rdmatest.Pipe(l, func(addr string) (net.Conn, error) { return d.Dial("rdma", addr) })
 }
