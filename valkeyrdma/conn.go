@@ -520,7 +520,10 @@ func (c *conn) loop(ctx context.Context) {
 		if err != nil {
 			return
 		}
-		cq, err := c.ch.GetEvent(ctx)
+		// With a context that is never done, which allocates nothing per
+		// wait; close ends the wait with a deadline in the past, after
+		// cancelling ctx.
+		cq, err := c.ch.GetEvent(context.Background())
 		if err != nil {
 			c.mu.Lock()
 			if ctx.Err() == nil {
@@ -856,6 +859,7 @@ func (c *conn) close() error {
 	// event on the ID's channel, which the watcher would otherwise read.
 	if c.stop != nil {
 		c.stop()
+		c.ch.SetReadDeadline(past)
 		<-c.loopDone
 		<-c.cmDone
 	}
