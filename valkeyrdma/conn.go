@@ -910,8 +910,8 @@ func (c *Conn) Write(b []byte) (int, error) {
 
 // Close ends the connection: it ends the calls under way, waits for what
 // Write sent to reach the peer (2 s at most, as a TCP socket's close sends
-// what it buffered), disconnects and releases the connection's resources. Later calls fail with an error
-// matching net.ErrClosed.
+// what it buffered), disconnects and releases the connection's resources.
+// Later calls fail with an error matching net.ErrClosed.
 func (c *Conn) Close() error {
 	return c.opErr("close", c.c.close())
 }
