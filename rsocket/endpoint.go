@@ -480,15 +480,10 @@ func (e *endpoint) wait(dir, cond int) error {
 			return nil
 		}
 		var err error
-		dl := e.deadlines.Get(dir)
-		var now int64
-		if dl != 0 || spinning {
-			now = time.Now().UnixNano()
-		}
 		switch {
 		case dir != dirClose && e.closed.Load():
 			err = errClosed
-		case dl != 0 && now >= dl:
+		case e.deadlines.Passed(dir):
 			err = errDeadline
 		}
 		if err != nil {
@@ -497,6 +492,7 @@ func (e *endpoint) wait(dir, cond int) error {
 			return err
 		}
 		if spinning {
+			now := time.Now().UnixNano()
 			if spinStart == 0 {
 				spinStart = now
 			}
@@ -536,19 +532,18 @@ func (e *endpoint) wait(dir, cond int) error {
 				continue
 			}
 		}
-		e.waitEvent(g, dl)
+		e.waitEvent(g)
 		release()
 	}
 }
 
 // waitEvent waits on the completion channel for one event, unless kicked
-// since kicks was g, until the deadline dl at most.
-func (e *endpoint) waitEvent(g uint64, dl int64) {
-	t := time.Time{}
-	if dl != 0 {
-		t = time.Unix(0, dl)
-	}
-	e.ch.SetReadDeadline(t)
+// since kicks was g. The channel gets no deadline of its own: a deadline's
+// timer raises the flag wait reads and then kicks, which ends the wait (g
+// was read before the flag was), and a wait with no deadline reads no
+// clock.
+func (e *endpoint) waitEvent(g uint64) {
+	e.ch.SetReadDeadline(time.Time{})
 	if e.kicks.Load() != g {
 		return
 	}

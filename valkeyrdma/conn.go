@@ -639,13 +639,16 @@ func (c *conn) usable(dir int) error {
 }
 
 // sleep waits to be woken, after usable said the call may go on; the
-// caller polls and looks again.
-func (c *conn) sleep(dir int) error {
+// caller polls and looks again. g is the kick count the caller read before
+// it last looked at the connection's state: whatever changes that state
+// (a deadline's timer, the peer's disconnect, Close) changes it first and
+// kicks after, so a change the look missed is a kick since g.
+func (c *conn) sleep(dir int, g uint64) error {
 	if err := c.usable(dir); err != nil {
 		return err
 	}
 	if c.direct {
-		c.waitDirect(dir)
+		c.waitDirect(dir, g)
 	} else {
 		<-c.wake[dir]
 	}
@@ -656,7 +659,7 @@ func (c *conn) sleep(dir int) error {
 // completion channel in the kernel (uverbs.CompChannel.GetEventDirect)
 // unless the other direction does, in which case it sleeps until that
 // one lets go.
-func (c *conn) waitDirect(dir int) {
+func (c *conn) waitDirect(dir int, g uint64) {
 	// Counted before the try, so that a holder that lets go after a
 	// failed try sees the sleeper and wakes it.
 	c.sleepers.Add(1)
@@ -666,7 +669,7 @@ func (c *conn) waitDirect(dir int) {
 		return
 	}
 	c.sleepers.Add(-1)
-	c.waitEvent(dir)
+	c.waitEvent(g)
 	c.holding.Store(false)
 	if c.sleepers.Load() > 0 {
 		// The other direction waits for the channel, and what this
@@ -675,14 +678,17 @@ func (c *conn) waitDirect(dir int) {
 	}
 }
 
-// waitEvent waits for one event of the completion channel, holding it.
-// The CQ is armed again as soon as its event is read, as valkey's client
-// does, so that the caller's poll that follows reaps what came before the
-// arm and the next wait can sleep at once. An unarmed CQ (the first wait)
-// is armed and the caller sent back to poll once more, since a completion
-// that came before the arm raises no event.
-func (c *conn) waitEvent(dir int) {
-	g := c.kicks.Load()
+// waitEvent waits for one event of the completion channel, holding it,
+// unless kicked since kicks was g. The CQ is armed again as soon as its
+// event is read, as valkey's client does, so that the caller's poll that
+// follows reaps what came before the arm and the next wait can sleep at
+// once. An unarmed CQ (the first wait) is armed and the caller sent back
+// to poll once more, since a completion that came before the arm raises
+// no event.
+//
+// The channel gets no deadline of its own: the deadline's timer kicks,
+// which ends the wait, and a wait with no deadline reads no clock.
+func (c *conn) waitEvent(g uint64) {
 	c.mu.Lock()
 	if !c.armed {
 		c.arm()
@@ -690,13 +696,9 @@ func (c *conn) waitEvent(dir int) {
 		return
 	}
 	c.mu.Unlock()
-	t := time.Time{}
-	if dl := c.deadlines.Get(dir); dl != 0 {
-		t = time.Unix(0, dl)
-	}
-	c.ch.SetReadDeadline(t)
+	c.ch.SetReadDeadline(time.Time{})
 	if c.kicks.Load() != g {
-		// A kick came before the deadline was set, which undid it.
+		// A kick came before the deadline was cleared, which undid it.
 		return
 	}
 	if _, err := c.ch.GetEventDirect(context.Background()); err != nil {
@@ -728,6 +730,7 @@ func (c *conn) read(b []byte) (int, error) {
 		return 0, nil
 	}
 	for {
+		g := c.kicks.Load()
 		c.mu.Lock()
 		if c.rxPos == c.rxOff {
 			c.poll()
@@ -757,7 +760,7 @@ func (c *conn) read(b []byte) (int, error) {
 		if err != nil {
 			return 0, err
 		}
-		if err := c.sleep(dirRead); err != nil {
+		if err := c.sleep(dirRead, g); err != nil {
 			return 0, err
 		}
 	}
@@ -771,6 +774,7 @@ func (c *conn) write(b []byte) (int, error) {
 	}
 	written := 0
 	for written < len(b) {
+		g := c.kicks.Load()
 		c.mu.Lock()
 		if !c.txReady() || !c.dataRoom() {
 			c.poll()
@@ -796,7 +800,7 @@ func (c *conn) write(b []byte) (int, error) {
 			continue
 		}
 		c.mu.Unlock()
-		if err := c.sleep(dirWrite); err != nil {
+		if err := c.sleep(dirWrite, g); err != nil {
 			return written, err
 		}
 	}

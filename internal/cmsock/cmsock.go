@@ -175,46 +175,69 @@ func (l *Listener) Close() error {
 	return l.ID.Close()
 }
 
-// Deadlines are a connection's deadlines, by direction (up to three), in
-// Unix nanoseconds (0: none), with the timers that wake a direction's
-// waiter when its deadline passes.
+// Deadlines are a connection's deadlines, by direction (up to three),
+// with the timers that wake a direction's waiter when its deadline passes.
+//
+// Passed reads a flag that Set and the timer raise, as the runtime's
+// poller does for package net's deadlines (pollDesc's rd and wd), rather
+// than reading the clock: a Read or Write looks at its deadline two or
+// three times, and a read of the clock costs more than the rest of such a
+// look.
 type Deadlines struct {
-	ns    [3]atomic.Int64
-	mu    sync.Mutex
-	timer [3]*time.Timer
+	passed [3]atomic.Bool
+	mu     sync.Mutex // guards what follows
+	has    [3]bool    // a deadline is set
+	timer  [3]*time.Timer
+	due    [3]time.Time // when the timer is due, on the monotonic clock
+	wake   [3]func()
 }
 
 // Set sets direction dir's deadline (the zero time: none) and calls wake,
 // which also runs when the deadline passes, so that a waiter looks at it
 // again.
 func (d *Deadlines) Set(dir int, t time.Time, wake func()) {
-	var ns int64
-	if !t.IsZero() {
-		ns = max(t.UnixNano(), 1)
-	}
-	d.ns[dir].Store(ns)
 	d.mu.Lock()
-	if ns == 0 {
+	d.has[dir] = !t.IsZero()
+	d.wake[dir] = wake
+	now := time.Now()
+	left := t.Sub(now)
+	d.due[dir] = now.Add(left)
+	d.passed[dir].Store(d.has[dir] && left <= 0)
+	switch {
+	case !d.has[dir] || left <= 0:
 		if d.timer[dir] != nil {
 			d.timer[dir].Stop()
 		}
-	} else if d.timer[dir] == nil {
-		d.timer[dir] = time.AfterFunc(time.Until(t), wake)
-	} else {
-		d.timer[dir].Reset(time.Until(t))
+	case d.timer[dir] == nil:
+		d.timer[dir] = time.AfterFunc(left, d.fire(dir))
+	default:
+		d.timer[dir].Reset(left)
 	}
 	d.mu.Unlock()
 	wake()
 }
 
-// Get returns direction dir's deadline in Unix nanoseconds, 0 for none.
-func (d *Deadlines) Get(dir int) int64 { return d.ns[dir].Load() }
+// fire is direction dir's timer function. A timer stopped or reset while
+// its function was starting may still run it, for an older deadline; the
+// monotonic clock, read under mu against when the timer is due now,
+// tells.
+func (d *Deadlines) fire(dir int) func() {
+	return func() {
+		d.mu.Lock()
+		passed := d.has[dir] && !time.Now().Before(d.due[dir])
+		if passed {
+			d.passed[dir].Store(true)
+		}
+		wake := d.wake[dir]
+		d.mu.Unlock()
+		if passed {
+			wake()
+		}
+	}
+}
 
 // Passed reports whether direction dir has a deadline and it has passed.
-func (d *Deadlines) Passed(dir int) bool {
-	dl := d.ns[dir].Load()
-	return dl != 0 && time.Now().UnixNano() >= dl
-}
+func (d *Deadlines) Passed(dir int) bool { return d.passed[dir].Load() }
 
 // Stop stops the timers, for a connection that closes.
 func (d *Deadlines) Stop() {

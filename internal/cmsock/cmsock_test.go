@@ -70,7 +70,7 @@ func TestDeadlines(t *testing.T) {
 	wake := func() { woken <- struct{}{} }
 	d.Set(0, time.Now().Add(20*time.Millisecond), wake)
 	<-woken // Set wakes at once
-	if d.Passed(0) || d.Passed(1) || d.Get(1) != 0 {
+	if d.Passed(0) || d.Passed(1) {
 		t.Fatal("a deadline passed too soon")
 	}
 	select {
@@ -83,10 +83,27 @@ func TestDeadlines(t *testing.T) {
 	}
 	d.Set(0, time.Time{}, wake)
 	<-woken
-	if d.Passed(0) || d.Get(0) != 0 {
+	if d.Passed(0) {
 		t.Error("the zero time left a deadline")
 	}
+	d.Set(1, time.Now().Add(-time.Second), wake)
+	<-woken
+	if !d.Passed(1) {
+		t.Error("a deadline in the past has not passed")
+	}
+	// Moved later while its timer is due: the old time must not count.
+	d.Set(1, time.Now().Add(5*time.Millisecond), wake)
+	<-woken
 	d.Set(1, time.Now().Add(time.Hour), wake)
 	<-woken
+	time.Sleep(50 * time.Millisecond)
+	if d.Passed(1) {
+		t.Error("a deadline moved an hour on passed at its old time")
+	}
+	select {
+	case <-woken:
+		t.Error("the old deadline's timer woke the waiter")
+	default:
+	}
 	d.Stop()
 }
