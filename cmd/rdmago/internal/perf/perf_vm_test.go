@@ -227,7 +227,15 @@ func checkPerfRow(t *testing.T, label string, c perfCase, f []string, cSide bool
 		// by a busy VM (CI saw it) average 0.005 MB/s. The rate
 		// stays positive, and the check below still ties the two.
 		peak, avg, rate := num(2), num(3), num(4)
-		if !(avg >= 0 && rate > 0 && peak >= 0) {
+		// perftest takes a row's interval from two get_cycles reads,
+		// unsigned: read on two vCPUs whose time-stamp counters
+		// disagree, a short interval comes out negative, and the row
+		// prints 0.00 0.00 0.000000 (CI saw it once, from ib_send_bw's
+		// server with -R, 200 messages). That row is perftest's own
+		// clock, not the transfer, which its status and iterations
+		// still vouch for; rdmago's rows must stay positive.
+		cClock := cSide && peak == 0 && avg == 0 && rate == 0
+		if !(avg >= 0 && rate > 0 && peak >= 0) && !cClock {
 			bad("non-positive figures")
 		}
 		// The average bandwidth is the message rate times the size
