@@ -186,10 +186,11 @@ func (l *Listener) Close() error {
 type Deadlines struct {
 	passed [3]atomic.Bool
 	mu     sync.Mutex // guards what follows
-	has    [3]bool    // a deadline is set
 	timer  [3]*time.Timer
-	due    [3]time.Time // when the timer is due, on the monotonic clock
-	wake   [3]func()
+	// due is when the deadline passes, on the monotonic clock; the zero
+	// time for none.
+	due  [3]time.Time
+	wake [3]func()
 }
 
 // Set sets direction dir's deadline (the zero time: none) and calls wake,
@@ -197,14 +198,16 @@ type Deadlines struct {
 // again.
 func (d *Deadlines) Set(dir int, t time.Time, wake func()) {
 	d.mu.Lock()
-	d.has[dir] = !t.IsZero()
 	d.wake[dir] = wake
 	now := time.Now()
 	left := t.Sub(now)
-	d.due[dir] = now.Add(left)
-	d.passed[dir].Store(d.has[dir] && left <= 0)
+	d.due[dir] = time.Time{}
+	if !t.IsZero() {
+		d.due[dir] = now.Add(left)
+	}
+	d.passed[dir].Store(!t.IsZero() && left <= 0)
 	switch {
-	case !d.has[dir] || left <= 0:
+	case t.IsZero() || left <= 0:
 		if d.timer[dir] != nil {
 			d.timer[dir].Stop()
 		}
@@ -224,7 +227,8 @@ func (d *Deadlines) Set(dir int, t time.Time, wake func()) {
 func (d *Deadlines) fire(dir int) func() {
 	return func() {
 		d.mu.Lock()
-		passed := d.has[dir] && !time.Now().Before(d.due[dir])
+		due := d.due[dir]
+		passed := !due.IsZero() && !time.Now().Before(due)
 		if passed {
 			d.passed[dir].Store(true)
 		}
