@@ -68,26 +68,17 @@ type endpoint struct {
 	wc    [16]wr.Completion
 
 	// Waiting. One goroutine at a time waits on the completion channel
-	// (it holds sem); the others sleep on their direction's wake channel
-	// and are woken when it sees progress or gives up the wait. waiters
-	// counts the goroutines in wait, so that one waiting alone, the
-	// common case of one goroutine per connection, takes and gives up
-	// sem without touching a channel. kicks counts the reasons to look
-	// again (a deadline changed, Close) that cut the channel wait short.
-	sem     atomic.Bool
-	waiters atomic.Int32
-	wake    [3]chan struct{}
-	kicks   atomic.Uint64
-	armed   bool   // the CQ is armed: an event will come (under mu)
-	unacked int    // events received and not acknowledged (under mu)
-	events  uint64 // events received (under mu)
+	// (it holds it); the others sleep on their direction's wake channel
+	// and are woken when it sees progress or gives up the wait.
+	w      cmsock.Waiter
+	armed  bool   // the CQ is armed: an event will come (under mu)
+	events uint64 // events received (under mu)
 
 	// Deadlines, and the timers that wake a waiting direction when its
 	// deadline passes.
 	deadlines cmsock.Deadlines
 
 	pollTime time.Duration // how long to poll before waiting for an event
-	direct   bool          // wait for events on the thread (GetEventDirect)
 
 	closed    atomic.Bool
 	watchEnd  chan struct{} // closed when watch returns
@@ -186,10 +177,7 @@ func newEndpoint(id *cm.ID, cfg config) (e *endpoint, err error) {
 	rbufSize := roundBuf(cfg.recvBuf)
 	sbufSize := roundBuf(cfg.sendBuf)
 
-	e = &endpoint{id: id, pollTime: cfg.pollTime, direct: cfg.waitInKernel}
-	e.wake[dirRead] = make(chan struct{}, 1)
-	e.wake[dirWrite] = make(chan struct{}, 1)
-	e.wake[dirClose] = make(chan struct{}, 1)
+	e = &endpoint{id: id, pollTime: cfg.pollTime}
 	defer func() {
 		if err != nil {
 			e.release()
@@ -201,6 +189,7 @@ func newEndpoint(id *cm.ID, cfg config) (e *endpoint, err error) {
 	if e.cq, err = vctx.CreateCQ(uverbs.CQAttr{CQE: int(sq + rq), Channel: e.ch}); err != nil {
 		return nil, err
 	}
+	e.w.Init(e.ch, cfg.waitInKernel, 3)
 	err = id.CreateQP(pd, uverbs.QPInitAttr{
 		Type:   qp.RC,
 		SendCQ: e.cq,
@@ -279,10 +268,6 @@ func (e *endpoint) release() {
 		}
 	}
 	if e.cq != nil {
-		if e.unacked > 0 {
-			e.cq.AckEvents(e.unacked)
-			e.unacked = 0
-		}
 		e.cq.Close()
 	}
 	if e.ch != nil {
@@ -441,38 +426,29 @@ var (
 	errClosed   = errors.New("rsocket: use of closed connection")
 )
 
-// past is a deadline that has passed.
-var past = time.Unix(1, 0)
-
 // wait makes progress until cond holds, with mu held on return when it
 // returns nil. It polls for pollTime first, as rsocket.c does, then arms
 // the CQ and sleeps: on the completion channel if no other goroutine is
 // waiting there, on its direction's wake channel if one is.
 //
-// Only the goroutine that holds sem reads the channel, and it blocks there
-// only after it found cond false with the CQ armed, polling under mu after
-// the arm. Every completion after that raises an event, so whatever made
-// the cond true comes as one. The holder wakes the sleepers whenever it
-// lets go of sem, so that they look again, and one of them takes over.
-// It skips that when it waits alone: a goroutine that enters wait later
-// looks at the state under mu before it sleeps.
+// Only the goroutine that holds the channel (cmsock.Waiter) reads it, and
+// it blocks there only after it found cond false with the CQ armed,
+// polling under mu after the arm. Every completion after that raises an
+// event, so whatever made the cond true comes as one. The holder wakes
+// the sleepers whenever it lets go, so that they look again, and one of
+// them takes over.
 func (e *endpoint) wait(dir, cond int) error {
-	e.waiters.Add(1)
-	defer e.waiters.Add(-1)
 	var spinStart int64
 	spinning := true
 	holding := false
 	release := func() {
 		if holding {
-			e.sem.Store(false)
+			e.w.Release()
 			holding = false
-			if e.waiters.Load() > 1 {
-				e.wakeAll()
-			}
 		}
 	}
 	for {
-		g := e.kicks.Load()
+		g := e.w.Kicks()
 		e.mu.Lock()
 		e.progress()
 		if e.test(cond) {
@@ -513,11 +489,8 @@ func (e *endpoint) wait(dir, cond int) error {
 		seen := e.events
 		e.mu.Unlock()
 		if !holding {
-			// The sleepers' wake-up follows every release of sem after
-			// they counted themselves in waiters, so none is lost.
-			if !e.sem.CompareAndSwap(false, true) {
-				<-e.wake[dir]
-				continue
+			if !e.w.Hold(dir) {
+				continue // slept until the holder let go
 			}
 			holding = true
 			// Look again before sleeping on the channel if another
@@ -538,50 +511,22 @@ func (e *endpoint) wait(dir, cond int) error {
 }
 
 // waitEvent waits on the completion channel for one event, unless kicked
-// since kicks was g. The channel gets no deadline of its own: a deadline's
-// timer raises the flag wait reads and then kicks, which ends the wait (g
-// was read before the flag was), and a wait with no deadline reads no
-// clock.
+// since g: a deadline's timer raises the flag wait reads and then kicks
+// (g was read before the flag was).
 func (e *endpoint) waitEvent(g uint64) {
-	e.ch.SetReadDeadline(time.Time{})
-	if e.kicks.Load() != g {
-		return
-	}
-	var err error
-	if e.direct {
-		_, err = e.ch.GetEventDirect(context.Background())
-	} else {
-		_, err = e.ch.GetEvent(context.Background())
-	}
-	if err != nil {
-		// A deadline, a kick or Close: the caller looks again.
-		return
+	if !e.w.WaitEvent(g) {
+		return // a kick or Close: the caller looks again
 	}
 	e.mu.Lock()
 	e.armed = false
 	e.events++
-	if e.unacked++; e.unacked >= int(e.s.sqSize+e.s.rqSize) {
-		e.cq.AckEvents(e.unacked)
-		e.unacked = 0
-	}
 	e.mu.Unlock()
 }
 
 // wakeAll wakes any goroutine sleeping on a wake channel.
-func (e *endpoint) wakeAll() {
-	for _, w := range e.wake {
-		select {
-		case w <- struct{}{}:
-		default:
-		}
-	}
-}
+func (e *endpoint) wakeAll() { e.w.WakeAll() }
 
 // kick cuts short the completion channel wait under way, if any, so its
 // waiter looks at its deadline and the connection's state again, and
 // wakes the sleepers.
-func (e *endpoint) kick() {
-	e.kicks.Add(1)
-	e.ch.SetReadDeadline(past)
-	e.wakeAll()
-}
+func (e *endpoint) kick() { e.w.Kick() }

@@ -11,7 +11,7 @@ func (c *Conn) DebugState() string {
 	s := &e.s
 	return fmt.Sprintf("state %#x err %v ctrl %d/%d sseq %d/%d rseq %d/%d remoteSGE %d targetSGE %d target0 %+v target1 %+v rmsg %d..%d rbufAvail %d rbufFree %d rbufOff %d granted %d sqe %d sbuf %d unread %d armed %v kicks %d",
 		s.state, s.err, s.ctrlSeq, s.ctrlMax, s.sseqNo, s.sseqComp, s.rseqNo, s.rseqComp, s.remoteSGE, s.targetSGE,
-		s.targetEntry(0), s.targetEntry(1), s.rmsgHead, s.rmsgTail, s.rbufAvail, s.rbufFree, s.rbufOff, s.granted, s.sqeAvail, s.sbufAvail, s.unread, e.armed, e.kicks.Load())
+		s.targetEntry(0), s.targetEntry(1), s.rmsgHead, s.rmsgTail, s.rbufAvail, s.rbufFree, s.rbufOff, s.granted, s.sqeAvail, s.sbufAvail, s.unread, e.armed, e.w.Kicks())
 }
 
 // Buffers returns the registered send buffer and receive ring, for tests

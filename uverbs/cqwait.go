@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rdmago/rdma/internal/pollctx"
 	"github.com/rdmago/rdma/wr"
 )
 
@@ -146,12 +147,9 @@ func (ch *CompChannel) removeWaiter(w *waiter) {
 	ch.waitCQs--
 	if ch.waitCQs == 0 && ch.reading {
 		ch.stopping = true
-		ch.SetReadDeadline(past)
+		ch.SetReadDeadline(pollctx.Past)
 	}
 }
-
-// past is a read deadline that has passed.
-var past = time.Unix(1, 0)
 
 // readWaitEvents is the channel's reader while CQs wait on it.
 func (ch *CompChannel) readWaitEvents() {

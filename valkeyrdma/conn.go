@@ -18,6 +18,7 @@ import (
 
 	"github.com/rdmago/rdma/cm"
 	"github.com/rdmago/rdma/internal/cmsock"
+	"github.com/rdmago/rdma/internal/pollctx"
 	"github.com/rdmago/rdma/mr"
 	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/uverbs"
@@ -117,21 +118,15 @@ type conn struct {
 
 	// Waiting: Read and Write sleep on their wake channel; the CQ's
 	// reader, the deadline timers, the connection's end and Close wake
-	// them.
-	wake      [2]chan struct{}
+	// them. With WaitInKernel (direct) there is no CQ's reader: a Read
+	// or Write that must wait holds the completion channel and waits on
+	// it in the kernel, while the other sleeps until the holder lets go.
+	// armed (under mu) tells that the CQ is armed and its event not yet
+	// read.
+	w         cmsock.Waiter
 	deadlines cmsock.Deadlines
-
-	// With WaitInKernel there is no CQ's reader: a Read or Write that
-	// must wait takes the completion channel (holding) and waits on it
-	// in the kernel, while the other sleeps on its wake channel until
-	// the holder lets go. armed (under mu) tells that the CQ is armed and
-	// its event not yet read; kicks counts the kicks that cut a wait
-	// short (kick).
-	direct   bool
-	holding  atomic.Bool
-	sleepers atomic.Int32 // Reads and Writes waiting for holding
-	armed    bool
-	kicks    atomic.Uint64
+	direct    bool
+	armed     bool
 
 	keepAlive   time.Duration
 	peerTimeout time.Duration
@@ -182,8 +177,6 @@ func newConn(id *cm.ID, cfg config) (c *conn, err error) {
 		return nil, unix.ENODEV
 	}
 	c = &conn{id: id, pd: pd, keepAlive: cfg.keepAlive, peerTimeout: cfg.peerTimeout, direct: cfg.waitInKernel}
-	c.wake[dirRead] = make(chan struct{}, 1)
-	c.wake[dirWrite] = make(chan struct{}, 1)
 	defer func() {
 		if err != nil {
 			c.release()
@@ -194,6 +187,11 @@ func newConn(id *cm.ID, cfg config) (c *conn, err error) {
 	}
 	if c.cq, err = vctx.CreateCQ(uverbs.CQAttr{CQE: 2 * queueDepth, Channel: c.ch}); err != nil {
 		return nil, err
+	}
+	if c.direct {
+		c.w.Init(c.ch, true, 2)
+	} else {
+		c.w.Init(nil, false, 2) // loop reads the channel
 	}
 	err = id.CreateQP(pd, uverbs.QPInitAttr{
 		Type:   qp.RC,
@@ -600,28 +598,12 @@ func (c *conn) tick() {
 }
 
 // wakeAll wakes a waiting Read and Write.
-func (c *conn) wakeAll() {
-	for _, w := range c.wake {
-		select {
-		case w <- struct{}{}:
-		default:
-		}
-	}
-}
+func (c *conn) wakeAll() { c.w.WakeAll() }
 
 // alert wakes the waiting Read and Write for an event that does not come
 // through the CQ (a deadline, the peer's disconnect, Close), cutting short
 // a wait in the kernel.
-func (c *conn) alert() {
-	if c.direct {
-		c.kicks.Add(1)
-		c.ch.SetReadDeadline(past)
-	}
-	c.wakeAll()
-}
-
-// past is a deadline that has passed, which ends a wait under way.
-var past = time.Unix(1, 0)
+func (c *conn) alert() { c.w.Kick() }
 
 // errClosed ends calls on a closed connection.
 var errClosed = errors.New("valkeyrdma: use of closed connection")
@@ -647,47 +629,24 @@ func (c *conn) sleep(dir int, g uint64) error {
 	if err := c.usable(dir); err != nil {
 		return err
 	}
-	if c.direct {
-		c.waitDirect(dir, g)
-	} else {
-		<-c.wake[dir]
+	switch {
+	case !c.direct:
+		c.w.Sleep(dir)
+	case c.w.Hold(dir):
+		// The other direction sleeps until Release.
+		c.waitEvent(g)
+		c.w.Release()
 	}
 	return c.usable(dir)
 }
 
-// waitDirect is sleep with WaitInKernel: the caller waits on the
-// completion channel in the kernel (uverbs.CompChannel.GetEventDirect)
-// unless the other direction does, in which case it sleeps until that
-// one lets go.
-func (c *conn) waitDirect(dir int, g uint64) {
-	// Counted before the try, so that a holder that lets go after a
-	// failed try sees the sleeper and wakes it.
-	c.sleepers.Add(1)
-	if !c.holding.CompareAndSwap(false, true) {
-		<-c.wake[dir]
-		c.sleepers.Add(-1)
-		return
-	}
-	c.sleepers.Add(-1)
-	c.waitEvent(g)
-	c.holding.Store(false)
-	if c.sleepers.Load() > 0 {
-		// The other direction waits for the channel, and what this
-		// wait reaped may be what it waits for.
-		c.wakeAll()
-	}
-}
-
-// waitEvent waits for one event of the completion channel, holding it,
-// unless kicked since kicks was g. The CQ is armed again as soon as its
-// event is read, as valkey's client does, so that the caller's poll that
-// follows reaps what came before the arm and the next wait can sleep at
-// once. An unarmed CQ (the first wait) is armed and the caller sent back
-// to poll once more, since a completion that came before the arm raises
-// no event.
-//
-// The channel gets no deadline of its own: the deadline's timer kicks,
-// which ends the wait, and a wait with no deadline reads no clock.
+// waitEvent waits in the kernel for one event of the completion channel,
+// which it holds, unless kicked since g. The CQ is armed again as soon as
+// its event is read, as valkey's client does, so that the caller's poll
+// that follows reaps what came before the arm and the next wait can sleep
+// at once. An unarmed CQ (the first wait) is armed and the caller sent
+// back to poll once more, since a completion that came before the arm
+// raises no event.
 func (c *conn) waitEvent(g uint64) {
 	c.mu.Lock()
 	if !c.armed {
@@ -696,16 +655,9 @@ func (c *conn) waitEvent(g uint64) {
 		return
 	}
 	c.mu.Unlock()
-	c.ch.SetReadDeadline(time.Time{})
-	if c.kicks.Load() != g {
-		// A kick came before the deadline was cleared, which undid it.
-		return
+	if !c.w.WaitEvent(g) {
+		return // a kick or Close: the caller looks again
 	}
-	if _, err := c.ch.GetEventDirect(context.Background()); err != nil {
-		// A deadline, a kick or Close: the caller looks again.
-		return
-	}
-	c.cq.AckEvents(1)
 	c.mu.Lock()
 	c.arm()
 	c.mu.Unlock()
@@ -730,7 +682,7 @@ func (c *conn) read(b []byte) (int, error) {
 		return 0, nil
 	}
 	for {
-		g := c.kicks.Load()
+		g := c.w.Kicks()
 		c.mu.Lock()
 		if c.rxPos == c.rxOff {
 			c.poll()
@@ -774,7 +726,7 @@ func (c *conn) write(b []byte) (int, error) {
 	}
 	written := 0
 	for written < len(b) {
-		g := c.kicks.Load()
+		g := c.w.Kicks()
 		c.mu.Lock()
 		if !c.txReady() || !c.dataRoom() {
 			c.poll()
@@ -863,7 +815,7 @@ func (c *conn) close() error {
 	// event on the ID's channel, which the watcher would otherwise read.
 	if c.stop != nil {
 		c.stop()
-		c.ch.SetReadDeadline(past)
+		c.ch.SetReadDeadline(pollctx.Past)
 		<-c.loopDone
 		<-c.cmDone
 	}

@@ -14,8 +14,9 @@ type Deadliner interface {
 	SetReadDeadline(time.Time) error
 }
 
-// past is a read deadline that has always expired.
-var past = time.Unix(1, 0)
+// Past is a read deadline that has always passed: set on a file, it
+// ends the read under way.
+var Past = time.Unix(1, 0)
 
 // CancelRead sets f's read deadline to ctx's (none if it has none) and
 // arranges for it to move into the past when ctx is done, which ends a
@@ -37,7 +38,7 @@ func CancelRead(ctx context.Context, f Deadliner) (stop func()) {
 	done := make(chan struct{})
 	stopF := context.AfterFunc(ctx, func() {
 		defer close(done)
-		f.SetReadDeadline(past)
+		f.SetReadDeadline(Past)
 	})
 	return func() {
 		if !stopF() {

@@ -15,7 +15,7 @@ type slowDeadliner struct {
 }
 
 func (d *slowDeadliner) SetReadDeadline(t time.Time) error {
-	if t.Equal(past) {
+	if t.Equal(Past) {
 		<-d.release
 	}
 	d.set <- t
@@ -41,7 +41,7 @@ func TestStopWaitsForLateCancellation(t *testing.T) {
 	}
 	close(d.release)
 	<-stopped
-	if got := <-d.set; !got.Equal(past) {
+	if got := <-d.set; !got.Equal(Past) {
 		t.Fatalf("cancellation set %v", got)
 	}
 }

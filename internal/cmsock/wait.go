@@ -1,0 +1,123 @@
+package cmsock
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"github.com/rdmago/rdma/internal/pollctx"
+	"github.com/rdmago/rdma/uverbs"
+)
+
+// Waiter is how a connection's calls (a Read, a Write, a Close that
+// drains) wait for their completion queue: one at a time, the holder,
+// waits for the CQ's next event on the completion channel; the others
+// sleep on their direction's wake channel until the holder lets go, or
+// until the connection's state changes some other way.
+//
+// What changes that state without a completion (a deadline passing, the
+// peer's disconnect, Close) changes it first and kicks after. A caller
+// reads Kicks before it looks at the state, and passes that count to
+// WaitEvent, which does not wait if a kick came since: a change the look
+// missed is never slept through. The channel gets no deadline of its
+// own: a kick ends a channel wait under way with a read deadline in the
+// past, and a wait with no deadline reads no clock.
+type Waiter struct {
+	ch       *uverbs.CompChannel // nil where another goroutine reads the channel
+	direct   bool                // wait on the thread (GetEventDirect)
+	kicks    atomic.Uint64
+	holding  atomic.Bool
+	sleepers atomic.Int32 // callers in Hold that found the channel held
+	wake     []chan struct{}
+}
+
+// Init readies w for dirs directions, whose callers wait on ch: on the
+// thread if direct, through the runtime's poller if not. A nil ch is for
+// a connection whose own goroutine reads the channel and wakes the
+// callers (WakeAll); its callers only Sleep.
+func (w *Waiter) Init(ch *uverbs.CompChannel, direct bool, dirs int) {
+	w.ch, w.direct = ch, direct
+	w.wake = make([]chan struct{}, dirs)
+	for i := range w.wake {
+		w.wake[i] = make(chan struct{}, 1)
+	}
+}
+
+// Kicks is the count of kicks, which a caller reads before it looks at
+// the connection's state and then passes to WaitEvent.
+func (w *Waiter) Kicks() uint64 { return w.kicks.Load() }
+
+// Kick ends the channel wait under way, if any, and wakes the sleepers,
+// so that they look at the connection's state again.
+func (w *Waiter) Kick() {
+	w.kicks.Add(1)
+	if w.ch != nil {
+		w.ch.SetReadDeadline(pollctx.Past)
+	}
+	w.WakeAll()
+}
+
+// WakeAll wakes the callers sleeping on a wake channel. A direction
+// nobody sleeps in keeps one wake for its next sleeper, which then looks
+// once more for nothing.
+func (w *Waiter) WakeAll() {
+	for _, c := range w.wake {
+		select {
+		case c <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Sleep sleeps until direction dir is woken.
+func (w *Waiter) Sleep(dir int) { <-w.wake[dir] }
+
+// Hold takes the channel for a caller in direction dir and reports true;
+// if another caller holds it, it sleeps until woken instead and reports
+// false, and the caller looks at the state again.
+func (w *Waiter) Hold(dir int) bool {
+	// Counted before the try, so that a holder that lets go after a
+	// failed try sees the sleeper and wakes it.
+	w.sleepers.Add(1)
+	if w.holding.CompareAndSwap(false, true) {
+		w.sleepers.Add(-1)
+		return true
+	}
+	w.Sleep(dir)
+	w.sleepers.Add(-1)
+	return false
+}
+
+// Release lets go of the channel, waking the callers that wait for it:
+// what the holder reaped may be what they wait for. A caller that waits
+// alone, the common case, touches no wake channel.
+func (w *Waiter) Release() {
+	w.holding.Store(false)
+	if w.sleepers.Load() > 0 {
+		w.WakeAll()
+	}
+}
+
+// WaitEvent waits, holding the channel, for one event, unless kicked
+// since Kicks was g, and acknowledges it; it reports whether one came.
+// Without one, the wait was cut short (a kick, Close) and the caller
+// looks again.
+func (w *Waiter) WaitEvent(g uint64) bool {
+	w.ch.SetReadDeadline(time.Time{})
+	if w.kicks.Load() != g {
+		// A kick came before the deadline was cleared, which undid it.
+		return false
+	}
+	var cq *uverbs.CQ
+	var err error
+	if w.direct {
+		cq, err = w.ch.GetEventDirect(context.Background())
+	} else {
+		cq, err = w.ch.GetEvent(context.Background())
+	}
+	if err != nil {
+		return false
+	}
+	cq.AckEvents(1)
+	return true
+}
