@@ -1,13 +1,15 @@
 // Package cmsock holds what the stream transports over rdma_cm (packages
 // rsocket and valkeyrdma) share in giving a connection the shape of
 // package net's: resolving an address by network name, the listening ID
-// behind a net.Listener, per-direction deadlines with their timers, and
-// errors that look like a socket's.
+// behind a net.Listener, per-direction deadlines with their timers, the
+// wait for the completion queue (Waiter), and errors that look like a
+// socket's.
 package cmsock
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
@@ -55,12 +57,36 @@ func SysErr(call string, err error, keep ...error) error {
 			return err
 		}
 	}
+	var cmErr *cm.Error
+	if errors.As(err, &cmErr) && cmErr.HasEvent && cmErr.Event == cm.EventRejected && cmErr.Status != rejectNoListener {
+		return os.NewSyscallError(call, rejected(cmErr.Status))
+	}
 	var errno syscall.Errno
 	if errors.As(err, &errno) {
 		return os.NewSyscallError(call, errno)
 	}
 	return err
 }
+
+// rejectNoListener is the reject reason of a request for a port nobody
+// listens on (IB_CM_REJ_INVALID_SERVICE_ID), which the peer's kernel
+// sends: a socket's plain ECONNREFUSED.
+const rejectNoListener = 8
+
+// rejected is a connection refused for another reason: the server
+// program's rdma_reject (28, consumer defined), or its CM's (a stale
+// connection, no resources). It matches ECONNREFUSED, as a socket's
+// refusal, and names the reason, which tells those apart.
+type rejected int
+
+func (r rejected) Error() string {
+	if r == 28 {
+		return "connection refused (rejected by the server program: reject reason 28)"
+	}
+	return fmt.Sprintf("connection refused (reject reason %d)", int(r))
+}
+
+func (r rejected) Unwrap() error { return syscall.ECONNREFUSED }
 
 // Listen creates a listening ID (port space TCP) on address: SO_REUSEADDR
 // as net.Listen sets it, IPv6 only for the networks ending in 6, backlog

@@ -6,10 +6,12 @@ import (
 	"io"
 	"net"
 	"os"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/rdmago/rdma/cm"
 	"github.com/rdmago/rdma/uverbs"
 )
 
@@ -49,6 +51,18 @@ func TestSysErr(t *testing.T) {
 		if got := SysErr("connect", err, keep); got != err {
 			t.Errorf("SysErr(%v) = %v, want it unchanged", err, got)
 		}
+	}
+	// A REJECTED connect: nobody listening reads as a socket's refusal;
+	// the server program's reject names its reason, and matches too.
+	rej := func(reason int) error {
+		return &cm.Error{Op: "connect", Event: cm.EventRejected, Status: reason, HasEvent: true, Err: syscall.ECONNREFUSED}
+	}
+	if err := SysErr("connect", rej(8)); err.Error() != "connect: connection refused" || !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("rejected, nobody listening: %v", err)
+	}
+	err := SysErr("connect", rej(28))
+	if !errors.As(err, &se) || !errors.Is(err, syscall.ECONNREFUSED) || !strings.Contains(err.Error(), "reason 28") {
+		t.Errorf("rejected by the server: %v", err)
 	}
 }
 
