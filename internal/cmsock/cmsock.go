@@ -68,10 +68,13 @@ func SysErr(call string, err error, keep ...error) error {
 	return err
 }
 
-// rejectNoListener is the reject reason of a request for a port nobody
-// listens on (IB_CM_REJ_INVALID_SERVICE_ID), which the peer's kernel
-// sends: a socket's plain ECONNREFUSED.
-const rejectNoListener = 8
+// Reject reasons (enum ib_cm_rej_reason). rejectNoListener is a request
+// for a port nobody listens on, which the peer's kernel sends: a socket's
+// plain ECONNREFUSED. rejectConsumer is the server program's rdma_reject.
+const (
+	rejectNoListener = 8  // IB_CM_REJ_INVALID_SERVICE_ID
+	rejectConsumer   = 28 // IB_CM_REJ_CONSUMER_DEFINED
+)
 
 // rejected is a connection refused for another reason: the server
 // program's rdma_reject (28, consumer defined), or its CM's (a stale
@@ -80,8 +83,8 @@ const rejectNoListener = 8
 type rejected int
 
 func (r rejected) Error() string {
-	if r == 28 {
-		return "connection refused (rejected by the server program: reject reason 28)"
+	if r == rejectConsumer {
+		return fmt.Sprintf("connection refused (rejected by the server program: reject reason %d)", int(r))
 	}
 	return fmt.Sprintf("connection refused (reject reason %d)", int(r))
 }
