@@ -9,6 +9,13 @@
 // failure's message then sits far above the final FAIL, out of sight of
 // anyone who reads only the end of a CI log. The summary puts it there.
 //
+// A test binary that hits -test.timeout panics from inside the test that
+// was running: test2json gives that test the panic's output and never a
+// fail event, only the package fails. testlog reports such a test as one
+// that did not finish, with its last messages, the panic's list of running
+// tests and, from the goroutine dump, the stacks that pass through this
+// module's code: where the hang is, in the few lines a CI summary keeps.
+//
 // Usage:
 //
 //	go test -json ./... 2>&1 | testlog [-log FILE] [-lines N]
@@ -47,23 +54,50 @@ const keep = 200
 
 type key struct{ pkg, test string }
 
+// maxDump bounds the panic output kept per test (a goroutine dump of a
+// stuck device test is a few hundred lines).
+const maxDump = 20000
+
+// module is the prefix of the functions whose frames the summary of a
+// goroutine dump keeps.
+const module = "github.com/rdmago/"
+
 type summary struct {
-	lines  int              // output lines repeated per failed test
-	output map[key][]string // the last lines of each test's output
-	failed []key            // in the order they failed
-	skips  []string         // "pkg Test: reason"
-	bad    bool
+	lines      int              // output lines repeated per failed test
+	output     map[key][]string // the last lines of each test's output
+	dumps      map[key][]string // a test's output from a "panic: " line on
+	running    map[key]bool     // tests started and not yet ended
+	unfinished map[key]bool     // tests still running when their package failed
+	failed     []key            // in the order they failed
+	skips      []string         // "pkg Test: reason"
+	bad        bool
 }
 
 func newSummary(lines int) *summary {
-	return &summary{lines: lines, output: map[key][]string{}}
+	return &summary{
+		lines:      lines,
+		output:     map[key][]string{},
+		dumps:      map[key][]string{},
+		running:    map[key]bool{},
+		unfinished: map[key]bool{},
+	}
 }
 
 func (s *summary) add(e event) {
 	k := key{e.Package, e.Test}
 	switch e.Action {
+	case "run":
+		if e.Test != "" {
+			s.running[k] = true
+		}
 	case "output", "build-output":
 		line := strings.TrimRight(e.Output, "\n")
+		if d, ok := s.dumps[k]; ok || (e.Test != "" && strings.HasPrefix(line, "panic: ")) {
+			if len(d) < maxDump {
+				s.dumps[k] = append(d, line)
+			}
+			return
+		}
 		if strings.HasPrefix(strings.TrimSpace(line), "=== ") {
 			return
 		}
@@ -84,13 +118,27 @@ func (s *summary) add(e event) {
 		}
 		s.skips = append(s.skips, fmt.Sprintf("%s %s: %s", e.Package, e.Test, reason))
 		delete(s.output, k)
+		delete(s.running, k)
 	case "fail", "build-fail":
 		s.bad = true
+		delete(s.running, k)
+		if e.Test == "" {
+			// The tests of this package that never ended: the binary
+			// panicked (a timeout) or died inside them.
+			for r := range s.running {
+				if r.pkg == e.Package {
+					delete(s.running, r)
+					s.unfinished[r] = true
+					s.failed = append(s.failed, r)
+				}
+			}
+		}
 		s.failed = append(s.failed, k)
 	case "pass":
 		// Passing tests' output is no longer needed (nor, once the reason
 		// is taken, skipped tests').
 		delete(s.output, k)
+		delete(s.running, k)
 	}
 }
 
@@ -133,11 +181,90 @@ func (s *summary) print(w io.Writer) {
 		if k.test != "" {
 			name += " " + k.test
 		}
-		fmt.Fprintf(w, "--- FAIL: %s\n", name)
+		if s.unfinished[k] {
+			fmt.Fprintf(w, "--- FAIL: %s (did not finish)\n", name)
+		} else {
+			fmt.Fprintf(w, "--- FAIL: %s\n", name)
+		}
 		for _, l := range s.brief(k) {
 			fmt.Fprintln(w, "    "+l)
 		}
+		for _, l := range stacks(s.dumps[k]) {
+			fmt.Fprintln(w, "    "+cut(l))
+		}
 	}
+}
+
+// Bounds on the part of a goroutine dump that the summary repeats.
+const (
+	maxGoroutines = 12
+	maxFrames     = 8
+)
+
+// stacks condenses a panic's output: the panic line and its list of
+// running tests, then each goroutine whose stack passes through this
+// module, as its header, the frame it is blocked in and this module's
+// frames, one line each ("pkg.Func file.go:123"). The rest (the runtime's,
+// the testing package's) is in the log.
+func stacks(dump []string) []string {
+	var out []string
+	i := 0
+	for ; i < len(dump) && !strings.HasPrefix(dump[i], "goroutine "); i++ {
+		if l := strings.TrimSpace(dump[i]); l != "" {
+			out = append(out, l)
+		}
+	}
+	shown, left := 0, 0
+	for i < len(dump) {
+		header := dump[i]
+		i++
+		var frames []string // "func file:line"
+		for ; i < len(dump) && !strings.HasPrefix(dump[i], "goroutine "); i++ {
+			fn := strings.TrimSpace(dump[i])
+			if fn == "" || strings.HasPrefix(dump[i], "\t") {
+				continue
+			}
+			loc := ""
+			if i+1 < len(dump) && strings.HasPrefix(dump[i+1], "\t") {
+				loc = strings.TrimSpace(dump[i+1])
+				if sp := strings.LastIndex(loc, " +0x"); sp >= 0 {
+					loc = loc[:sp]
+				}
+				if sl := strings.LastIndex(loc, "/"); sl >= 0 {
+					loc = loc[sl+1:]
+				}
+				i++
+			}
+			if p := strings.LastIndex(fn, "("); p > 0 && strings.HasSuffix(fn, ")") {
+				fn = fn[:p]
+			}
+			frames = append(frames, fn+" "+loc)
+		}
+		ours := false
+		for _, f := range frames {
+			ours = ours || strings.HasPrefix(f, module)
+		}
+		if !ours {
+			continue
+		}
+		if shown == maxGoroutines {
+			left++
+			continue
+		}
+		shown++
+		out = append(out, strings.TrimSuffix(header, ":"))
+		n := 0
+		for j, f := range frames {
+			if (j == 0 || strings.HasPrefix(f, module)) && n < maxFrames {
+				out = append(out, "  "+strings.TrimPrefix(f, module))
+				n++
+			}
+		}
+	}
+	if left > 0 {
+		out = append(out, fmt.Sprintf("(and %d more goroutines in this module's code; the whole dump is in the log)", left))
+	}
+	return out
 }
 
 // logStart matches the first line of a t.Log or t.Error message.

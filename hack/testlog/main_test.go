@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -128,5 +129,67 @@ func TestBriefKeepsFailure(t *testing.T) {
 	got := s.brief(k)
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("brief (-want +got):\n%s", diff)
+	}
+}
+
+// testdata/timeout.json is `go test -json -timeout 2s` of a package whose
+// TestHang/sub logs, starts a goroutine that blocks in wait and sleeps past
+// the timeout: the binary panics inside the subtest, and no test gets a
+// fail event, only the package.
+func TestRunTimeout(t *testing.T) {
+	in, err := os.Open("testdata/timeout.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	var out bytes.Buffer
+	if run(in, &out, &bytes.Buffer{}, 25) {
+		t.Error("run reported success for a package that timed out")
+	}
+	_, tail, ok := strings.Cut(out.String(), "== failed")
+	if !ok {
+		t.Fatalf("no failure summary in:\n%s", out.String())
+	}
+	want := []string{
+		": 1; the end of each one's output:",
+		"--- FAIL: github.com/rdmago/tl TestHang/sub (did not finish)",
+		"    p_test.go:14: dialing",
+		"    panic: test timed out after 2s",
+		"    running tests:",
+		"    TestHang (2s)",
+		"    TestHang/sub (2s)",
+		"    goroutine 4 [chan receive]",
+		"      testing.(*T).Run testing.go:2109",
+		"      tl.TestHang p_test.go:13",
+		"    goroutine 5 [sleep]",
+		"      time.Sleep time.go:363",
+		"      tl.TestHang.func1 p_test.go:16",
+		"    goroutine 6 [chan receive]",
+		"      tl.wait p_test.go:8",
+	}
+	if diff := cmp.Diff(want, strings.Split(strings.TrimSuffix(tail, "\n"), "\n")); diff != "" {
+		t.Errorf("summary (-want +got):\n%s", diff)
+	}
+}
+
+func TestStacksBounded(t *testing.T) {
+	var dump []string
+	dump = append(dump, "panic: test timed out after 1s", "")
+	for g := 0; g < maxGoroutines+3; g++ {
+		dump = append(dump, fmt.Sprintf("goroutine %d [select]:", g))
+		for f := 0; f < maxFrames+5; f++ {
+			dump = append(dump, fmt.Sprintf("github.com/rdmago/x.f%d(...)", f), fmt.Sprintf("\t/src/x/x.go:%d +0x1f", f))
+		}
+		dump = append(dump, "")
+	}
+	out := stacks(dump)
+	if got, want := out[len(out)-1], "(and 3 more goroutines in this module's code; the whole dump is in the log)"; got != want {
+		t.Errorf("last line %q, want %q", got, want)
+	}
+	if got, want := len(out), 1+maxGoroutines*(1+maxFrames)+1; got != want {
+		t.Errorf("%d lines, want %d", got, want)
+	}
+	if got, want := out[2], "  x.f0 x.go:0"; got != want {
+		t.Errorf("first frame %q, want %q", got, want)
 	}
 }
