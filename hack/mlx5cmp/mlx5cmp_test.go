@@ -4,6 +4,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -13,7 +14,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // The comparison runs when RDMAGO_MLX5CMP=1 (make test sets it, and then a
@@ -286,5 +290,55 @@ func TestSupervisorPassThrough(t *testing.T) {
 	}
 	if got := string(b); got != "mlx5_0\nmlx5_0\n" {
 		t.Errorf("output %q, want the fake sysfs's ibdev and class listing", got)
+	}
+}
+
+// TestSupervisorSignals: a target that opens the device a few thousand
+// times while every thread of the supervisor is sent SIGURG (the signal
+// the Go runtime preempts with) as fast as it can be. A signal that lands
+// while the supervisor installs the device's descriptor in the target
+// restarts the ioctl; the answer must still come, once.
+func TestSupervisorSignals(t *testing.T) {
+	requireCompare(t)
+	dir, err := build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const opens = 3000
+	script := fmt.Sprintf(`i=0; while [ $i -lt %d ]; do exec 3<>/dev/infiniband/uverbs0 || exit 1; exec 3>&-; i=$((i+1)); done; echo $i`, opens)
+	out := filepath.Join(t.TempDir(), "t.txt")
+	cmd := exec.Command(filepath.Join(dir, "mlx5cmp"), "run", "-profile", profile, "-o", out, "--", "/bin/sh", "-c", script)
+	var b bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &b, &b
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	var sent atomic.Int64
+	go func() {
+		pid := cmd.Process.Pid
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+			for _, task := range tasks {
+				tid, err := strconv.Atoi(task.Name())
+				if err == nil && unix.Tgkill(pid, tid, unix.SIGURG) == nil {
+					sent.Add(1)
+				}
+			}
+		}
+	}()
+	err = cmd.Wait()
+	close(done)
+	t.Logf("%d signals sent", sent.Load())
+	if err != nil {
+		t.Fatalf("%v:\n%s", err, b.String())
+	}
+	if got, want := strings.TrimSpace(b.String()), strconv.Itoa(opens); got != want {
+		t.Errorf("output %q, want %q", got, want)
 	}
 }

@@ -180,10 +180,19 @@ func notifSend(listener int, r *seccompNotifResp) error {
 	return nil
 }
 
-// notifAddFDSend installs src in the target at exactly newfd and completes
-// the trapped call with newfd as its result, atomically.
-func notifAddFDSend(listener int, id uint64, src, newfd int, cloexec bool) error {
-	a := seccompNotifAddFD{ID: id, Flags: unix.SECCOMP_ADDFD_FLAG_SETFD | unix.SECCOMP_ADDFD_FLAG_SEND,
+// notifAddFDAt installs src in the target at exactly newfd; the trapped
+// call is still pending, and notifSend answers it.
+//
+// Not SECCOMP_ADDFD_FLAG_SEND, which would install and answer in one call:
+// that marks the notification answered before it waits for the target to
+// take the descriptor, and a signal to this thread meanwhile (the Go
+// runtime's preemption, SIGURG) makes the ioctl return -ERESTARTSYS and
+// drop the request; the kernel restarts the call (SA_RESTART), which then
+// finds the notification answered and fails with EINPROGRESS, and the
+// target never gets its answer (a CI run saw exactly that). Without the
+// flag, the restarted call queues the request again.
+func notifAddFDAt(listener int, id uint64, src, newfd int, cloexec bool) error {
+	a := seccompNotifAddFD{ID: id, Flags: unix.SECCOMP_ADDFD_FLAG_SETFD,
 		SrcFD: uint32(src), NewFD: uint32(newfd)}
 	if cloexec {
 		a.NewFDFlags = unix.O_CLOEXEC

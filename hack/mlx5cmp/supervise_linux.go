@@ -356,12 +356,21 @@ func (s *supervisor) openDevice(n *seccompNotif, mem remoteMem, flags uint64) er
 	if err != nil {
 		return err
 	}
-	if err := notifAddFDSend(s.listener, n.ID, mfd, num, flags&unix.O_CLOEXEC != 0); err != nil {
+	if err := notifAddFDAt(s.listener, n.ID, mfd, num, flags&unix.O_CLOEXEC != 0); err != nil {
 		unix.Munmap(devmem)
 		if err == unix.ENOENT { // the caller is gone
 			return nil
 		}
 		return fmt.Errorf("mlx5cmp: SECCOMP_IOCTL_NOTIF_ADDFD: %w", err)
+	}
+	// The target is killable only, once its call was received
+	// (SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV): nothing but its death
+	// comes between the install and the answer, and then there is
+	// nobody left to hold the descriptor.
+	resp.Val = int64(num)
+	if err := notifSend(s.listener, &resp); err != nil {
+		unix.Munmap(devmem)
+		return fmt.Errorf("mlx5cmp: SECCOMP_IOCTL_NOTIF_SEND: %w", err)
 	}
 	of := &openFile{f: s.fab.kern.Open(devmem), devmem: devmem, pid: s.pid}
 	s.files[num] = of
