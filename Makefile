@@ -120,9 +120,16 @@ fuzz: deps
 # RACE_PKGS.
 RACE_PKGS ?= ./uverbs ./cm ./rsocket ./valkeyrdma ./provider/...
 
+# go test runs two packages' VMs at once on a 2-core runner, and under
+# -race valkeyrdma's device tests take 170 s alone and 220-260 s beside
+# rsocket's. One CI run hit go test's default 10 minutes there without
+# saying where (testlog now prints a timed-out test's stacks). RACE_TIMEOUT
+# keeps a hang a failure, with its stacks, and slowness not one.
+RACE_TIMEOUT ?= 20m
+
 ## test-race: the host unit tests, then the device tests of RACE_PKGS in
 ## the VM on KERNEL, built with -race.
-test-race: GOTEST := CGO_ENABLED=1 $(GO) test -count=1 -race
+test-race: GOTEST := CGO_ENABLED=1 $(GO) test -count=1 -race -timeout $(RACE_TIMEOUT)
 test-race: deps valkey
 	$(GOTEST) ./...
 	$(call vmtest,--kernel $(KERNEL),-run '$(DEVICE_RUN)' $(RACE_PKGS),test-race)

@@ -234,8 +234,10 @@ var libraries = []struct {
 }{
 	{"go-redis", func(t testing.TB, s *server, rdma bool, pool int) client {
 		// ContextTimeoutEnabled: go-redis ends a blocked read at its
-		// context's deadline only when asked to.
-		opt := &redis.Options{Addr: s.tcp, DialTimeout: 10 * time.Second, PoolSize: pool, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second, ContextTimeoutEnabled: true}
+		// context's deadline only when asked to. MaxRetries -1: a
+		// command that stalls until its read deadline fails the test,
+		// where a retry on a new connection would hide the stall.
+		opt := &redis.Options{Addr: s.tcp, DialTimeout: 10 * time.Second, PoolSize: pool, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second, ContextTimeoutEnabled: true, MaxRetries: -1}
 		if rdma {
 			opt.Addr = s.rdma
 			opt.Dialer = (&valkeyrdma.Dialer{}).DialContext
@@ -245,7 +247,9 @@ var libraries = []struct {
 		return goRedisClient{c}
 	}},
 	{"valkey-go", func(t testing.TB, s *server, rdma bool, pool int) client {
-		opt := valkey.ClientOption{InitAddress: []string{s.tcp}, BlockingPoolSize: pool, ConnWriteTimeout: 30 * time.Second}
+		// DisableRetry, as MaxRetries above: valkey-go would send a
+		// read-only command again after its connection timed out.
+		opt := valkey.ClientOption{InitAddress: []string{s.tcp}, BlockingPoolSize: pool, ConnWriteTimeout: 30 * time.Second, DisableRetry: true}
 		if rdma {
 			opt.InitAddress = []string{s.rdma}
 			opt.DialCtxFn = func(ctx context.Context, addr string, _ *net.Dialer, _ *tls.Config) (net.Conn, error) {

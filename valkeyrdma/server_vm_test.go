@@ -121,10 +121,11 @@ func startServerOn(t testing.TB, rport int, args ...string) *server {
 	return s
 }
 
-// goRedis returns a go-redis client of the server over RDMA.
+// goRedis returns a go-redis client of the server over RDMA. It does not
+// retry: a stalled command fails the test instead of going again.
 func goRedis(t testing.TB, addr string, d *valkeyrdma.Dialer) *redis.Client {
 	t.Helper()
-	opt := &redis.Options{Addr: addr, DialTimeout: 10 * time.Second}
+	opt := &redis.Options{Addr: addr, DialTimeout: 10 * time.Second, MaxRetries: -1}
 	if d != nil {
 		opt.Dialer = d.DialContext
 	}
