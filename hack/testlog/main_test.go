@@ -14,15 +14,7 @@ import (
 // fails and relays a program's output from a cleanup, whose TestA/two and
 // /three pass, and whose TestSkip skips.
 func TestRun(t *testing.T) {
-	in, err := os.Open("testdata/fail.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer in.Close()
-	var out, log bytes.Buffer
-	if run(in, &out, &log, 25) {
-		t.Error("run reported success for a failed package")
-	}
+	out, log := runFile(t, "testdata/fail.json")
 	for _, noisy := range []string{"=== RUN", "--- PASS"} {
 		if strings.Contains(out.String(), noisy) {
 			t.Errorf("output has %q lines", noisy)
@@ -31,11 +23,7 @@ func TestRun(t *testing.T) {
 			t.Errorf("log lacks %q lines", noisy)
 		}
 	}
-	_, tail, ok := strings.Cut(out.String(), "== skipped")
-	if !ok {
-		t.Fatalf("no summary in:\n%s", out.String())
-	}
-	want := []string{
+	checkTail(t, out, "== skipped", []string{
 		" (each must name a feature the kernel or provider lacks, or another VM mode):",
 		"   tl/p TestSkip: p_test.go:13: no such feature",
 		"== failed: 1; the end of each one's output:",
@@ -55,6 +43,31 @@ func TestRun(t *testing.T) {
 		"      row of perftest",
 		"      row of perftest",
 		"      …",
+	})
+}
+
+// runFile runs testlog on a file of go test -json, which failed, and
+// returns its output and log.
+func runFile(t *testing.T, name string) (out, log *bytes.Buffer) {
+	t.Helper()
+	in, err := os.Open(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	out, log = new(bytes.Buffer), new(bytes.Buffer)
+	if run(in, out, log, 25) {
+		t.Errorf("run reported success for %s, whose package failed", name)
+	}
+	return out, log
+}
+
+// checkTail compares the lines of out after from with want.
+func checkTail(t *testing.T, out *bytes.Buffer, from string, want []string) {
+	t.Helper()
+	_, tail, ok := strings.Cut(out.String(), from)
+	if !ok {
+		t.Fatalf("no %q in:\n%s", from, out.String())
 	}
 	if diff := cmp.Diff(want, strings.Split(strings.TrimSuffix(tail, "\n"), "\n")); diff != "" {
 		t.Errorf("summary (-want +got):\n%s", diff)
@@ -137,20 +150,8 @@ func TestBriefKeepsFailure(t *testing.T) {
 // the timeout: the binary panics inside the subtest, and no test gets a
 // fail event, only the package.
 func TestRunTimeout(t *testing.T) {
-	in, err := os.Open("testdata/timeout.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer in.Close()
-	var out bytes.Buffer
-	if run(in, &out, &bytes.Buffer{}, 25) {
-		t.Error("run reported success for a package that timed out")
-	}
-	_, tail, ok := strings.Cut(out.String(), "== failed")
-	if !ok {
-		t.Fatalf("no failure summary in:\n%s", out.String())
-	}
-	want := []string{
+	out, _ := runFile(t, "testdata/timeout.json")
+	checkTail(t, out, "== failed", []string{
 		": 1; the end of each one's output:",
 		"--- FAIL: github.com/rdmago/tl TestHang/sub (did not finish)",
 		"    p_test.go:14: dialing",
@@ -166,10 +167,7 @@ func TestRunTimeout(t *testing.T) {
 		"      tl.TestHang.func1 p_test.go:16",
 		"    goroutine 6 [chan receive]",
 		"      tl.wait p_test.go:8",
-	}
-	if diff := cmp.Diff(want, strings.Split(strings.TrimSuffix(tail, "\n"), "\n")); diff != "" {
-		t.Errorf("summary (-want +got):\n%s", diff)
-	}
+	})
 }
 
 func TestStacksBounded(t *testing.T) {
