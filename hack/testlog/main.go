@@ -32,6 +32,7 @@ import (
 	"io"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -125,12 +126,17 @@ func (s *summary) add(e event) {
 		if e.Test == "" {
 			// The tests of this package that never ended: the binary
 			// panicked (a timeout) or died inside them.
+			var left []key
 			for r := range s.running {
 				if r.pkg == e.Package {
-					delete(s.running, r)
-					s.unfinished[r] = true
-					s.failed = append(s.failed, r)
+					left = append(left, r)
 				}
+			}
+			slices.SortFunc(left, func(a, b key) int { return strings.Compare(a.test, b.test) })
+			for _, r := range left {
+				delete(s.running, r)
+				s.unfinished[r] = true
+				s.failed = append(s.failed, r)
 			}
 		}
 		s.failed = append(s.failed, k)
@@ -195,8 +201,11 @@ func (s *summary) print(w io.Writer) {
 	}
 }
 
-// Bounds on the part of a goroutine dump that the summary repeats.
+// Bounds on the part of a goroutine dump that the summary repeats: the
+// lines before the first goroutine (the panic, the running tests), the
+// goroutines and each one's frames.
 const (
+	maxHead       = 20
 	maxGoroutines = 12
 	maxFrames     = 8
 )
@@ -210,7 +219,7 @@ func stacks(dump []string) []string {
 	var out []string
 	i := 0
 	for ; i < len(dump) && !strings.HasPrefix(dump[i], "goroutine "); i++ {
-		if l := strings.TrimSpace(dump[i]); l != "" {
+		if l := strings.TrimSpace(dump[i]); l != "" && len(out) < maxHead {
 			out = append(out, l)
 		}
 	}

@@ -180,14 +180,23 @@ func TestStacksBounded(t *testing.T) {
 		}
 		dump = append(dump, "")
 	}
+	for i := range maxHead + 5 {
+		// Output after a line that only looks like a panic's.
+		dump = append([]string{fmt.Sprintf("line %d", i)}, dump...)
+	}
+	dump = append([]string{"panic: a program's message"}, dump...)
 	out := stacks(dump)
+	if got, want := out[maxHead-1], "line 6"; got != want {
+		t.Errorf("last line before the goroutines %q, want %q", got, want)
+	}
+	out = out[maxHead:]
 	if got, want := out[len(out)-1], "(and 3 more goroutines in this module's code; the whole dump is in the log)"; got != want {
 		t.Errorf("last line %q, want %q", got, want)
 	}
-	if got, want := len(out), 1+maxGoroutines*(1+maxFrames)+1; got != want {
+	if got, want := len(out), maxGoroutines*(1+maxFrames)+1; got != want {
 		t.Errorf("%d lines, want %d", got, want)
 	}
-	if got, want := out[2], "  x.f0 x.go:0"; got != want {
+	if got, want := out[1], "  x.f0 x.go:0"; got != want {
 		t.Errorf("first frame %q, want %q", got, want)
 	}
 }
