@@ -318,17 +318,18 @@ bench-mlx5:
 ## an x86 VM and an arm64 one (vm pair --arch-b arm64), Go on one side and
 ## C on the other, both ways; valkey-server in one VM and rdmago
 ## valkey-benchmark over RDMA in the other (hack/valkey-pair.sh), x86 and
-## arm64 clients. Each client waits 2 s for its
-## server. Logged to bin/test-pair.log; exits non-zero on any failure.
+## arm64 clients. Each client starts once its server listens (vm pair
+## --b-after-listen); mckey's sender, whose receiver does not listen, waits
+## 2 s. Logged to bin/test-pair.log; exits non-zero on any failure.
 PAIR_TIMEOUT ?= 90s
 .PHONY: test-pair
 test-pair: vm build bin/linux_arm64/rdmago valkey
 	@set -uo pipefail; R=$(CURDIR)/bin/rdmago; A=10.0.5.1; S=1000; log=$(CURDIR)/bin/test-pair.log; : > $$log; PF=; \
-	fails=0; t0=$$(date +%s); \
+	fails=0; t0=$$(date +%s); W=--b-after-listen; SL=; \
 	pair() { \
 		local name=$$1 a=$$2 b=$$3 out st t1 bad=""; shift 3; t1=$$(date +%s); \
-		echo "== pair ($(KERNEL)) $$name"; echo "   [a] $$a"; echo "   [b] sleep 2; $$b"; \
-		out=$$($(VM) pair --kernel $(KERNEL) $$PF --timeout $(PAIR_TIMEOUT) -- /bin/sh -c "$$a" ::: /bin/sh -c "sleep 2; exec $$b" 2>&1); st=$$?; \
+		echo "== pair ($(KERNEL)) $$name"; echo "   [a] $$a"; echo "   [b] $${W:+(once a listens) }$$SL$$b"; \
+		out=$$($(VM) pair --kernel $(KERNEL) $$PF $$W --timeout $(PAIR_TIMEOUT) -- /bin/sh -c "$$a" ::: /bin/sh -c "$$SL exec $$b" 2>&1); st=$$?; \
 		{ echo "== $$name"; printf '%s\n' "$$out"; } >> $$log; \
 		printf '%s\n' "$$out" | grep -v 'ping data: rdma-ping-' | sed 's/^/   /'; \
 		[ $$st -eq 0 ] || bad="vm pair exited with status $$st"; \
@@ -369,7 +370,7 @@ test-pair: vm build bin/linux_arm64/rdmago valkey
 	pair "rstream: rdmago server, rdmago client (64 B, verified)" \
 		"$$R rstream -S 64 -C 1000 -T v" "$$R rstream -s $$A -S 64 -C 1000 -T v" \
 		2 "$$rs"; \
-	mk='return status 0$$'; mg=239.1.1.1; \
+	mk='return status 0$$'; mg=239.1.1.1; W=; SL="sleep 2;"; \
 	pair "mckey: rdmago receiver, mckey sender" \
 		"$$R mckey -m $$mg -b $$A" "/usr/bin/mckey -m $$mg -b 10.0.5.2 -s" \
 		1 "^\[a\] $$mk" 1 "^\[b\] $$mk" 1 '^\[a\] data transfers complete$$'; \
@@ -379,7 +380,7 @@ test-pair: vm build bin/linux_arm64/rdmago valkey
 	pair "mckey: rdmago receiver, rdmago sender" \
 		"$$R mckey -m $$mg -b $$A" "$$R mckey -m $$mg -b 10.0.5.2 -s" \
 		1 "^\[a\] $$mk" 1 "^\[b\] $$mk" 1 '^\[a\] data transfers complete$$'; \
-	VK=$$($(VM) valkey); VP=$(CURDIR)/hack/valkey-pair.sh; \
+	W=--b-after-listen; SL=; VK=$$($(VM) valkey); VP=$(CURDIR)/hack/valkey-pair.sh; \
 	vk() { pair "$$1" "$$VP server $$VK" "$$VP client $$2" \
 		2 '^\[b\] SET: ' 2 '^\[b\] GET: ' 1 '^\[b\] Valkey Over RDMA test \[OK\]$$' 0 '^\[b\] FAILED'; }; \
 	vk "valkey: valkey-server (RDMA), rdmago valkey-benchmark --rdma client (verified)" "$$R"; \

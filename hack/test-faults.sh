@@ -32,16 +32,16 @@ log=$PWD/bin/test-faults-$KERNEL.log
 fails=0 n=0 t0=$(date +%s)
 
 # pair NAME TIMEOUT A-CMD B-CMD [COUNT REGEX]...: both commands must exit 0
-# (b after sleeping 2 s, for a to listen) and each REGEX must match COUNT
-# lines of the combined output (COUNT "+" for one or more).
+# (b started once a listens: vm pair --b-after-listen) and each REGEX must
+# match COUNT lines of the combined output (COUNT "+" for one or more).
 pair() {
 	local name=$1 to=$2 a=$3 b=$4 out st t1 bad="" m
 	shift 4
 	t1=$(date +%s) n=$((n + 1))
 	echo "== faults ($KERNEL) $name"
 	echo "   [a] $a"
-	echo "   [b] sleep 2; $b"
-	out=$($VM pair --kernel "$KERNEL" --timeout "$to" -- /bin/sh -c "$a" ::: /bin/sh -c "sleep 2; exec $b" 2>&1)
+	echo "   [b] (once a listens) $b"
+	out=$($VM pair --kernel "$KERNEL" --b-after-listen --timeout "$to" -- /bin/sh -c "$a" ::: /bin/sh -c "exec $b" 2>&1)
 	st=$?
 	{ echo "== $name"; printf '%s\n' "$out"; } >>"$log"
 	printf '%s\n' "$out" | grep -E 'faultrun|rping: |error|Error|ERR|vm: pair' | grep -v 'ping data' | sed 's/^/   /'
@@ -184,8 +184,8 @@ if [ "$set_" = death ]; then
 		t1=$(date +%s) n=$((n + 1))
 		echo "== death ($KERNEL) $f, $m: $what"
 		for try in 1 2; do
-			out=$($VM pair --kernel "$KERNEL" --timeout 100s -- /bin/sh -c "$a" ::: /bin/sh -c "sleep 2; $b" 2>&1)
-			{ echo "== death $f $m $s"; echo "   [a] $a"; echo "   [b] sleep 2; $b"; printf '%s\n' "$out"; } >>"$log"
+			out=$($VM pair --kernel "$KERNEL" --b-after-listen --timeout 100s -- /bin/sh -c "$a" ::: /bin/sh -c "$b" 2>&1)
+			{ echo "== death $f $m $s"; echo "   [a] $a"; echo "   [b] (once a listens) $b"; printf '%s\n' "$out"; } >>"$log"
 			# On a busy host the client has come before the server
 			# listened (REJECTED): once more.
 			printf '%s\n' "$out" | grep -q '^\[a\] [0-9.]* server ping data' && break

@@ -31,22 +31,37 @@ import (
 // archRootPackages are the packages of the foreign guest's root, with
 // their libraries (packageClosure): a shell, the static busybox the
 // initramfs runs, the rdma-core tools the interop tests run as peers,
-// iproute2's ip and rdma, and curl for the rsocket preload test.
+// iproute2's ip and rdma, curl for the rsocket preload test, and
+// coreutils for stdbuf (tooltest.LineBuffered).
 var archRootPackages = []string{
 	"dash", "busybox-static", "libc6",
 	"libibverbs1", "ibverbs-providers", "librdmacm1",
 	"ibverbs-utils", "rdmacm-utils", "perftest",
-	"iproute2", "curl",
+	"iproute2", "curl", "coreutils",
 }
 
 // busyboxApplets are the other programs tests run, served by busybox.
 var busyboxApplets = []string{"dmesg", "uname", "sleep", "cat", "ls"}
 
 type archRootInfo struct {
-	Suite    string    `json:"suite"`
-	Arch     string    `json:"arch"`
+	Suite string `json:"suite"`
+	Arch  string `json:"arch"`
+	// Wanted is archRootPackages when the root was made: a root made
+	// for another list is made again at once, not when its index ages.
+	Wanted   []string  `json:"wanted"`
 	Packages []string  `json:"packages"`
 	Resolved time.Time `json:"resolved"`
+}
+
+// current reports whether a cached root was made for archRootPackages.
+func (r *archRoot) current() bool {
+	return r != nil && slices.Equal(r.Wanted, archRootPackages)
+}
+
+// fresh reports whether a cached root can be used without reading the
+// package index.
+func (r *archRoot) fresh() bool {
+	return r.current() && time.Since(r.Resolved) < indexTTL
 }
 
 type archRoot struct {
@@ -79,7 +94,7 @@ func prepareArchRoot(ctx context.Context, c *vmCache, suite, arch string) (*arch
 func prepareArchRootPackages(ctx context.Context, c *vmCache, suite, arch string) (*archRoot, error) {
 	dir := c.path("archroot", suite+"-"+arch)
 	have, _ := loadArchRoot(dir)
-	if have != nil && time.Since(have.Resolved) < indexTTL {
+	if have.fresh() {
 		return have, nil
 	}
 	if err := c.Lock(); err != nil {
@@ -87,7 +102,7 @@ func prepareArchRootPackages(ctx context.Context, c *vmCache, suite, arch string
 	}
 	defer c.Unlock()
 	have, _ = loadArchRoot(dir)
-	if have != nil && time.Since(have.Resolved) < indexTTL {
+	if have.fresh() {
 		return have, nil
 	}
 	repo, err := newAptRepoArch(c, suite, arch)
@@ -98,7 +113,7 @@ func prepareArchRootPackages(ctx context.Context, c *vmCache, suite, arch string
 	if err != nil {
 		// A restored cache may lack the index.
 		if repo.Update(ctx) != nil {
-			if have != nil {
+			if have.current() {
 				logf("warning: cannot read the %s %s package index, using the cached root: %v", suite, arch, err)
 				return have, nil
 			}
@@ -108,8 +123,8 @@ func prepareArchRootPackages(ctx context.Context, c *vmCache, suite, arch string
 			return nil, err
 		}
 	}
-	info := archRootInfo{Suite: suite, Arch: arch, Packages: pinned(stanzas), Resolved: time.Now()}
-	if have != nil && slices.Equal(have.Packages, info.Packages) {
+	info := archRootInfo{Suite: suite, Arch: arch, Wanted: archRootPackages, Packages: pinned(stanzas), Resolved: time.Now()}
+	if have.current() && slices.Equal(have.Packages, info.Packages) {
 		have.Resolved = info.Resolved
 		return have, writeJSON(filepath.Join(dir, "info.json"), have.archRootInfo)
 	}

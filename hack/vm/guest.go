@@ -67,6 +67,12 @@ type guestRequest struct {
 	shell bool     // run on the serial console instead of the output files
 	rw    []share  // extra writable shares
 	net   guestNet // the interface that carries the address and rxe0
+	// waitGo holds the command until the host writes "go" (vm pair: the
+	// two commands start together).
+	waitGo bool
+	// listenWatch has /init report the first listener, rdma_cm or TCP (vm pair
+	// --b-after-listen, in a).
+	listenWatch bool
 	// A foreign guest (vm run --arch): its root layer is shared as
 	// archroot, rdmago is its rdma tool, tty its console.
 	archRoot bool
@@ -149,7 +155,8 @@ func shQuote(s string) string {
 // by the host's /bin/sh inside the guest root, with an empty environment).
 func writeRequest(ioDir string, req guestRequest) error {
 	var cfg strings.Builder
-	fmt.Fprintf(&cfg, "VM_RDMA=%d\nVM_SHELL=%d\n", b2i(req.rdma), b2i(req.shell))
+	fmt.Fprintf(&cfg, "VM_RDMA=%d\nVM_SHELL=%d\nVM_WAITGO=%d\nVM_LISTENWATCH=%d\n",
+		b2i(req.rdma), b2i(req.shell), b2i(req.waitGo), b2i(req.listenWatch))
 	var rw []string
 	for _, s := range req.rw {
 		rw = append(rw, s.tag+" "+s.path)
@@ -232,7 +239,8 @@ func (t *tail) Close() {
 }
 
 // guestOutputs are the files the guest writes into the I/O folder.
-var guestOutputs = []string{"started", "stdout", "stderr", "exit", "exit.tmp"}
+// "go" is the host's, but belongs to one boot as well.
+var guestOutputs = []string{"ready", "go", "listening", "started", "stdout", "stderr", "exit", "exit.tmp"}
 
 // resetIODir removes what a previous boot of the guest wrote, before the
 // same request runs again.
@@ -258,10 +266,27 @@ func readExit(ioDir string) (int, bool) {
 	return code, true
 }
 
+// readReady reports whether the guest waits for "go", and its uptime then.
+func readReady(ioDir string) (float64, bool) { return readUptime(ioDir, "ready") }
+
+// release tells a guest waiting in readReady's state to start its command.
+func release(ioDir string) error {
+	return os.WriteFile(filepath.Join(ioDir, "go"), nil, 0o644)
+}
+
+// readListening reports whether the guest has seen a listener.
+func readListening(ioDir string) bool {
+	_, ok := readUptime(ioDir, "listening")
+	return ok
+}
+
 // readStarted reports whether the command has started, and the guest's
 // uptime at that moment.
-func readStarted(ioDir string) (float64, bool) {
-	data, err := os.ReadFile(filepath.Join(ioDir, "started"))
+func readStarted(ioDir string) (float64, bool) { return readUptime(ioDir, "started") }
+
+// readUptime reads the guest's uptime from one of its marker files.
+func readUptime(ioDir, name string) (float64, bool) {
+	data, err := os.ReadFile(filepath.Join(ioDir, name))
 	if err != nil {
 		return 0, false
 	}

@@ -7,10 +7,13 @@
 # Protocol with the host (hack/vm/guest.go), over the 9p share "rdmagoio":
 #   config.sh   host -> guest  shell variables VM_RDMA, VM_SHELL, VM_RW, VM_MAC,
 #                              VM_ADDR, VM_GID, VM_DYNDBG, VM_ARCHROOT, VM_RDMAGO,
-#                              VM_TTY
+#                              VM_TTY, VM_WAITGO, VM_LISTENWATCH
 #   cmd.sh      host -> guest  the command: exports, cd, exec (run by the host's /bin/sh);
 #                              /init puts "export RDMAGO_GID_INDEX=N" before it
+#   ready       guest -> host  /proc/uptime when ready to start (VM_WAITGO=1 only)
+#   go          host -> guest  start now (VM_WAITGO=1 only)
 #   started     guest -> host  /proc/uptime when the command starts
+#   listening   guest -> host  /proc/uptime when a listener is seen (VM_LISTENWATCH=1)
 #   stdout, stderr             the command's output, streamed by the host
 #   exit        guest -> host  the command's exit status (renamed into place)
 # Setup failures are reported as one "vm-init: error: ..." line on the
@@ -55,6 +58,8 @@ VM_DYNDBG=  # dynamic debug queries ("module rdma_rxe +p"), for the kernel log
 VM_ARCHROOT=0 # 1: a foreign guest; the 9p share archroot goes over the host root
 VM_RDMAGO=  # an rdmago binary that adds rxe0 (a foreign guest)
 VM_TTY=ttyS0
+VM_WAITGO=0 # 1: wait for /io/go before the command (vm pair)
+VM_LISTENWATCH=0 # 1: write /io/listening at the first rdma_cm or TCP listener
 . /io/config.sh || die "cannot read /io/config.sh"
 trace "I/O share mounted"
 
@@ -163,7 +168,31 @@ mkdir -p $R/run/rdmago
 	[ -z "$GID_INDEX" ] || echo "export RDMAGO_GID_INDEX=$GID_INDEX"
 	cat /io/cmd.sh
 } >$R/run/rdmago/cmd.sh || die "cannot copy the command script"
+if [ "$VM_WAITGO" = 1 ]; then
+	# vm pair: say this VM is ready, and start only when the host says
+	# both are, so that a client's "sleep 2" before it connects counts
+	# from its server's start rather than from its own VM's boot. /io
+	# has no cache: the host's file shows at once.
+	cat /proc/uptime >/io/ready
+	trace "ready, waiting for the peer VM"
+	until [ -e /io/go ]; do usleep 10000; done
+fi
 cat /proc/uptime >/io/started
+if [ "$VM_LISTENWATCH" = 1 ]; then
+	# vm pair --b-after-listen: tell the host when the command (nothing
+	# else here listens) has a listener, for the peer's client to start:
+	# an rdma_cm ID in LISTEN, or a TCP socket in LISTEN (st 0A: perftest
+	# without -R, ibv_*_pingpong). Every 50 ms; the TCP check is awk on
+	# /proc, the rdma_cm one a fork of the rdma tool, cheap beside a
+	# server's start under TCG.
+	(
+		until awk '$4 == "0A" { f = 1 } END { exit !f }' /proc/net/tcp /proc/net/tcp6 2>/dev/null ||
+			{ [ -n "$RDMA" ] && chroot $R $RDMA res show cm_id 2>/dev/null | grep -q ' state LISTEN '; }; do
+			usleep 50000
+		done
+		cat /proc/uptime >/io/listening
+	) &
+fi
 
 # env -i: the command gets exactly the environment cmd.sh exports, nothing
 # of init's. /bin/sh here is the host's shell.

@@ -49,6 +49,7 @@ func cmdPair(args []string) int {
 	o.register(fs)
 	kernelB := fs.String("kernel-b", "", "kernel for VM b (default: the same as --kernel)")
 	archB := fs.String("arch-b", "", "architecture of VM b (default: the same as --arch): two architectures on one link")
+	fs.BoolVar(&o.afterListen, "b-after-listen", false, "start b's command once a has a listener, rdma_cm or TCP (or has ended, or after 30s), not with a's")
 	// One vCPU each: two VMs of two under TCG on a 2-core host boot in
 	// 3.5 s instead of 2.4 s, and move RDMA writes across more slowly.
 	o.smp = 1
@@ -66,9 +67,12 @@ a VM fails.
 
 Each command's environment has RDMAGO_PAIR=a or b, RDMAGO_LOCAL_IP,
 RDMAGO_PEER_IP, RDMAGO_GID_INDEX (the local IPv4 address's RoCE v2 GID,
-normally 1) and RDMAGO_VM=1. Both start as soon as their own VM is ready,
-so a client must retry until its server listens, or wait first:
+normally 1) and RDMAGO_VM=1. Both start together, once both VMs are ready;
+a client must still retry until its server listens, or wait first:
   vm pair -- rping -s -a 10.0.5.1 ::: sh -c 'sleep 2; exec rping -c -a 10.0.5.1'
+With --b-after-listen, b's command starts only once a has a listener (an
+rdma_cm ID or a TCP socket in LISTEN), so the client needs no wait:
+  vm pair --b-after-listen -- rping -s -a 10.0.5.1 ::: rping -c -a 10.0.5.1
 
 `)
 		fs.PrintDefaults()
@@ -144,7 +148,8 @@ func runPair(o runOptions, kernels, archs [2]string, argvs [2][]string) int {
 	removeStaleIODirs()
 	var plans [2]*vmPlan
 	for i := range plans {
-		req := guestRequest{argv: argvs[i], rdma: !o.noRDMA, net: guestNet{mac: pairMACs[i], addr: pairAddrs[i]}}
+		req := guestRequest{argv: argvs[i], rdma: !o.noRDMA, net: guestNet{mac: pairMACs[i], addr: pairAddrs[i]},
+			waitGo: true, listenWatch: i == 0 && o.afterListen}
 		oi := o
 		oi.arch = archs[i]
 		p, err := planVM(c, oi, kernels[i], req, pairEnv(i))
@@ -258,6 +263,7 @@ func waitPair(ss [2]*session, sigs <-chan os.Signal) (code int, kvmFailed bool) 
 	defer ticker.Stop()
 	first := -1 // the end that failed first
 	var failedAt time.Time
+	held := &pairStart{afterListen: ss[0].o.afterListen, listenLimit: defaultListenLimit}
 	for !ends[0].done || !ends[1].done {
 		select {
 		case sig := <-sigs:
@@ -270,6 +276,7 @@ func waitPair(ss [2]*session, sigs <-chan os.Signal) (code int, kvmFailed bool) 
 			return 128 + int(sig.(syscall.Signal)), false
 		case <-ticker.C:
 		}
+		held.step(ss, ends[0].done) // nothing once both have started
 		for i, e := range ends {
 			if e.done {
 				continue
@@ -310,6 +317,77 @@ func waitPair(ss [2]*session, sigs <-chan os.Signal) (code int, kvmFailed bool) 
 	}
 	logf("pair failed: %s", pairSummary(first, [2]pairResult{ends[0].result(), ends[1].result()}))
 	return ends[first].code, false
+}
+
+// pairStart holds back the two commands until they should start. Each VM
+// boots at its own pace, so a client that waits before it connects must
+// count from its server's start, not its own boot's end: both start when
+// both guests are ready. With afterListen, b starts only once a has a
+// listener, rdma_cm or TCP (the guest's /init watches and says so), since a
+// server's start to its listen has itself taken 1.9 s in a VM with a cold
+// page cache (faultrun and rdmago's rping server, 9p).
+type pairStart struct {
+	afterListen bool
+	listenLimit time.Duration // b starts anyway this long after a did
+	started     [2]bool
+	aStart      time.Time
+}
+
+// pairSkewNote is the boot skew worth a line in the output, to read beside
+// a failure that timing could explain.
+const pairSkewNote = time.Second
+
+// defaultListenLimit bounds --b-after-listen's wait: a server whose listen
+// takes longer has a problem of its own, which b's failure to connect then
+// shows.
+const defaultListenLimit = 30 * time.Second
+
+// step releases what should start now; aDone reports that a's command has
+// ended. It reports whether both have been released.
+func (p *pairStart) step(ss [2]*session, aDone bool) bool {
+	if !p.started[0] {
+		at := [2]time.Time{ss[0].readyAt(), ss[1].readyAt()}
+		if at[0].IsZero() || at[1].IsZero() {
+			return false
+		}
+		if skew := at[0].Sub(at[1]).Abs(); skew >= pairSkewNote {
+			late := 0
+			if at[1].After(at[0]) {
+				late = 1
+			}
+			logf("pair: [%s] was ready %.1fs after [%s]; the commands start now", pairNames[late], skew.Seconds(), pairNames[1-late])
+		}
+		p.releaseOne(ss, 0)
+		p.aStart = time.Now()
+		if !p.afterListen {
+			p.releaseOne(ss, 1)
+		}
+	}
+	if p.started[1] {
+		return true
+	}
+	switch {
+	case readListening(ss[0].ioDir):
+		if ss[0].o.verbose {
+			logf("pair: [a] listens %.2fs after its start; [b] starts", time.Since(p.aStart).Seconds())
+		}
+	case aDone:
+		logf("pair: [a] ended without a listener; [b] starts anyway")
+	case time.Since(p.aStart) > p.listenLimit:
+		logf("pair: [a] has no listener %v after its start; [b] starts anyway", p.listenLimit)
+	default:
+		return false
+	}
+	p.releaseOne(ss, 1)
+	return true
+}
+
+func (p *pairStart) releaseOne(ss [2]*session, i int) {
+	p.started[i] = true
+	if err := release(ss[i].ioDir); err != nil {
+		// The guest never starts, and the pair's timeout ends it.
+		ss[i].logf("cannot start the command: %v", err)
+	}
 }
 
 // pairResult is how one VM of the pair ended, for the summary line.

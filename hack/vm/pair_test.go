@@ -3,6 +3,7 @@
 package main
 
 import (
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestSplitPairArgs(t *testing.T) {
@@ -150,7 +152,7 @@ func TestWriteRequestNet(t *testing.T) {
 
 func TestResetIODir(t *testing.T) {
 	dir := t.TempDir()
-	for _, name := range []string{"cmd.sh", "config.sh", "owner", "started", "stdout", "exit"} {
+	for _, name := range []string{"cmd.sh", "config.sh", "owner", "ready", "go", "listening", "started", "stdout", "exit"} {
 		os.WriteFile(filepath.Join(dir, name), []byte("x"), 0o644)
 	}
 	if err := resetIODir(dir); err != nil {
@@ -163,6 +165,83 @@ func TestResetIODir(t *testing.T) {
 	}
 	if want := []string{"cmd.sh", "config.sh", "owner"}; !reflect.DeepEqual(left, want) {
 		t.Errorf("after resetIODir: %q, want %q", left, want)
+	}
+}
+
+// TestPairStart: neither command starts until both guests are ready, and
+// then both do; with afterListen, b waits for a's listener, a's end, or the
+// limit.
+func TestPairStart(t *testing.T) {
+	newPair := func() [2]*session {
+		var ss [2]*session
+		for i := range ss {
+			ss[i] = &session{ioDir: t.TempDir(), name: pairNames[i]}
+		}
+		return ss
+	}
+	put := func(s *session, name, data string) {
+		if err := os.WriteFile(filepath.Join(s.ioDir, name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	goes := func(ss [2]*session) (got [2]bool) {
+		for i, s := range ss {
+			_, err := os.Stat(filepath.Join(s.ioDir, "go"))
+			got[i] = err == nil
+		}
+		return got
+	}
+	none, aOnly, both := [2]bool{}, [2]bool{true, false}, [2]bool{true, true}
+
+	ss := newPair()
+	p := &pairStart{listenLimit: time.Hour}
+	check := func(step string, aDone, wantDone bool, want [2]bool) {
+		t.Helper()
+		if done := p.step(ss, aDone); done != wantDone || goes(ss) != want {
+			t.Fatalf("%s: step = %v with go files %v, want %v with %v", step, done, goes(ss), wantDone, want)
+		}
+	}
+	check("no guest ready", false, false, none)
+	// "ready" exists but is empty while the guest writes it: not yet.
+	put(ss[1], "ready", "")
+	check("b's ready file empty", false, false, none)
+	put(ss[1], "ready", "3.10 2.90\n")
+	check("only b ready", false, false, none)
+	put(ss[0], "ready", "4.20 4.00\n")
+	check("both ready", false, true, both)
+
+	// afterListen: a starts with both ready, then b on a's listener, on
+	// a's end, or at the limit.
+	readyPair := func(limit time.Duration) {
+		t.Helper()
+		ss = newPair()
+		p = &pairStart{afterListen: true, listenLimit: limit}
+		put(ss[0], "ready", "1 1\n")
+		put(ss[1], "ready", "1 1\n")
+		check("both ready", false, false, aOnly)
+	}
+	readyPair(time.Hour)
+	check("listen: a has no listener yet", false, false, aOnly)
+	put(ss[0], "listening", "2 2\n")
+	check("listen: a listens", false, true, both)
+	readyPair(time.Hour)
+	check("end: a ended", true, true, both)
+	readyPair(time.Millisecond)
+	time.Sleep(5 * time.Millisecond)
+	check("limit: past it", false, true, both)
+}
+
+func TestWriteRequestWaitGo(t *testing.T) {
+	for _, waitGo := range []bool{false, true} {
+		dir := t.TempDir()
+		if err := writeRequest(dir, guestRequest{argv: []string{"true"}, dir: "/", waitGo: waitGo}); err != nil {
+			t.Fatal(err)
+		}
+		data, _ := os.ReadFile(filepath.Join(dir, "config.sh"))
+		want := fmt.Sprintf("VM_WAITGO=%d", b2i(waitGo))
+		if !slices.Contains(strings.Split(string(data), "\n"), want) {
+			t.Errorf("waitGo %v: config.sh lacks %s:\n%s", waitGo, want, data)
+		}
 	}
 }
 

@@ -24,6 +24,7 @@ type runOptions struct {
 	accel       string
 	timeout     time.Duration
 	bootTimeout time.Duration
+	afterListen bool // vm pair --b-after-listen
 	mem         string
 	smp         int
 	icount      bool
@@ -343,6 +344,7 @@ type session struct {
 	name      string // "a" or "b" in vm pair, for messages; "" in vm run
 	stdout    *tail
 	stderr    *tail
+	ready     time.Time // when the guest reported it waits for "go" (vm pair)
 	started   time.Time // when the guest reported the command's start
 	uptime    float64   // the guest's uptime then
 	stall     string    // why the guest was given up on, when nothing else says
@@ -475,7 +477,8 @@ func (s *session) poll() (code int, done, kvmFailed bool) {
 		s.drain()
 		return s.fail(exitTimeout, fmt.Sprintf("timed out after %v running %s", s.o.timeout, s.argv0)), true, false
 	}
-	if s.started.IsZero() && elapsed > s.o.bootTimeout {
+	// A guest held ready by vm pair has booted.
+	if s.started.IsZero() && s.ready.IsZero() && elapsed > s.o.bootTimeout {
 		s.bootStuck = true
 		return s.fail(exitVMError, fmt.Sprintf("guest did not start the command within %v", s.o.bootTimeout)), true, false
 	}
@@ -542,6 +545,17 @@ func (s *session) waitInteractive(sigs <-chan os.Signal) int {
 	}
 	logf("%s (kernel %s)", s.failure(), s.k.Release)
 	return exitVMError
+}
+
+// readyAt returns when the guest was first seen waiting for "go", or the
+// zero time while it is not.
+func (s *session) readyAt() time.Time {
+	if s.ready.IsZero() {
+		if _, ok := readReady(s.ioDir); ok {
+			s.ready = time.Now()
+		}
+	}
+	return s.ready
 }
 
 // bootTime is how long the VM took from QEMU's start to the command's.
