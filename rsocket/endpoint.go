@@ -145,7 +145,7 @@ const (
 // newEndpoint creates the verbs resources of a connection on id, which is
 // bound to its device (its address resolved, or a connection request),
 // and posts the receives. It releases what it made if it fails.
-func newEndpoint(id *cm.ID, cfg config) (e *endpoint, err error) {
+func newEndpoint(id *cm.ID, cfg config) (_ *endpoint, err error) {
 	vctx, pd := id.Verbs(), id.PD()
 	if vctx == nil || pd == nil {
 		return nil, unix.ENODEV
@@ -177,7 +177,9 @@ func newEndpoint(id *cm.ID, cfg config) (e *endpoint, err error) {
 	rbufSize := roundBuf(cfg.recvBuf)
 	sbufSize := roundBuf(cfg.sendBuf)
 
-	e = &endpoint{id: id, pollTime: cfg.pollTime}
+	// e is not the named result: each failing return sets that to nil
+	// before the deferred release runs.
+	e := &endpoint{id: id, pollTime: cfg.pollTime}
 	defer func() {
 		if err != nil {
 			e.release()
@@ -352,12 +354,14 @@ func (e *endpoint) updateCredits() {
 // poll reaps completions and reposts receives (rs_poll_cq). Under mu.
 func (e *endpoint) poll() {
 	s := &e.s
+	reaped := false
 	for {
 		n, err := e.cq.Poll(e.wc[:])
 		if err != nil {
 			e.fail(err)
-			return
+			break
 		}
+		reaped = reaped || n > 0
 		for i := range e.wc[:n] {
 			c := &e.wc[i]
 			if c.ID&recvFlag != 0 {
@@ -388,6 +392,10 @@ func (e *endpoint) poll() {
 			e.fail(err)
 		}
 		s.recvsToRepost = 0
+	}
+	if reaped {
+		// What it reaped may be what another direction waits for.
+		e.w.Reaped()
 	}
 }
 
@@ -436,7 +444,9 @@ var (
 // polling under mu after the arm. Every completion after that raises an
 // event, so whatever made the cond true comes as one. The holder wakes
 // the sleepers whenever it lets go, so that they look again, and one of
-// them takes over.
+// them takes over; a poll that reaps wakes them too, since the holder may
+// have reaped what they wait for and gone back to the channel (see
+// cmsock.Waiter).
 func (e *endpoint) wait(dir, cond int) error {
 	var spinStart int64
 	spinning := true
@@ -448,7 +458,7 @@ func (e *endpoint) wait(dir, cond int) error {
 		}
 	}
 	for {
-		g := e.w.Kicks()
+		g, reaps := e.w.Kicks(), e.w.Reaps()
 		e.mu.Lock()
 		e.progress()
 		if e.test(cond) {
@@ -489,8 +499,8 @@ func (e *endpoint) wait(dir, cond int) error {
 		seen := e.events
 		e.mu.Unlock()
 		if !holding {
-			if !e.w.Hold(dir) {
-				continue // slept until the holder let go
+			if !e.w.Hold(dir, reaps) {
+				continue // another holds it: look again
 			}
 			holding = true
 			// Look again before sleeping on the channel if another

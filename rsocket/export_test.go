@@ -25,3 +25,16 @@ func (c *Conn) Buffers() (sbuf, rbuf []byte) {
 func VanishForTest(c *Conn) error {
 	return c.e.id.DestroyQP()
 }
+
+// ConnDataForTest is the private data of a valid connection request, for
+// tests that send one by hand.
+func ConnDataForTest() []byte {
+	cd := connData{
+		Version:   connVersion,
+		Credits:   1,
+		TargetSGL: rsSGE{Addr: 0x10000, Key: 1, Length: sglSize},
+		DataBuf:   rsSGE{Addr: 0x20000, Key: 1, Length: 4096},
+	}
+	b := cd.marshal()
+	return b[:]
+}

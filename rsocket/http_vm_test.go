@@ -16,6 +16,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -25,6 +26,37 @@ import (
 // serveHTTP serves, over rsocket, two handlers: /sum answers the SHA-256 of
 // the request's body, /data?n=N&seed=S answers N pseudo-random bytes.
 func serveHTTP(t *testing.T) string {
+	t.Helper()
+	return serveHTTPTracked(t, nil)
+}
+
+// connLog keeps the connections of a test, client's and server's, so
+// that a failing test logs each one's protocol state: a stall shows which
+// side waits for what.
+type connLog struct {
+	mu    sync.Mutex
+	conns []*rsocket.Conn
+	sides []string
+}
+
+func (cl *connLog) add(side string, c net.Conn) {
+	if rc, ok := c.(*rsocket.Conn); ok && cl != nil {
+		cl.mu.Lock()
+		cl.conns, cl.sides = append(cl.conns, rc), append(cl.sides, side)
+		cl.mu.Unlock()
+	}
+}
+
+// log logs every connection's state.
+func (cl *connLog) log(t *testing.T) {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	for i, c := range cl.conns {
+		t.Logf("%s connection %v -> %v: %s", cl.sides[i], c.LocalAddr(), c.RemoteAddr(), c.DebugState())
+	}
+}
+
+func serveHTTPTracked(t *testing.T, cl *connLog) string {
 	t.Helper()
 	l := listen(t)
 	mux := http.NewServeMux()
@@ -43,7 +75,11 @@ func serveHTTP(t *testing.T) string {
 		w.Header().Set("Content-Length", strconv.FormatInt(n, 10))
 		io.CopyN(w, randReader(seed), n)
 	})
-	srv := &http.Server{Handler: mux}
+	srv := &http.Server{Handler: mux, ConnState: func(c net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			cl.add("server", c)
+		}
+	}}
 	go srv.Serve(l)
 	t.Cleanup(func() { srv.Close() })
 	return l.Addr().String()
@@ -68,7 +104,8 @@ func sumOf(seed uint64, n int64) string {
 // net/http, client and server, over rsocket: 16 MiB and more each way,
 // checked by SHA-256, on keep-alive connections.
 func TestDeviceHTTP(t *testing.T) {
-	addr := serveHTTP(t)
+	var cl connLog
+	addr := serveHTTPTracked(t, &cl)
 	var d rsocket.Dialer
 	client := &http.Client{
 		Timeout: 60 * time.Second,
@@ -78,6 +115,7 @@ func TestDeviceHTTP(t *testing.T) {
 				if err != nil {
 					return nil, err // not c: a nil *rsocket.Conn is a non-nil net.Conn
 				}
+				cl.add("client", c)
 				return c, nil
 			},
 		},
@@ -85,6 +123,13 @@ func TestDeviceHTTP(t *testing.T) {
 	defer client.CloseIdleConnections()
 	for i, n := range []int64{0, 1, 65536, 16 << 20, 17<<20 + 12345} {
 		seed := uint64(i + 1)
+		// Two thirds into the client's timeout, while both ends are
+		// still open, a stalled request logs what each end waits for.
+		stall := time.AfterFunc(2*client.Timeout/3, func() {
+			t.Logf("%d bytes each way: stalled for %v", n, 2*client.Timeout/3)
+			cl.log(t)
+		})
+		defer stall.Stop() // on the failures that end the test early
 		resp, err := client.Post("http://"+addr+"/sum", "application/octet-stream", io.LimitReader(randReader(seed), n))
 		if err != nil {
 			t.Fatalf("POST %d bytes: %v", n, err)
@@ -111,6 +156,7 @@ func TestDeviceHTTP(t *testing.T) {
 		if got != n || hex.EncodeToString(h.Sum(nil)) != sumOf(seed, n) {
 			t.Errorf("GET %d bytes: got %d bytes, sum %x", n, got, h.Sum(nil))
 		}
+		stall.Stop()
 	}
 }
 

@@ -171,12 +171,14 @@ const defaultKeepAlive = 3 * time.Second
 // newConn creates the verbs resources of a connection on id, which is
 // bound to its device (its route resolved, or a connection request), and
 // posts the receives. It releases what it made if it fails.
-func newConn(id *cm.ID, cfg config) (c *conn, err error) {
+func newConn(id *cm.ID, cfg config) (_ *conn, err error) {
 	vctx, pd := id.Verbs(), id.PD()
 	if vctx == nil || pd == nil {
 		return nil, unix.ENODEV
 	}
-	c = &conn{id: id, pd: pd, keepAlive: cfg.keepAlive, peerTimeout: cfg.peerTimeout, direct: cfg.waitInKernel}
+	// c is not the named result: each failing return sets that to nil
+	// before the deferred release runs.
+	c := &conn{id: id, pd: pd, keepAlive: cfg.keepAlive, peerTimeout: cfg.peerTimeout, direct: cfg.waitInKernel}
 	defer func() {
 		if err != nil {
 			c.release()
@@ -386,18 +388,24 @@ func (c *conn) writeData(n uint32) error {
 
 // poll reaps completions and reposts receives. Under mu.
 func (c *conn) poll() {
+	reaped := false
 	for {
 		n, err := c.cq.Poll(c.wc[:])
 		if err != nil {
 			c.fail(err)
-			return
+			break
 		}
+		reaped = reaped || n > 0
 		c.handle(c.wc[:n])
 		if n < len(c.wc) {
 			break
 		}
 	}
-	c.repost()
+	if reaped {
+		c.repost()
+		// What it reaped may be what the other direction waits for.
+		c.w.Reaped()
+	}
 }
 
 // handle processes completions (connRdmaHandleCq). Under mu.
@@ -624,15 +632,17 @@ func (c *conn) usable(dir int) error {
 // caller polls and looks again. g is the kick count the caller read before
 // it last looked at the connection's state: whatever changes that state
 // (a deadline's timer, the peer's disconnect, Close) changes it first and
-// kicks after, so a change the look missed is a kick since g.
-func (c *conn) sleep(dir int, g uint64) error {
+// kicks after, so a change the look missed is a kick since g. reaps is
+// the Waiter's count of reaping polls read then: one since means another
+// call may have reaped what this one waits for.
+func (c *conn) sleep(dir int, g, reaps uint64) error {
 	if err := c.usable(dir); err != nil {
 		return err
 	}
 	switch {
 	case !c.direct:
 		c.w.Sleep(dir)
-	case c.w.Hold(dir):
+	case c.w.Hold(dir, reaps):
 		// The other direction sleeps until Release.
 		c.waitEvent(g)
 		c.w.Release()
@@ -682,7 +692,7 @@ func (c *conn) read(b []byte) (int, error) {
 		return 0, nil
 	}
 	for {
-		g := c.w.Kicks()
+		g, reaps := c.w.Kicks(), c.w.Reaps()
 		c.mu.Lock()
 		if c.rxPos == c.rxOff {
 			c.poll()
@@ -712,7 +722,7 @@ func (c *conn) read(b []byte) (int, error) {
 		if err != nil {
 			return 0, err
 		}
-		if err := c.sleep(dirRead, g); err != nil {
+		if err := c.sleep(dirRead, g, reaps); err != nil {
 			return 0, err
 		}
 	}
@@ -726,7 +736,7 @@ func (c *conn) write(b []byte) (int, error) {
 	}
 	written := 0
 	for written < len(b) {
-		g := c.w.Kicks()
+		g, reaps := c.w.Kicks(), c.w.Reaps()
 		c.mu.Lock()
 		if !c.txReady() || !c.dataRoom() {
 			c.poll()
@@ -752,7 +762,7 @@ func (c *conn) write(b []byte) (int, error) {
 			continue
 		}
 		c.mu.Unlock()
-		if err := c.sleep(dirWrite, g); err != nil {
+		if err := c.sleep(dirWrite, g, reaps); err != nil {
 			return written, err
 		}
 	}

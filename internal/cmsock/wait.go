@@ -15,6 +15,14 @@ import (
 // sleep on their direction's wake channel until the holder lets go, or
 // until the connection's state changes some other way.
 //
+// A caller that finds the channel held may only sleep if nothing was
+// reaped since it last polled: the holder may have let go and taken the
+// channel again before this caller counted itself a sleeper, and polled
+// past what this caller waits for on the way. So a connection calls
+// Reaped after each poll that reaped something (which wakes the sleepers
+// counted by then), a caller reads Reaps before it polls and passes it
+// to Hold, and Hold does not sleep when the count moved.
+//
 // What changes that state without a completion (a deadline passing, the
 // peer's disconnect, Close) changes it first and kicks after. A caller
 // reads Kicks before it looks at the state, and passes that count to
@@ -26,6 +34,7 @@ type Waiter struct {
 	ch       *uverbs.CompChannel // nil where another goroutine reads the channel
 	direct   bool                // wait on the thread (GetEventDirect)
 	kicks    atomic.Uint64
+	reaps    atomic.Uint64 // polls that reaped completions (Reaped)
 	holding  atomic.Bool
 	sleepers atomic.Int32 // callers in Hold that found the channel held
 	wake     []chan struct{}
@@ -46,6 +55,21 @@ func (w *Waiter) Init(ch *uverbs.CompChannel, direct bool, dirs int) {
 // Kicks is the count of kicks, which a caller reads before it looks at
 // the connection's state and then passes to WaitEvent.
 func (w *Waiter) Kicks() uint64 { return w.kicks.Load() }
+
+// Reaps is the count of polls that reaped completions, which a caller
+// reads before it polls and passes to Hold.
+func (w *Waiter) Reaps() uint64 { return w.reaps.Load() }
+
+// Reaped records a poll that reaped completions, after the state they
+// change, and wakes the callers that sleep: what was reaped may be what
+// they wait for, and the holder, which they rely on to wake them, may
+// sleep on the channel through it.
+func (w *Waiter) Reaped() {
+	w.reaps.Add(1)
+	if w.sleepers.Load() > 0 {
+		w.WakeAll()
+	}
+}
 
 // Kick ends the channel wait under way, if any, and wakes the sleepers,
 // so that they look at the connection's state again.
@@ -72,18 +96,22 @@ func (w *Waiter) WakeAll() {
 // Sleep sleeps until direction dir is woken.
 func (w *Waiter) Sleep(dir int) { <-w.wake[dir] }
 
-// Hold takes the channel for a caller in direction dir and reports true;
-// if another caller holds it, it sleeps until woken instead and reports
-// false, and the caller looks at the state again.
-func (w *Waiter) Hold(dir int) bool {
-	// Counted before the try, so that a holder that lets go after a
-	// failed try sees the sleeper and wakes it.
+// Hold takes the channel for a caller in direction dir and reports true.
+// If another caller holds it, it reports false, and the caller looks at
+// the state again: at once if a poll reaped something since Reaps was
+// seen (read before the caller's own poll), else once woken.
+func (w *Waiter) Hold(dir int, seen uint64) bool {
+	// Counted before the try and the look at reaps, so that a holder
+	// that lets go, or a poll that reaps, after them sees the sleeper
+	// and wakes it.
 	w.sleepers.Add(1)
 	if w.holding.CompareAndSwap(false, true) {
 		w.sleepers.Add(-1)
 		return true
 	}
-	w.Sleep(dir)
+	if w.reaps.Load() == seen {
+		w.Sleep(dir)
+	}
 	w.sleepers.Add(-1)
 	return false
 }

@@ -20,14 +20,14 @@ func woken(w *Waiter, dir int) bool {
 func TestWaiterHoldAlone(t *testing.T) {
 	var w Waiter
 	w.Init(nil, true, 2)
-	if !w.Hold(0) {
+	if !w.Hold(0, w.Reaps()) {
 		t.Fatal("Hold of a free channel reported false")
 	}
 	w.Release()
 	if woken(&w, 0) || woken(&w, 1) {
 		t.Error("Release with nobody waiting left a wake behind")
 	}
-	if !w.Hold(1) {
+	if !w.Hold(1, w.Reaps()) {
 		t.Fatal("Hold after Release reported false")
 	}
 	w.Release()
@@ -45,7 +45,7 @@ func TestWaiterHoldTakesTurns(t *testing.T) {
 	for dir := range 2 {
 		wg.Go(func() {
 			for held := 0; held < rounds; {
-				if !w.Hold(dir) {
+				if !w.Hold(dir, w.Reaps()) {
 					continue
 				}
 				mu.Lock()
@@ -98,4 +98,49 @@ func TestWaiterKick(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("Kick did not wake a sleeper")
 	}
+}
+
+// TestWaiterReapedNotSleptThrough: a caller that finds the channel held
+// does not sleep when a poll reaped since it read Reaps (the holder may
+// have polled past what it waits for, let go before it counted itself a
+// sleeper, and gone back to the channel), and one that sleeps wakes when a
+// poll reaps.
+func TestWaiterReapedNotSleptThrough(t *testing.T) {
+	var w Waiter
+	w.Init(nil, true, 2)
+	if !w.Hold(0, w.Reaps()) {
+		t.Fatal("Hold of a free channel reported false")
+	}
+	// The writer polled before the reader's reap, and comes to the
+	// channel after it.
+	seen := w.Reaps()
+	w.Reaped()
+	if woken(&w, 1) {
+		t.Fatal("Reaped with nobody asleep left a wake behind")
+	}
+	done := make(chan bool, 1)
+	// returns waits for the Hold under way to report false.
+	returns := func(what string) {
+		t.Helper()
+		select {
+		case held := <-done:
+			if held {
+				t.Fatal("Hold took a held channel")
+			}
+		case <-time.After(time.Minute):
+			t.Fatal(what)
+		}
+	}
+	go func() { done <- w.Hold(1, seen) }()
+	returns("Hold slept through a reap since the caller's poll")
+
+	// A caller asleep in Hold wakes when a poll reaps, while the
+	// holder still holds.
+	go func() { done <- w.Hold(1, w.Reaps()) }()
+	for w.sleepers.Load() == 0 {
+		runtime.Gosched()
+	}
+	w.Reaped()
+	returns("a sleeper slept through a reap")
+	w.Release()
 }
