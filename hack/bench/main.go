@@ -69,6 +69,7 @@ func main() {
 		flag.PrintDefaults()
 	}
 	run := flag.String("run", "", "measure only the rows whose names match this regular expression")
+	flag.BoolVar(&cpuSplitOn, "cpusplit", false, "with valkey: print where the CPU time of each one-thread rdma-test step goes (valkey.go)")
 	flag.StringVar(&valkeyDir, "valkey", "", "`directory` of valkey-server and rdma-test, for the valkey part")
 	flag.Parse()
 	rowRE = regexp.MustCompile(*run)

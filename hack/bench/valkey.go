@@ -38,12 +38,16 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/rdmago/rdma/internal/perftable"
 )
 
-var valkeyDir = "" // -valkey: the directory of valkey-server and rdma-test
+var (
+	valkeyDir  = "" // -valkey: the directory of valkey-server and rdma-test
+	cpuSplitOn bool // -cpusplit (cpuSnap)
+)
 
 const (
 	valkeyTCPPort  = 16379
@@ -157,8 +161,9 @@ var stepRE = regexp.MustCompile(`^Valkey Over RDMA test thread\[\d+\] (PING/PONG
 
 // rdmaTestRun runs argv (one of the two rdma-test clients), timestamps
 // its progress lines as they arrive, and returns the rates: with one
-// thread, SET's and GET's; with more, the whole sequence's.
-func rdmaTestRun(ctx context.Context, argv []string, threads, keys int) (set, get, whole float64, err error) {
+// thread, SET's and GET's; with more, the whole sequence's. label names
+// the client in -cpusplit's lines.
+func rdmaTestRun(ctx context.Context, label string, argv []string, threads, keys int) (set, get, whole float64, err error) {
 	if err := flushAll(); err != nil {
 		return 0, 0, 0, err
 	}
@@ -173,6 +178,7 @@ func rdmaTestRun(ctx context.Context, argv []string, threads, keys int) (set, ge
 		return 0, 0, 0, err
 	}
 	at := map[string][]time.Time{}
+	snaps := map[string]cpuSnap{}
 	var out strings.Builder
 	sc := bufio.NewScanner(stdout)
 	for sc.Scan() {
@@ -181,9 +187,16 @@ func rdmaTestRun(ctx context.Context, argv []string, threads, keys int) (set, ge
 		out.WriteString(line + "\n")
 		if m := stepRE.FindStringSubmatch(line); m != nil {
 			at[m[1]] = append(at[m[1]], now)
+			if cpuSplitOn && threads == 1 {
+				snaps[m[1]] = snapCPU(cmd.Process.Pid)
+			}
 		}
 	}
-	if err := cmd.Wait(); err != nil {
+	err = cmd.Wait()
+	if cpuSplitOn && threads == 1 && err == nil {
+		printSplits(cmd, label, snaps, keys)
+	}
+	if err != nil {
 		if len(at["PING/PONG"]) == 0 {
 			err = fmt.Errorf("%w: %v", errNoConnection, err)
 		}
@@ -284,16 +297,17 @@ func rdmaTestTable(ctx context.Context) error {
 		// it with the runtime's poller instead, what WaitInKernel saves.
 		gp := append(slices.Clone(g), "--wait-in-kernel=false")
 		var vals [3][3][]float64 // [C, Go, Go poller][SET, GET, whole]
+		names := [3]string{"C", "Go", "Go-poller"}
 		for range *reps {
 			for i, argv := range [][]string{c, g, gp} {
 				stop, err := valkeyServer(ctx)
 				if err != nil {
 					return err
 				}
-				s, gt, w, err := rdmaTestRun(ctx, argv, threads, keys)
+				s, gt, w, err := rdmaTestRun(ctx, names[i], argv, threads, keys)
 				for try := 1; errors.Is(err, errNoConnection) && try < 3; try++ {
 					fmt.Fprintf(os.Stderr, "bench: %v; again\n", err)
-					s, gt, w, err = rdmaTestRun(ctx, argv, threads, keys)
+					s, gt, w, err = rdmaTestRun(ctx, names[i], argv, threads, keys)
 				}
 				stop()
 				if err != nil {
@@ -328,5 +342,190 @@ func sizeName(n int) string {
 		return strconv.Itoa(n/1024) + " KiB"
 	default:
 		return strconv.Itoa(n) + " B"
+	}
+}
+
+// -cpusplit: where the guest's CPU time goes between two progress lines
+// of an rdma-test run with one thread (SET: "prepare" to "SET"; GET:
+// "BGSAVE" to "GET"): the client's threads, valkey-server's main process,
+// its BGSAVE child, idle, and the rest (interrupts, softirqs such as
+// rxe's packet work, kernel threads), per request, on stderr. Run times
+// are the tasks' schedstat (ns); idle and busy are /proc/stat ticks. A
+// thread that has exited by the second line takes its time with it:
+// rdma-test's does by its GET line, so a second GET client figure is the
+// process's rusage at exit less its threads' run time at BGSAVE: exact,
+// but with the program's exit in it.
+//
+// cpuSnap is one reading, taken as a progress line arrives.
+type cpuSnap struct {
+	at                 time.Time
+	client, server, bg int64            // run time, ns
+	idle, busy         int64            // /proc/stat ticks
+	softTicks          int64            // /proc/stat's softirq ticks, within busy
+	others             map[string]int64 // run time of every other thread, by comm
+	clientCS, serverCS int64            // context switches, voluntary + not
+	softirqs           []softirqCount
+}
+
+// softirqCount is how often one softirq vector ran, on all CPUs
+// (/proc/softirqs): where the time charged to no process went.
+type softirqCount struct {
+	name string
+	n    int64
+}
+
+func readSoftirqs() []softirqCount {
+	b, _ := os.ReadFile("/proc/softirqs")
+	var out []softirqCount
+	for _, line := range strings.Split(string(b), "\n") {
+		name, rest, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		c := softirqCount{name: strings.TrimSpace(name)}
+		for _, v := range strings.Fields(rest) {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			c.n += n
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// taskSum is process pid's run time (procCPU; 0 once it has exited) and
+// its threads' context switches.
+func taskSum(pid int) (run, cs int64) {
+	run, _ = procCPU(pid)
+	dir := "/proc/" + strconv.Itoa(pid) + "/task"
+	tids, _ := os.ReadDir(dir)
+	for _, t := range tids {
+		s, _ := os.ReadFile(filepath.Join(dir, t.Name(), "status"))
+		for _, line := range strings.Split(string(s), "\n") {
+			name, v, ok := strings.Cut(line, ":")
+			if ok && strings.HasSuffix(name, "ctxt_switches") {
+				n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				cs += n
+			}
+		}
+	}
+	return run, cs
+}
+
+func snapCPU(client int) cpuSnap {
+	s := cpuSnap{at: time.Now()}
+	s.client, s.clientCS = taskSum(client)
+	ents, _ := os.ReadDir("/proc")
+	main := 0
+	var pids []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		comm, _ := os.ReadFile("/proc/" + e.Name() + "/comm")
+		if strings.TrimSpace(string(comm)) == "valkey-server" {
+			pids = append(pids, pid)
+			if main == 0 || pid < main {
+				main = pid
+			}
+		}
+	}
+	s.others = otherThreads(append([]int{client}, pids...))
+	for _, pid := range pids {
+		run, cs := taskSum(pid)
+		if pid == main {
+			s.server, s.serverCS = run, cs
+		} else {
+			s.bg += run
+		}
+	}
+	s.softirqs = readSoftirqs()
+	b, _ := os.ReadFile("/proc/stat")
+	f := strings.Fields(strings.SplitN(string(b), "\n", 2)[0])
+	for i, v := range f[1:] {
+		n, _ := strconv.ParseInt(v, 10, 64)
+		if i == 6 {
+			s.softTicks = n
+		}
+		if i == 3 || i == 4 { // idle, iowait
+			s.idle += n
+		} else if i < 8 {
+			s.busy += n
+		}
+	}
+	return s
+}
+
+// otherThreads sums the run time of the threads of every process but
+// skip, by the thread's name: the kernel's threads (ksoftirqd, kworker,
+// rcu) and the bench's own.
+func otherThreads(skip []int) map[string]int64 {
+	out := map[string]int64{}
+	tasks, _ := filepath.Glob("/proc/[0-9]*/task/[0-9]*/schedstat")
+	for _, t := range tasks {
+		pid, _ := strconv.Atoi(strings.Split(t, "/")[2])
+		if slices.Contains(skip, pid) {
+			continue
+		}
+		b, _ := os.ReadFile(t)
+		f := strings.Fields(string(b))
+		if len(f) == 0 {
+			continue
+		}
+		ns, _ := strconv.ParseInt(f[0], 10, 64)
+		comm, _ := os.ReadFile(filepath.Join(filepath.Dir(t), "comm"))
+		out[strings.TrimSpace(string(comm))] += ns
+	}
+	return out
+}
+
+func printSplit(label string, a, b cpuSnap, n int) {
+	per := func(d int64) float64 { return float64(d) / float64(n) / 1e3 } // µs per request
+	tick := int64(1e9 / 100)
+	wall := b.at.Sub(a.at).Nanoseconds()
+	// An exited client reads as 0: its time and switches went with it.
+	client, clientCS := fmt.Sprintf("%.2f", per(b.client-a.client)), fmt.Sprintf("%.3f", float64(b.clientCS-a.clientCS)/float64(n))
+	if b.client < a.client {
+		client, clientCS = "(exited)", "(exited)"
+	}
+	fmt.Fprintf(os.Stderr, "cpusplit %s: %d requests, µs per request: wall %.2f, client %s, server %.2f, BGSAVE child %.2f, idle %.2f, busy %.2f; context switches per request: client %s, server %.3f\n",
+		label, n, per(wall), client, per(b.server-a.server), per(max(b.bg-a.bg, 0)),
+		per((b.idle-a.idle)*tick), per((b.busy-a.busy)*tick),
+		clientCS, float64(b.serverCS-a.serverCS)/float64(n))
+	var irqs []string
+	for i, c := range b.softirqs {
+		if i < len(a.softirqs) && a.softirqs[i].name == c.name && c.n != a.softirqs[i].n {
+			irqs = append(irqs, fmt.Sprintf("%s %.3f", c.name, float64(c.n-a.softirqs[i].n)/float64(n)))
+		}
+	}
+	fmt.Fprintf(os.Stderr, "cpusplit %s: softirq time %.2f µs per request; softirqs per request: %s\n",
+		label, per((b.softTicks-a.softTicks)*tick), strings.Join(irqs, ", "))
+	type other struct {
+		comm string
+		d    int64
+	}
+	var others []other
+	var sum int64
+	for comm, v := range b.others {
+		if d := v - a.others[comm]; d > 0 {
+			others = append(others, other{comm, d})
+			sum += d
+		}
+	}
+	slices.SortFunc(others, func(x, y other) int { return int(y.d - x.d) })
+	var parts []string
+	for _, o := range others[:min(len(others), 8)] {
+		parts = append(parts, fmt.Sprintf("%s %.3f", o.comm, per(o.d)))
+	}
+	fmt.Fprintf(os.Stderr, "cpusplit %s: other threads %.2f µs per request: %s\n", label, per(sum), strings.Join(parts, ", "))
+}
+
+func printSplits(cmd *exec.Cmd, label string, snaps map[string]cpuSnap, keys int) {
+	printSplit(label+" SET", snaps["prepare"], snaps["SET"], keys)
+	printSplit(label+" GET", snaps["BGSAVE"], snaps["GET"], keys)
+	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		total := ru.Utime.Nano() + ru.Stime.Nano()
+		fmt.Fprintf(os.Stderr, "cpusplit %s GET: client from BGSAVE to its exit (rusage): %.2f µs per request\n",
+			label, float64(total-snaps["BGSAVE"].client)/float64(keys)/1e3)
 	}
 }

@@ -211,9 +211,8 @@ func (c *client) writeCommand(name, key string, value []byte) {
 	if value != nil {
 		n++
 	}
-	var d [20]byte
 	c.w.WriteByte('*')
-	c.w.Write(strconv.AppendInt(d[:0], int64(n), 10))
+	c.writeInt(n)
 	c.w.WriteString("\r\n")
 	c.writeBulk(name, nil)
 	if key != "" {
@@ -226,13 +225,19 @@ func (c *client) writeCommand(name, key string, value []byte) {
 
 // writeBulk buffers one bulk string, s or b.
 func (c *client) writeBulk(s string, b []byte) {
-	var d [20]byte
 	c.w.WriteByte('$')
-	c.w.Write(strconv.AppendInt(d[:0], int64(len(s)+len(b)), 10))
+	c.writeInt(len(s) + len(b))
 	c.w.WriteString("\r\n")
 	c.w.WriteString(s)
 	c.w.Write(b)
 	c.w.WriteString("\r\n")
+}
+
+// writeInt buffers n in decimal. It formats into the writer's free space
+// (AvailableBuffer): a digits array of its own would move to the heap on
+// every call, since Write hands its argument to the connection.
+func (c *client) writeInt(n int) {
+	c.w.Write(strconv.AppendInt(c.w.AvailableBuffer(), int64(n), 10))
 }
 
 // readLine reads one reply line without its CRLF.

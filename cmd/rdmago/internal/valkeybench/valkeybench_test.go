@@ -232,3 +232,59 @@ func TestUsage(t *testing.T) {
 		}
 	}
 }
+
+// replayConn reads reply again and again and drops what is written: a
+// server that answers every GET with the same value.
+type replayConn struct {
+	net.Conn
+	reply []byte
+	off   int
+}
+
+func (c *replayConn) Read(b []byte) (int, error) {
+	n := copy(b, c.reply[c.off:])
+	c.off = (c.off + n) % len(c.reply)
+	return n, nil
+}
+
+func (c *replayConn) Write(b []byte) (int, error) { return len(b), nil }
+
+// TestRequestsAllocateNothing: a SET and a GET cost the client no
+// allocation: the run's time is the transport's, not the collector's.
+func TestRequestsAllocateNothing(t *testing.T) {
+	value := bytes.Repeat([]byte("V"), 64)
+	for _, tc := range []struct {
+		name  string
+		reply string
+		req   func(c *client) error
+	}{
+		{"SET", "+OK\r\n", func(c *client) error {
+			c.writeCommand("SET", "THREAD00-000001", value)
+			if err := c.w.Flush(); err != nil {
+				return err
+			}
+			return c.expectStatus("OK")
+		}},
+		{"GET", "$64\r\n" + string(value) + "\r\n", func(c *client) error {
+			c.writeCommand("GET", "THREAD00-000001", nil)
+			if err := c.w.Flush(); err != nil {
+				return err
+			}
+			return c.expectBulk(value)
+		}},
+	} {
+		c := newClient(&replayConn{reply: []byte(tc.reply)}, len(value))
+		var err error
+		n := testing.AllocsPerRun(1000, func() {
+			if e := tc.req(c); e != nil {
+				err = e
+			}
+		})
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if n != 0 {
+			t.Errorf("%s: %v allocations per request, want 0", tc.name, n)
+		}
+	}
+}
