@@ -3,9 +3,6 @@ package cm_test
 import (
 	"context"
 	"errors"
-	"os"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -13,21 +10,18 @@ import (
 
 	"github.com/rdmago/rdma/cm"
 	"github.com/rdmago/rdma/internal/rdmatest"
+	"github.com/rdmago/rdma/internal/testenv"
 	"github.com/rdmago/rdma/wr"
 )
 
 // sentPkts reads rxe0's count of packets sent: the probes show in it.
 func sentPkts(t testing.TB) int {
 	t.Helper()
-	b, err := os.ReadFile("/sys/class/infiniband/rxe0/ports/1/hw_counters/sent_pkts")
+	n, err := rdmatest.HWCounter(testenv.DeviceName(), "sent_pkts")
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
+	return int(n)
 }
 
 // TestDeviceKeepAlive checks the liveness check end to end: bad settings

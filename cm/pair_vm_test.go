@@ -18,9 +18,7 @@ import (
 	"hash/crc32"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -246,21 +244,9 @@ func pairCheck(b []byte, stream byte, seq uint32) error {
 // rxeCounters reads the device's port 1 hw_counters.
 func rxeCounters(t *testing.T) map[string]uint64 {
 	t.Helper()
-	dir := filepath.Join("/sys/class/infiniband", testenv.DeviceName(), "ports/1/hw_counters")
-	ents, err := os.ReadDir(dir)
+	m, err := rdmatest.HWCounters(testenv.DeviceName())
 	if err != nil {
 		t.Logf("hw_counters: %v", err)
-		return nil
-	}
-	m := map[string]uint64{}
-	for _, e := range ents {
-		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
-		if err != nil {
-			continue
-		}
-		if v, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64); err == nil {
-			m[e.Name()] = v
-		}
 	}
 	return m
 }

@@ -22,24 +22,13 @@ import (
 	"github.com/rdmago/rdma/wr"
 )
 
-// resCount counts the kernel's objects of a kind (pd, cq, qp, mr) that this
-// program made, as rdma res lists them.
-func resCount(t *testing.T, kind string) int {
-	t.Helper()
-	lines, err := rdmatest.ResLines(kind)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return len(lines)
-}
-
 // An MR dropped without Close is deregistered before its memory can be
 // reused: a peer writing with the old rkey into memory the runtime has
 // given to new allocations gets a remote access error, and the new
 // allocations are untouched.
 func TestDeviceDroppedMRStaleRKey(t *testing.T) {
 	r := rdmatest.NewPair(t, qp.RC, qp.Caps{MaxSendWR: 64, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1})
-	baseline := resCount(t, "mr")
+	baseline := rdmatest.ResCount(t, "mr")
 	const n, size = 64, 1 << 16
 	type stale struct {
 		addr uint64
@@ -59,12 +48,12 @@ func TestDeviceDroppedMRStaleRKey(t *testing.T) {
 			old = append(old, stale{m.Addr(), m.RKey()})
 		}
 	}()
-	got := resCount(t, "mr")
+	got := rdmatest.ResCount(t, "mr")
 	debug.SetGCPercent(gc)
 	if got != baseline+n {
 		t.Fatalf("%d MRs registered, want %d", got-baseline, n)
 	}
-	uverbs.CollectUntil(t, "the dropped MRs deregistered", func() bool { return resCount(t, "mr") == baseline })
+	uverbs.CollectUntil(t, "the dropped MRs deregistered", func() bool { return rdmatest.ResCount(t, "mr") == baseline })
 	// New allocations of the same size take the freed memory back.
 	fresh := make([][]byte, 4*n)
 	reused := 0
@@ -118,7 +107,7 @@ func TestDeviceDroppedObjectsRelease(t *testing.T) {
 	count := func() []int {
 		out := []int{openFDs(t), maps()}
 		for _, k := range kinds {
-			out = append(out, resCount(t, k))
+			out = append(out, rdmatest.ResCount(t, k))
 		}
 		return out
 	}

@@ -335,30 +335,43 @@ func TestDeviceRecvInErrorStateFlushes(t *testing.T) {
 
 func addrOf(b []byte) uint64 { return uint64(uintptr(unsafe.Pointer(&b[0]))) }
 
+// TestDeviceRetryCount7 pins what the pingpong tests' end-race allowance
+// (cmd/rdmago/internal/pingpong/endrace_test.go) rests on: rxe retries
+// forever at a retry count of 7, the count rdma-core's pingpong programs
+// and rdma_cm's defaults set, where the InfiniBand spec gives 7 retries
+// and then an error (only the RNR retry count's 7 means unlimited).
+func TestDeviceRetryCount7(t *testing.T) {
+	r := rdmatest.ConnectToNobody(t, 7)
+	retries := func() uint64 {
+		n, err := rdmatest.HWCounter(testenv.DeviceName(), "completer_retry_err")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	before := retries()
+	_, err := r.A.QP.PostSend([]wr.SendWR{
+		{ID: 1, Opcode: wr.OpRDMAWrite, Flags: wr.Signaled, SGList: []wr.SGE{r.A.Buf.SGE(0, 8)}, Remote: wr.Remote{Addr: r.B.Buf.Addr(), RKey: r.B.Buf.RKey()}},
+	})
+	rdmatest.Must(t, err)
+	// Eight tries take 134 ms; wait for 30.
+	time.Sleep(30 * 16800 * time.Microsecond)
+	wcs := make([]wr.Completion, 1)
+	n, err := r.A.CQ.Poll(wcs)
+	rdmatest.Must(t, err)
+	got := retries() - before
+	t.Logf("after 0.5 s: %d completions, %d retries", n, got)
+	if n != 0 || got <= 8 {
+		t.Errorf("rxe on %s ended a retry count of 7 (%d completions, %+v, after %d retries): the pingpong tests' end-race allowance no longer holds here", rdmatest.KernelRelease(t), n, wcs[0], got)
+	}
+}
+
 // TestDeviceRetryExceeded connects an RC QP to a QP number nobody has, with
 // a short timeout and one retry: rxe drops what arrives for it, so the
 // write's completion is a transport retry error, which matches ETIMEDOUT
 // (wr.Status.Errno), and the request behind it is flushed.
 func TestDeviceRetryExceeded(t *testing.T) {
-	caps := qp.Caps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}
-	r := rdmatest.NewPair(t, qp.RC, caps)
-	a := qp.Attr{State: qp.StateReset}
-	rdmatest.Must(t, r.A.QP.Modify(a, qp.AttrState))
-	nobody := r.B.QP.Num() + 0x100
-	for _, step := range []func() (qp.Attr, qp.AttrMask){
-		func() (qp.Attr, qp.AttrMask) { return qp.ToInit(qp.RC, 1, 0, rdmatest.AllAccess, 0) },
-		func() (qp.Attr, qp.AttrMask) {
-			return qp.ToRTR(qp.RC, qp.Endpoint{QPN: nobody, GID: r.GID}, qp.Path{SGIDIndex: r.GIDIndex, PortNum: 1}, qp.MTU1024)
-		},
-		func() (qp.Attr, qp.AttrMask) {
-			a, m := qp.ToRTS(qp.RC, 0)
-			a.Timeout, a.RetryCnt = 12, 1 // 16.8 ms, one retry
-			return a, m | qp.AttrTimeout | qp.AttrRetryCnt
-		},
-	} {
-		attr, mask := step()
-		rdmatest.Must(t, r.A.QP.Modify(attr, mask))
-	}
+	r := rdmatest.ConnectToNobody(t, 1)
 	start := time.Now()
 	_, err := r.A.QP.PostSend([]wr.SendWR{
 		{ID: 1, Opcode: wr.OpRDMAWrite, Flags: wr.Signaled, SGList: []wr.SGE{r.A.Buf.SGE(0, 8)}, Remote: wr.Remote{Addr: r.B.Buf.Addr(), RKey: r.B.Buf.RKey()}},
@@ -368,7 +381,7 @@ func TestDeviceRetryExceeded(t *testing.T) {
 	wcs := rdmatest.WaitWC(t, r.A.CQ, 2)
 	t.Logf("completions after %v: %v, %v", time.Since(start).Round(time.Millisecond), wcs[0].Status, wcs[1].Status)
 	if c := wcs[0]; c.ID != 1 || c.Status != wr.RetryExcErr {
-		t.Errorf("write to QP %#x, which does not exist: %+v; want %v", nobody, c, wr.RetryExcErr)
+		t.Errorf("write to a QP that does not exist: %+v; want %v", c, wr.RetryExcErr)
 	} else if err := c.Err(); !errors.Is(err, unix.ETIMEDOUT) || errors.Is(err, wr.ErrFlushed) {
 		t.Errorf("retry exceeded: %v does not match ETIMEDOUT alone", err)
 	}

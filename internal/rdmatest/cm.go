@@ -3,7 +3,9 @@ package rdmatest
 import (
 	"context"
 	"errors"
+	"io"
 	"net/netip"
+	"runtime/debug"
 	"testing"
 	"time"
 
@@ -261,5 +263,83 @@ func WaitCMListening(t testing.TB, port int) {
 			t.Fatalf("nothing listens on rdma_cm port %d after 10 s", port)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// WithdrawRequest sends a connection request to the listener on port and
+// withdraws it before any answer: its ID is destroyed while connecting,
+// so the kernel sends the listener's side a reject. A listener that takes
+// the request afterwards finds it can no longer set up its QP for it.
+// param carries the private data the listener's protocol wants.
+func WithdrawRequest(t testing.TB, port uint16, param *cm.ConnParam) {
+	t.Helper()
+	id, err := cm.CreateID(nil, nil, cm.PSTCP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer id.Close()
+	ctx := Context(t)
+	if err := id.ResolveAddr(ctx, netip.AddrPort{}, netip.AddrPortFrom(VMAddr, port), 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := id.ResolveRoute(ctx, 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	caps := qp.Caps{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}
+	if err := id.CreateQP(nil, uverbs.QPInitAttr{Caps: caps}); err != nil {
+		t.Fatal(err)
+	}
+	// Nobody accepts yet, so the connect can only time out.
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	if err := id.Connect(short, param); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("connecting to a listener that does not accept: %v, want the context's deadline", err)
+	}
+}
+
+// ConnectPair runs accept in a goroutine and dial here, and returns once
+// both gave a connection; both close when the test ends.
+func ConnectPair[C io.Closer](t testing.TB, accept func() (C, error), dial func(ctx context.Context) (C, error)) (client, server C) {
+	t.Helper()
+	type result struct {
+		c   C
+		err error
+	}
+	accepted := make(chan result, 1)
+	go func() {
+		c, err := accept()
+		accepted <- result{c, err}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	client, err := dial(ctx)
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	t.Cleanup(func() { client.Close() })
+	r := <-accepted
+	if r.err != nil {
+		t.Fatalf("accept: %v", r.err)
+	}
+	t.Cleanup(func() { r.c.Close() })
+	return client, r.c
+}
+
+// AcceptAfterWithdrawn checks a listener on port against a withdrawn
+// request (WithdrawRequest, with param): connect, which dials and accepts
+// one connection, must work after it, and nothing made for the withdrawn
+// request may stay. A first connection keeps the device's context open,
+// so that what it would leave stays listed; collections stop meanwhile,
+// since a CQ dropped without Close would be released by its cleanup and
+// the leak hidden.
+func AcceptAfterWithdrawn(t testing.TB, port uint16, param *cm.ConnParam, connect func()) {
+	t.Helper()
+	connect()
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	cqs := ResCount(t, "cq")
+	WithdrawRequest(t, port, param)
+	connect()
+	if n := ResCount(t, "cq"); n != cqs+2 {
+		t.Errorf("%d CQs after one more connection, want %d: the withdrawn request's were not released", n, cqs+2)
 	}
 }

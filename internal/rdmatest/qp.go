@@ -167,3 +167,29 @@ func WantOK(t testing.TB, c wr.Completion, id uint64, op wr.WCOpcode) {
 		t.Fatalf("completion %+v (status %v); want ID %d opcode %v success", c, c.Status, id, op)
 	}
 }
+
+// ConnectToNobody is a Pair whose A is connected to a QP number nobody
+// has, with a timeout of 16.8 ms and retryCnt retries.
+func ConnectToNobody(t testing.TB, retryCnt uint8) *Pair {
+	t.Helper()
+	caps := qp.Caps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}
+	r := NewPair(t, qp.RC, caps)
+	a := qp.Attr{State: qp.StateReset}
+	Must(t, r.A.QP.Modify(a, qp.AttrState))
+	nobody := r.B.QP.Num() + 0x100
+	for _, step := range []func() (qp.Attr, qp.AttrMask){
+		func() (qp.Attr, qp.AttrMask) { return qp.ToInit(qp.RC, 1, 0, AllAccess, 0) },
+		func() (qp.Attr, qp.AttrMask) {
+			return qp.ToRTR(qp.RC, qp.Endpoint{QPN: nobody, GID: r.GID}, qp.Path{SGIDIndex: r.GIDIndex, PortNum: 1}, qp.MTU1024)
+		},
+		func() (qp.Attr, qp.AttrMask) {
+			a, m := qp.ToRTS(qp.RC, 0)
+			a.Timeout, a.RetryCnt = 12, retryCnt // 16.8 ms
+			return a, m | qp.AttrTimeout | qp.AttrRetryCnt
+		},
+	} {
+		attr, mask := step()
+		Must(t, r.A.QP.Modify(attr, mask))
+	}
+	return r
+}

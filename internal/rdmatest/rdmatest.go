@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -110,6 +111,48 @@ func ResLines(kind string) ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// hwCounterDir is where device dev's port 1 hw_counters are.
+func hwCounterDir(dev string) string {
+	return filepath.Join("/sys/class/infiniband", dev, "ports/1/hw_counters")
+}
+
+// HWCounter reads one of port 1's hw_counters of device dev (rxe's
+// sent_pkts, completer_retry_err, ...).
+func HWCounter(dev, name string) (uint64, error) {
+	b, err := os.ReadFile(filepath.Join(hwCounterDir(dev), name))
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+}
+
+// HWCounters reads all of port 1's hw_counters of device dev, by name; one
+// that cannot be read or parsed is left out.
+func HWCounters(dev string) (map[string]uint64, error) {
+	ents, err := os.ReadDir(hwCounterDir(dev))
+	if err != nil {
+		return nil, err
+	}
+	m := map[string]uint64{}
+	for _, e := range ents {
+		if v, err := HWCounter(dev, e.Name()); err == nil {
+			m[e.Name()] = v
+		}
+	}
+	return m, nil
+}
+
+// ResCount counts the kernel's objects of a kind (pd, cq, qp, mr) that
+// this program made, as rdma res lists them (ResLines).
+func ResCount(t testing.TB, kind string) int {
+	t.Helper()
+	lines, err := ResLines(kind)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(lines)
 }
 
 // LeftBehind returns, one a line, the kernel objects of the kinds that

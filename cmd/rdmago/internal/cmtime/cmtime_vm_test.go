@@ -93,10 +93,18 @@ func serve(t *testing.T, p int, server, client tooltest.CMSide, srvArgs, cliArgs
 	return cli, st, srv
 }
 
+// checkClient: a client exits 0 and prints want (timings as N), and
+// nothing on stderr.
 func checkClient(t *testing.T, cli *tooltest.Proc, st int, want []string) {
 	t.Helper()
 	got := tooltest.Lines(norm(cli.Stdout.String()))
-	if st != 0 || strings.Join(got, "\n") != strings.Join(want, "\n") || cli.Stderr.Len() != 0 {
+	stderr := cli.Stderr.String()
+	if !cli.Ours() {
+		// cmtime's own exit race (see eventThreadRace), in CI once in
+		// a C client that had done all its work.
+		stderr = strings.ReplaceAll(stderr, eventThreadRace, "")
+	}
+	if st != 0 || strings.Join(got, "\n") != strings.Join(want, "\n") || stderr != "" {
 		t.Errorf("%s: status %d, stdout (timings as N):\n%s\nstderr %q; want status 0, stdout:\n%s",
 			cli.Label, st, strings.Join(got, "\n"), cli.Stderr.String(), strings.Join(want, "\n"))
 	}

@@ -19,11 +19,13 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/rdmago/rdma/cmd/rdmago/internal/tooltest"
+	"github.com/rdmago/rdma/internal/rdmatest"
 	"github.com/rdmago/rdma/internal/testenv"
 )
 
@@ -34,8 +36,6 @@ const (
 	// to report its datagrams: they were on the wire when the sender
 	// left, or never will be.
 	recvGrace = 20 * time.Second
-	// sentPkts counts the packets rxe sent.
-	sentPkts = "/sys/class/infiniband/rxe0/ports/1/hw_counters/sent_pkts"
 )
 
 var (
@@ -90,12 +90,13 @@ func msgCount(args []string) int {
 	return 10
 }
 
+// readSent is the count of packets the device sent, for the log.
 func readSent() string {
-	b, err := os.ReadFile(sentPkts)
+	n, err := rdmatest.HWCounter(testenv.DeviceName(), "sent_pkts")
 	if err != nil {
 		return "?"
 	}
-	return strings.TrimSpace(string(b))
+	return strconv.FormatUint(n, 10)
 }
 
 // waitJoined waits until the receiver's ID has the group as its

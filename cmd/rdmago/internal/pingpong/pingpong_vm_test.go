@@ -11,14 +11,18 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rdmago/rdma/cmd/rdmago/internal/tooltest"
+	"github.com/rdmago/rdma/internal/rdmatest"
 	"github.com/rdmago/rdma/internal/testenv"
 	"github.com/rdmago/rdma/uverbs"
+	"github.com/rdmago/rdma/wr"
 )
 
 func TestMain(m *testing.M) {
@@ -39,6 +43,8 @@ type ppOutput struct {
 }
 
 // checkOutput checks a side's output line by line and returns its parts.
+// With iters 0 the side was killed before its report: only its address
+// lines are checked.
 func checkOutput(t *testing.T, p *tooltest.Proc, c ppCase, nqp, size, iters int) ppOutput {
 	kind := c.kind
 	t.Helper()
@@ -75,7 +81,7 @@ func checkOutput(t *testing.T, p *tooltest.Proc, c ppCase, nqp, size, iters int)
 	if len(o.local) != nqp || len(o.remote) != nqp {
 		t.Errorf("%s: %d local and %d remote address lines, want %d of each", p.Label, len(o.local), len(o.remote), nqp)
 	}
-	if o.bytes != size*iters*2 || o.iters != iters {
+	if iters > 0 && (o.bytes != size*iters*2 || o.iters != iters) {
 		t.Errorf("%s: reports %d bytes and %d iters, want %d and %d", p.Label, o.bytes, o.iters, size*iters*2, iters)
 	}
 	for _, line := range strings.Split(strings.TrimSpace(p.Stderr.String()), "\n") {
@@ -136,25 +142,20 @@ func runPP(t *testing.T, c ppCase, server, client func(args []string) []string) 
 	t.Helper()
 	testenv.RequireDevice(t)
 	tooltest.RequireCTool(t, c.cTool())
-	ctx, cancel := context.WithTimeout(context.Background(), tooltest.RunTimeout)
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	wd := tooltest.NewWatchdog(t, tooltest.RunTimeout, cancel)
+	defer wd.Stop()
 	port := tooltest.FreePort(t)
 	srv := tooltest.Start(t, ctx, "server", server(c.args(port)))
+	wd.Watch(srv)
 	defer func() {
 		cancel()
 		srv.Wait()
 	}()
 	tooltest.WaitListening(t, srv, port)
 	cli := tooltest.Start(t, ctx, "client", client(append(c.args(port), "10.0.2.15")))
-	cliStatus, srvStatus := cli.Wait(), srv.Wait()
-	tooltest.LogOnFailure(t, srv, srvStatus)
-	tooltest.LogOnFailure(t, cli, cliStatus)
-	if ctx.Err() != nil {
-		t.Fatalf("timed out after %v", tooltest.RunTimeout)
-	}
-	if srvStatus != 0 || cliStatus != 0 {
-		t.Fatalf("exit statuses: server %d, client %d; want 0 and 0", srvStatus, cliStatus)
-	}
+	wd.Watch(cli)
 	nqp, size := 1, 4096
 	switch c.kind {
 	case ppUD:
@@ -162,7 +163,46 @@ func runPP(t *testing.T, c ppCase, server, client func(args []string) []string) 
 	case ppSRQ:
 		nqp = 4
 	}
-	so := checkOutput(t, srv, c, nqp, size, ppIters)
+	cliStatus := cli.Wait()
+	_, srvDone := srv.WaitFor(endRaceWait)
+	var race [2]endRaceSample
+	var raceErr error
+	if !srvDone && cliStatus == 0 && (c.kind == ppRC || c.kind == ppSRQ) {
+		// The server outlived its client: sample it before it is killed.
+		race[0], raceErr = sampleEndRace(testenv.DeviceName(), srv.Pid())
+		if raceErr == nil {
+			time.Sleep(time.Second)
+			race[1], raceErr = sampleEndRace(testenv.DeviceName(), srv.Pid())
+		}
+		cancel()
+	}
+	srvStatus := srv.Wait()
+	tooltest.LogOnFailure(t, srv, srvStatus)
+	tooltest.LogOnFailure(t, cli, cliStatus)
+	if wd.Stop() {
+		t.Fatalf("timed out after %v", tooltest.RunTimeout)
+	}
+	var so ppOutput
+	if raceErr == nil && race[0].qps != nil {
+		// Every exchange made; only the server's last send waits for
+		// an ACK that cannot come (endrace_test.go).
+		local, remote := parseAddrs(srv.Stdout.String())
+		packets := uint32(ppIters * (size / 1024)) // -m is 1024
+		if err := judgeEndRace(race[0], race[1], local, remote, packets); err != nil {
+			t.Fatalf("the server still ran %v after its client exited 0, and not in rxe's end race: %v", endRaceWait, err)
+		}
+		t.Logf("the server still ran %v after its client exited 0: rxe's end race (its QPs in RTS with all %d packets received, completer_retry_err %d then %d); killed",
+			endRaceWait, packets, race[0].retries, race[1].retries)
+		so = checkOutput(t, srv, c, nqp, size, 0)
+	} else {
+		if raceErr != nil {
+			t.Errorf("sampling the server that outlived its client: %v", raceErr)
+		}
+		if srvStatus != 0 || cliStatus != 0 {
+			t.Fatalf("exit statuses: server %d, client %d; want 0 and 0", srvStatus, cliStatus)
+		}
+		so = checkOutput(t, srv, c, nqp, size, ppIters)
+	}
 	co := checkOutput(t, cli, c, nqp, size, ppIters)
 	// Each side must have understood the other's addresses.
 	if strings.Join(so.local, " ") != strings.Join(co.remote, " ") || strings.Join(co.local, " ") != strings.Join(so.remote, " ") {
@@ -180,7 +220,7 @@ func goSide(c ppCase, viaAlias bool) func(args []string) []string {
 }
 
 func cSide(c ppCase) func(args []string) []string {
-	return func(args []string) []string { return append([]string{c.cTool()}, args...) }
+	return func(args []string) []string { return tooltest.LineBuffered(append([]string{c.cTool()}, args...)) }
 }
 
 // rdmago serves, rdma-core's program is the client.
@@ -337,5 +377,33 @@ func TestDevicePingpongSelectsGID(t *testing.T) {
 			runPP(t, c, withoutGID(goSide(c, false)), cSide(c))
 			runPP(t, c, cSide(c), withoutGID(goSide(c, true)))
 		})
+	}
+}
+
+// TestDeviceEndRaceSample runs the end race's sampling on a QP that is in
+// it for sure: one that sends to a QP number nobody has, at retry count 7.
+func TestDeviceEndRaceSample(t *testing.T) {
+	testenv.RequireDevice(t)
+	r := rdmatest.ConnectToNobody(t, 7)
+	_, err := r.A.QP.PostSend([]wr.SendWR{{ID: 1, Opcode: wr.OpSend, Flags: wr.Signaled, SGList: []wr.SGE{r.A.Buf.SGE(0, 8)}}})
+	rdmatest.Must(t, err)
+	first, err := sampleEndRace(testenv.DeviceName(), os.Getpid())
+	rdmatest.Must(t, err)
+	time.Sleep(300 * time.Millisecond)
+	second, err := sampleEndRace(testenv.DeviceName(), os.Getpid())
+	rdmatest.Must(t, err)
+	// It has received nothing: its rq-psn is still its peer's first PSN.
+	local := []ppAddr{{r.A.QP.Num(), 0}}
+	remote := []ppAddr{{0, 0}}
+	for _, q := range first.qps {
+		if q.lqpn == r.A.QP.Num() {
+			remote[0].psn = q.rqPSN
+		}
+	}
+	if err := judgeEndRace(first, second, local, remote, 0); err != nil {
+		t.Errorf("a QP retrying to nobody: %v (samples %+v, %+v)", err, first, second)
+	}
+	if err := judgeEndRace(first, second, local, remote, 1); err == nil {
+		t.Errorf("a QP retrying to nobody passes for one that received a packet")
 	}
 }

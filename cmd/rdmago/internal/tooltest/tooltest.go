@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -41,6 +42,10 @@ type Proc struct {
 	done           chan struct{}
 	err            error
 }
+
+// Ours reports whether the process is rdmago's tool (the test binary
+// run as rdmago), not a C program.
+func (p *Proc) Ours() bool { return p.goSide }
 
 // LogOnFailure logs what a process printed once the test has ended, and
 // only if it failed: a passing run's output would bury a failing one's in
@@ -82,6 +87,21 @@ func Start(t *testing.T, ctx context.Context, label string, argv []string) *Proc
 // Signal sends sig to the process, for tools that run until interrupted.
 func (p *Proc) Signal(sig os.Signal) error { return p.cmd.Process.Signal(sig) }
 
+// Pid is the process's ID.
+func (p *Proc) Pid() int { return p.cmd.Process.Pid }
+
+// WaitFor waits up to d for the process; exited is false if it still runs.
+func (p *Proc) WaitFor(d time.Duration) (status int, exited bool) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-p.done:
+		return p.Wait(), true
+	case <-t.C:
+		return 0, false
+	}
+}
+
 // Wait waits for the process and returns its exit status (-1 if killed).
 func (p *Proc) Wait() int {
 	<-p.done
@@ -97,9 +117,10 @@ func (p *Proc) Wait() int {
 
 // Watchdog ends a run that hangs, after recording what a reader of the
 // failure needs: the kernel's rdma_cm IDs and QPs as rdma(8) shows them,
-// and the goroutines of each rdmago process, which SIGQUIT makes the Go
-// runtime print on its stderr (logged with the rest by LogOnFailure). Only
-// then does it cancel the processes' context.
+// the goroutines of each rdmago process, which SIGQUIT makes the Go
+// runtime print on its stderr (logged with the rest by LogOnFailure), and
+// where each C process's threads wait in the kernel. Only then does it
+// cancel the processes' context.
 type Watchdog struct {
 	t      *testing.T
 	cancel context.CancelFunc
@@ -161,6 +182,8 @@ func (w *Watchdog) fire() {
 	for _, p := range procs {
 		if p.goSide {
 			p.Signal(syscall.SIGQUIT)
+		} else {
+			w.t.Logf("hung: %s: %s", p.Label, kernelState(p.cmd.Process.Pid))
 		}
 	}
 	deadline := time.After(hangDumpWait)
@@ -174,6 +197,50 @@ func (w *Watchdog) fire() {
 			return
 		}
 	}
+}
+
+// kernelState describes where each thread of a C process waits: its
+// state, wait channel, run time and kernel stack from /proc (the stack
+// where the kernel shows it). A C program cannot be asked for its own
+// stacks the way SIGQUIT asks a Go one; this tells an event wait from a
+// busy poll or a wait in the kernel's teardown.
+func kernelState(pid int) string {
+	dir := "/proc/" + strconv.Itoa(pid) + "/task"
+	tids, err := os.ReadDir(dir)
+	if err != nil {
+		return err.Error()
+	}
+	var b strings.Builder
+	for _, tid := range tids {
+		read := func(name string) string {
+			data, err := os.ReadFile(dir + "/" + tid.Name() + "/" + name)
+			if err != nil {
+				return "(" + err.Error() + ")"
+			}
+			return strings.TrimSpace(string(data))
+		}
+		stat := read("stat")
+		// Field 3, the state, follows the command's closing parenthesis.
+		if i := strings.LastIndexByte(stat, ')'); i >= 0 && i+3 < len(stat) {
+			stat = stat[i+2 : i+3]
+		}
+		fmt.Fprintf(&b, "\n  thread %s: state %s, wchan %s, schedstat %s", tid.Name(), stat, read("wchan"), read("schedstat"))
+		if stack := read("stack"); stack != "" {
+			b.WriteString("\n    " + strings.ReplaceAll(stack, "\n", "\n    "))
+		}
+	}
+	return b.String()
+}
+
+// LineBuffered runs a C tool with its stdout line-buffered (coreutils'
+// stdbuf, where the VM has it), so that what it printed before a
+// watchdog killed it is not lost in its stdio buffer.
+func LineBuffered(argv []string) []string {
+	const stdbuf = "/usr/bin/stdbuf"
+	if _, err := os.Stat(stdbuf); err != nil {
+		return argv
+	}
+	return append([]string{stdbuf, "-oL"}, argv...)
 }
 
 // FreePort returns a TCP port nothing listens on.
