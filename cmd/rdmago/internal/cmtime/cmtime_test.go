@@ -97,3 +97,21 @@ func TestCmtimeShowPerf(t *testing.T) {
 		t.Errorf("got:\n%s\nwant:\n%s", b.String(), want)
 	}
 }
+
+// TestNormFigures: the device tests' comparison reads every figure of the
+// table as N, "inf" and "-nan" of a client with no connections among them,
+// and leaves words alone.
+func TestNormFigures(t *testing.T) {
+	for _, line := range []string{
+		"create qp    :        0.00       0.001000000000.00       -nan",
+		"create qp    :        0.02       0.001000000000.00        inf",
+		"create qp    :        0.02       0.001000000000.00     -54.00",
+	} {
+		if got := norm(line); got != "create qp    : N N N N" {
+			t.Errorf("norm(%q) = %q", line, got)
+		}
+	}
+	if s := "resolving address\ninfo nano\n"; norm(s) != s {
+		t.Errorf("norm(%q) = %q", s, norm(s))
+	}
+}
