@@ -1265,6 +1265,7 @@ func (r *perfRun) measure(ctx context.Context, loop func(context.Context) error)
 	if r.o.durationOn {
 		r.prepareClock()
 	}
+	defer quietRuntime()()
 	if r.countAllocs {
 		runtime.ReadMemStats(&r.memStats)
 		r.allocs -= r.memStats.Mallocs
