@@ -66,6 +66,9 @@
 // program, and takes its options (-d -i -x -s -a -n -D -q -F -p -c -t -r -l
 // -Q -e --report_gbits and more) and prints its tables; --json prints the
 // same figures as JSON. The rdma_cm exchange (-R) is not supported yet.
+// While a test's measured loop runs, the process's other threads (the Go
+// runtime's) are SCHED_BATCH, so that their wake-ups do not preempt the
+// loop or its peer mid-tick; docs/performance.md says why.
 //
 // # rping, server, client
 //
