@@ -69,6 +69,7 @@ var hot = map[string]map[string]int{
 	},
 	"provider/rxe": {
 		"(*QP).PostSend": 0,
+		"(*QP).postList": 0,
 		// The inline-data copy: each SGE's bytes at a running offset.
 		"(*QP).writeSendWQE": 1,
 		"writeSGEs":          0,

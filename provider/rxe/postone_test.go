@@ -1,0 +1,93 @@
+package rxe
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"testing"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rdmago/rdma/internal/abi"
+	"github.com/rdmago/rdma/provider"
+	"github.com/rdmago/rdma/qp"
+	"github.com/rdmago/rdma/wr"
+)
+
+// PostSend of one request takes its own path (no validateSend, no
+// writeSendWQE). It must leave the ring exactly as the list path would,
+// and refuse exactly what the list path refuses: every opcode on every QP
+// type, with and without an SGE, with the flags and fields each uses.
+func TestPostSendOneMatchesList(t *testing.T) {
+	src := []byte("0123456789abcdef")
+	sge := wr.SGE{Addr: 0x1000, Length: 64, LKey: 5}
+	var reqs []wr.SendWR
+	for op := wr.Opcode(0); op <= wr.OpSendWithInv+1; op++ {
+		base := wr.SendWR{ID: 0x1122334455667788, Opcode: op, Imm: 0xa1b2c3d4,
+			Remote: wr.Remote{Addr: 0x9000, RKey: 0x42}, CompareAdd: 10, Swap: 20}
+		for _, v := range []struct {
+			flags wr.SendFlags
+			sg    []wr.SGE
+		}{
+			{wr.Signaled, []wr.SGE{sge}},
+			{wr.Signaled | wr.Fence | wr.Solicited, nil},
+			{0, []wr.SGE{{Addr: 0x1000, Length: 8, LKey: 5}}},
+			{0, []wr.SGE{{Addr: 0x1000, Length: 4, LKey: 5}}},      // short for an atomic
+			{0, []wr.SGE{sge, {Addr: 0x3000, Length: 8, LKey: 6}}}, // two SGEs: the list path
+			{wr.Inline, []wr.SGE{{Addr: uint64(uintptr(unsafe.Pointer(&src[0]))), Length: 16}}},
+		} {
+			w := base
+			w.Flags, w.SGList = v.flags, v.sg
+			reqs = append(reqs, w)
+			w.Remote.Addr = 0x9004 // misaligned for an atomic
+			reqs = append(reqs, w)
+		}
+	}
+	for _, typ := range []qp.Type{qp.RC, qp.UC} {
+		for i, w := range reqs {
+			t.Run(fmt.Sprintf("%v/%d/op%d", typ, i, w.Opcode), func(t *testing.T) {
+				one, k1 := newTestQP(t, typ)
+				list, k2 := newTestQP(t, typ)
+				n1, err1 := one.PostSend([]wr.SendWR{w})
+				n2, err2 := list.postList([]wr.SendWR{w})
+				if n1 != n2 || !errors.Is(err1, err2) && !errors.Is(err2, err1) {
+					t.Fatalf("one request: %d, %v; list: %d, %v", n1, err1, n2, err2)
+				}
+				if k1.doorbells != k2.doorbells {
+					t.Errorf("doorbells: %d, list %d", k1.doorbells, k2.doorbells)
+				}
+				if got, want := one.sq.producer(), list.sq.producer(); got != want {
+					t.Errorf("producer index %d, list %d", got, want)
+				}
+				a := unsafe.Slice((*byte)(one.sq.elem(0)), one.sq.elemSize())
+				b := unsafe.Slice((*byte)(list.sq.elem(0)), list.sq.elemSize())
+				if !bytes.Equal(a, b) {
+					t.Errorf("WQE differs from the list path's:\none  %x\nlist %x", a[:abi.SizeofRxeSendWqe+32], b[:abi.SizeofRxeSendWqe+32])
+				}
+				if one.ssn != list.ssn {
+					t.Errorf("ssn %d, list %d", one.ssn, list.ssn)
+				}
+			})
+		}
+	}
+}
+
+// A full ring and a stopped QP refuse a lone request as they refuse a list.
+func TestPostSendOneRefusals(t *testing.T) {
+	q, _ := newTestQP(t, qp.RC)
+	w := signaledWrite()
+	for i := range int(testCaps.MaxSendWR) {
+		if n, err := q.PostSend(w); n != 1 || err != nil {
+			t.Fatalf("post %d: %d, %v", i, n, err)
+		}
+	}
+	if n, err := q.PostSend(w); n != 0 || !errors.Is(err, unix.ENOMEM) {
+		t.Errorf("post to a full ring: %d, %v; want 0, ENOMEM", n, err)
+	}
+	q.Stop()
+	consumeAll(q.sq)
+	if n, err := q.PostSend(w); n != 0 || !errors.Is(err, provider.ErrStopped) {
+		t.Errorf("post to a stopped QP: %d, %v; want provider.ErrStopped", n, err)
+	}
+}
