@@ -154,7 +154,7 @@ func newContext(d Device, f cmdFile) (*Context, error) {
 		var err error
 		// The provider keeps the port: it must not reach the Context, or
 		// the context's cleanup could never run.
-		if b, err = drv.NewContext(kernelPort{f: f, driverID: d.DriverID}); err != nil {
+		if b, err = drv.NewContext(newKernelPort(f, d.DriverID)); err != nil {
 			return nil, wrapErr("get context", err)
 		}
 	}
@@ -314,7 +314,11 @@ type kernelPort struct {
 	driverID uint32
 }
 
-func (k kernelPort) Mmap(offset int64, length int, prot int) ([]byte, error) {
+func newKernelPort(f cmdFile, driverID uint32) provider.Kernel {
+	return &kernelPort{f: f, driverID: driverID}
+}
+
+func (k *kernelPort) Mmap(offset int64, length int, prot int) ([]byte, error) {
 	fd := k.f.fd()
 	if fd < 0 {
 		return nil, ErrClosed
@@ -334,7 +338,7 @@ func (k kernelPort) Mmap(offset int64, length int, prot int) ([]byte, error) {
 	return unsafe.Slice((*byte)(*(*unsafe.Pointer)(unsafe.Pointer(&p))), length), nil
 }
 
-func (k kernelPort) Munmap(b []byte) error {
+func (k *kernelPort) Munmap(b []byte) error {
 	if len(b) == 0 {
 		return unix.EINVAL
 	}
@@ -345,14 +349,28 @@ func (k kernelPort) Munmap(b []byte) error {
 	return nil
 }
 
-func (k kernelPort) Write(b []byte) error { return k.f.fastWrite(b) }
+func (k *kernelPort) Write(b []byte) error { return k.f.fastWrite(b) }
 
-func (k kernelPort) Doorbell(b []byte) error { return k.f.doorbell(b) }
+// Doorbell rings a device file's doorbell with devFile.doorbell's body
+// written out: every post on rxe comes through here, and the interface
+// call and the call to doorbell were 39 of the path's instructions
+// (BenchmarkDoorbell under the instruction-counting clock, 705 -> 666 with
+// rawWrite). Unit tests' fake files get their own doorbell.
+func (k *kernelPort) Doorbell(b []byte) error {
+	d, ok := k.f.(*devFile)
+	if !ok {
+		return k.f.doorbell(b)
+	}
+	if n, e := rawWrite(d.raw, unsafe.Pointer(unsafe.SliceData(b)), len(b)); n != len(b) {
+		return shortWrite(e)
+	}
+	return nil
+}
 
 // Invoke sends one driver method call, tagged with the device's driver id
 // as rdma-core's execute_ioctl tags it, and reads back the handles of the
 // objects it created.
-func (k kernelPort) Invoke(object, method uint16, attrs []provider.Attr) error {
+func (k *kernelPort) Invoke(object, method uint16, attrs []provider.Attr) error {
 	op := fmt.Sprintf("driver method %#x of object %#x", method, object)
 	cmd := newCommand(object, method)
 	defer cmd.release()

@@ -111,14 +111,20 @@ func (f *devFile) fastWrite(b []byte) error {
 // a live QP means an open file. Contexts refuse to register QPs once their
 // Close has begun (registry.close).
 func (f *devFile) doorbell(b []byte) error {
-	n, _, e := unix.RawSyscall(unix.SYS_WRITE, uintptr(f.raw), uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(len(b)))
+	if n, e := rawWrite(f.raw, unsafe.Pointer(unsafe.SliceData(b)), len(b)); n != len(b) {
+		return shortWrite(e)
+	}
+	return nil
+}
+
+// shortWrite is the error of a write that did not take the whole command:
+// the kernel's errno, or EIO for a short count. Out of line, so that
+// doorbell stays within the inliner's budget.
+func shortWrite(e unix.Errno) error {
 	if e != 0 {
 		return e
 	}
-	if int(n) != len(b) {
-		return unix.EIO
-	}
-	return nil
+	return unix.EIO
 }
 
 func (f *devFile) fd() int {

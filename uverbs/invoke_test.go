@@ -18,7 +18,7 @@ import (
 // sends them.
 func TestKernelPortInvoke(t *testing.T) {
 	k := newFakeKernel(t)
-	port := kernelPort{f: k, driverID: abi.RDMA_DRIVER_MLX5}
+	port := &kernelPort{f: k, driverID: abi.RDMA_DRIVER_MLX5}
 	k.handle(abi.MLX5_IB_OBJECT_UAR, abi.MLX5_IB_METHOD_UAR_OBJ_ALLOC, func(fc *fakeCall) error {
 		if fc.DriverID != abi.RDMA_DRIVER_MLX5 {
 			t.Errorf("driver id %d", fc.DriverID)

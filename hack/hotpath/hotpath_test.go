@@ -78,9 +78,10 @@ var hot = map[string]map[string]int{
 		"(*CQ).Poll":         0,
 	},
 	"uverbs": {
-		"(*QP).PostSend": 0,
-		"(*QP).post":     0,
-		"(*QP).PostRecv": 0,
+		"(*QP).PostSend":         0,
+		"(*kernelPort).Doorbell": 0,
+		"(*QP).post":             0,
+		"(*QP).PostRecv":         0,
 		// The rare paths: completions taken ahead by a waiter, and the
 		// library's own (flushed receives), each a slice at a count.
 		"(*CQ).Poll": 2,
