@@ -41,7 +41,7 @@ var mustInline = map[string][]string{
 	"provider/rxe": {
 		"(*queue).elem", "(*queue).full", "(*queue).producer", "(*queue).publish",
 		"(*queue).consumer", "(*queue).empty", "(*queue).release",
-		"(*queueLock).Lock", "(*queueLock).Unlock",
+		"(*queueLock).Lock", "(*queueLock).Unlock", "(*QP).plain",
 	},
 }
 
@@ -68,8 +68,9 @@ var hot = map[string]map[string]int{
 		"decodeReq":          0,
 	},
 	"provider/rxe": {
-		"(*QP).PostSend": 0,
-		"(*QP).postList": 0,
+		"(*QP).PostSend":   0,
+		"(*QP).postList":   0,
+		"(*QP).writePlain": 0,
 		// The inline-data copy: each SGE's bytes at a running offset.
 		"(*QP).writeSendWQE": 1,
 		"writeSGEs":          0,

@@ -15,10 +15,11 @@ import (
 	"github.com/rdmago/rdma/wr"
 )
 
-// PostSend of one request takes its own path (no validateSend, no
-// writeSendWQE). It must leave the ring exactly as the list path would,
-// and refuse exactly what the list path refuses: every opcode on every QP
-// type, with and without an SGE, with the flags and fields each uses.
+// The common requests take their own path (plain and writePlain, no
+// validateSend, no writeSendWQE), alone or in a list. It must leave the
+// ring exactly as the general path would, and refuse exactly what the
+// general path refuses: every opcode on every QP type, with and without an
+// SGE, with the flags and fields each uses; and a list of them all.
 func TestPostSendOneMatchesList(t *testing.T) {
 	src := []byte("0123456789abcdef")
 	sge := wr.SGE{Addr: 0x1000, Length: 64, LKey: 5}
@@ -49,10 +50,11 @@ func TestPostSendOneMatchesList(t *testing.T) {
 			t.Run(fmt.Sprintf("%v/%d/op%d", typ, i, w.Opcode), func(t *testing.T) {
 				one, k1 := newTestQP(t, typ)
 				list, k2 := newTestQP(t, typ)
+				list.plainOps = [len(fastOps)]uint8{} // validateSend and writeSendWQE for all
 				n1, err1 := one.PostSend([]wr.SendWR{w})
-				n2, err2 := list.postList([]wr.SendWR{w})
+				n2, err2 := list.PostSend([]wr.SendWR{w})
 				if n1 != n2 || !errors.Is(err1, err2) && !errors.Is(err2, err1) {
-					t.Fatalf("one request: %d, %v; list: %d, %v", n1, err1, n2, err2)
+					t.Fatalf("plain path: %d, %v; general: %d, %v", n1, err1, n2, err2)
 				}
 				if k1.doorbells != k2.doorbells {
 					t.Errorf("doorbells: %d, list %d", k1.doorbells, k2.doorbells)
@@ -63,12 +65,33 @@ func TestPostSendOneMatchesList(t *testing.T) {
 				a := unsafe.Slice((*byte)(one.sq.elem(0)), one.sq.elemSize())
 				b := unsafe.Slice((*byte)(list.sq.elem(0)), list.sq.elemSize())
 				if !bytes.Equal(a, b) {
-					t.Errorf("WQE differs from the list path's:\none  %x\nlist %x", a[:abi.SizeofRxeSendWqe+32], b[:abi.SizeofRxeSendWqe+32])
+					t.Errorf("WQE differs from the general path's:\nplain   %x\ngeneral %x", a[:abi.SizeofRxeSendWqe+32], b[:abi.SizeofRxeSendWqe+32])
 				}
 				if one.ssn != list.ssn {
 					t.Errorf("ssn %d, list %d", one.ssn, list.ssn)
 				}
 			})
+		}
+	}
+	// Lists of five, each a window over the same requests, the refused
+	// ones included: the same count, error and ring.
+	for _, typ := range []qp.Type{qp.RC, qp.UC} {
+		one, _ := newTestQP(t, typ)
+		list, _ := newTestQP(t, typ)
+		list.plainOps = [len(fastOps)]uint8{}
+		for i := 0; i+5 <= len(reqs); i++ {
+			n1, err1 := one.PostSend(reqs[i : i+5])
+			n2, err2 := list.PostSend(reqs[i : i+5])
+			if n1 != n2 || !errors.Is(err1, err2) && !errors.Is(err2, err1) {
+				t.Fatalf("%v: list at %d: plain path %d, %v; general %d, %v", typ, i, n1, err1, n2, err2)
+			}
+			a := unsafe.Slice((*byte)(one.sq.elem(0)), one.sq.elemSize()*8)
+			b := unsafe.Slice((*byte)(list.sq.elem(0)), list.sq.elemSize()*8)
+			if !bytes.Equal(a, b) || one.sq.producer() != list.sq.producer() {
+				t.Fatalf("%v: list at %d: the rings differ", typ, i)
+			}
+			consumeAll(one.sq)
+			consumeAll(list.sq)
 		}
 	}
 }

@@ -60,6 +60,11 @@ func (b *qpBuilder) Finish(c provider.Created) (provider.QP, error) {
 		p.Close()
 		return nil, err
 	}
+	for op, types := range fastOps {
+		if types&(1<<b.attr.Type) != 0 && c.Caps.MaxSendSGE > 0 {
+			p.plainOps[op] = 1 | types&fastAtomic
+		}
+	}
 	p.db.hdr.Command = abi.IB_USER_VERBS_CMD_POST_SEND
 	p.db.hdr.In_words = uint16((unsafe.Sizeof(p.db.hdr) + unsafe.Sizeof(p.db.cmd)) / 4)
 	p.db.hdr.Out_words = uint16(unsafe.Sizeof(p.dbResp) / 4)
@@ -87,6 +92,9 @@ type QP struct {
 	sqMu queueLock
 	sq   *queue
 	ssn  uint32
+	// plainOps says, per opcode, whether plain may accept a request
+	// (fastAtomic: with the atomics' checks); set once, at creation.
+	plainOps [len(fastOps)]uint8
 	// db is the doorbell: a zero-work-request IB_USER_VERBS_CMD_POST_SEND,
 	// built once; its response field points at dbResp in the same heap
 	// object, so ringing it allocates nothing.
@@ -128,16 +136,7 @@ func (p *QP) PostSend(wrs []wr.SendWR) (int, error) {
 		return p.postList(wrs)
 	}
 	w := &wrs[0]
-	sg, op := w.SGList, w.Opcode
-	if len(sg) > 1 || uint32(len(sg)) > p.caps.MaxSendSGE || w.Flags&wr.Inline != 0 ||
-		uint(op) >= uint(len(fastOps)) || fastOps[op]&(1<<(p.typ&7)) == 0 {
-		return p.postList(wrs)
-	}
-	var length uint32
-	if len(sg) == 1 {
-		length = sg[0].Length
-	}
-	if fastOps[op]&fastAtomic != 0 && (length < 8 || w.Remote.Addr&7 != 0) {
+	if !p.plain(w) {
 		return p.postList(wrs)
 	}
 	p.sqMu.Lock()
@@ -151,7 +150,32 @@ func (p *QP) PostSend(wrs []wr.SendWR) (int, error) {
 		p.sqMu.Unlock()
 		return 0, unix.ENOMEM
 	}
-	wqe := (*abi.RxeSendWqe)(q.elem(prod))
+	p.writePlain((*abi.RxeSendWqe)(q.elem(prod)), w)
+	q.publish(prod + 1)
+	err := p.k.Doorbell(bytesOf(&p.db))
+	p.sqMu.Unlock()
+	if err != nil {
+		return 1, err
+	}
+	return 1, nil
+}
+
+// plain reports whether w is a request of the common kinds (QP.plainOps:
+// no inline data, at most one SGE), which needs none of validateSend's
+// checks but those it makes here. Within the inliner's budget.
+func (p *QP) plain(w *wr.SendWR) bool {
+	sg, op := w.SGList, w.Opcode
+	if len(sg) > 1 || w.Flags&wr.Inline != 0 || uint(op) >= uint(len(p.plainOps)) {
+		return false
+	}
+	k := p.plainOps[op]
+	return k != 0 && (k&fastAtomic == 0 || len(sg) == 1 && sg[0].Length >= 8 && w.Remote.Addr&7 == 0)
+}
+
+// writePlain is writeSendWQE for a request plain accepted.
+func (p *QP) writePlain(wqe *abi.RxeSendWqe, w *wr.SendWR) {
+	op, sg := w.Opcode, w.SGList
+	var length uint32
 	*wqe = abi.RxeSendWqe{}
 	wqe.Wr.Wr_id, wqe.Wr.Opcode, wqe.Wr.Send_flags = w.ID, uint32(op), uint32(w.Flags)
 	switch op {
@@ -173,23 +197,17 @@ func (p *QP) PostSend(wrs []wr.SendWR) (int, error) {
 	if len(sg) == 1 {
 		e := (*abi.RxeSge)(unsafe.Add(unsafe.Pointer(wqe), sendSGEOffset))
 		e.Addr, e.Length, e.Lkey = sg[0].Addr, sg[0].Length, sg[0].LKey
+		length = sg[0].Length
 	}
 	wqe.Dma.Length, wqe.Dma.Resid, wqe.Dma.Num_sge = length, length, uint32(len(sg))
 	wqe.Ssn = p.ssn
 	p.ssn++
-	q.publish(prod + 1)
-	err := p.k.Doorbell(bytesOf(&p.db))
-	p.sqMu.Unlock()
-	if err != nil {
-		return 1, err
-	}
-	return 1, nil
 }
 
-// fastOps marks, per opcode, the QP types (bit 1<<type) on which PostSend
-// takes a lone request without validateSend: every check validateSend
-// would make of it is PostSend's own. fastAtomic adds the atomics' length
-// and alignment.
+// fastOps marks, per opcode, the QP types (bit 1<<type) whose requests of
+// that opcode plainLen may accept; fastAtomic adds the atomics' length and
+// alignment. A QP keeps its own row (QP.plainOps), empty if it has no send
+// SGE, which plain then need not check.
 var fastOps = [...]uint8{
 	wr.OpRDMAWrite:        1<<qp.RC | 1<<qp.UC,
 	wr.OpRDMAWriteWithImm: 1<<qp.RC | 1<<qp.UC,
@@ -216,15 +234,22 @@ func (p *QP) postList(wrs []wr.SendWR) (int, error) {
 	var err error
 	for i := range wrs {
 		w := &wrs[i]
+		plain := p.plain(w)
 		var length uint32
-		if length, err = p.validateSend(w); err != nil {
-			break
+		if !plain {
+			if length, err = p.validateSend(w); err != nil {
+				break
+			}
 		}
 		if q.full(prod, p.caps.MaxSendWR) {
 			err = unix.ENOMEM // as rdma-core's rxe: the ring is full
 			break
 		}
-		p.writeSendWQE((*abi.RxeSendWqe)(q.elem(prod)), w, length)
+		if plain {
+			p.writePlain((*abi.RxeSendWqe)(q.elem(prod)), w)
+		} else {
+			p.writeSendWQE((*abi.RxeSendWqe)(q.elem(prod)), w, length)
+		}
 		prod = (prod + 1) & q.mask
 		n++
 	}
