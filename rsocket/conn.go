@@ -588,6 +588,8 @@ func (e *endpoint) shutdownLocked(how, dir int) error {
 		}
 		if ctrl == ctrlDisconnect {
 			e.sentEnd = true
+		} else if ctrl == ctrlShutdown {
+			e.sentShutdown = true
 		}
 	}
 	e.mu.Unlock()
@@ -612,8 +614,34 @@ func (e *endpoint) close() error {
 	e.shutdownLocked(unix.SHUT_RDWR, dirClose)
 	e.mu.Lock()
 	awaitPeer := e.s.peerEnded && !e.sentEnd && e.cmGone != nil
+	// Where the peer's SHUTDOWN ended the connection (both sides shut
+	// their sending down, the two SHUTDOWNs crossing), an rdmago peer
+	// waits here too, and each used to wait for the other to disconnect
+	// until the linger ended. So this side sends a DISCONNECT of its own
+	// first. It then disconnects once the peer's DISCONNECT has come and
+	// its own has completed (condPeerClosed), or rdma_cm reports the
+	// peer gone: an rdmago peer sends that DISCONNECT only from Close,
+	// which it reaches once its SHUTDOWN is acknowledged, and waits for
+	// rdma_cm after it, not for its acknowledgement. Where the peer's
+	// DISCONNECT ended the connection, this side's own is for a peer
+	// that waits for it as just said, and this side still waits for
+	// rdma_cm alone (below).
+	peerWaits := awaitPeer && !e.s.peerDisconnect
+	if awaitPeer && e.s.err == nil && e.s.ctrlAvail() {
+		e.s.ctrlSeq++
+		if err := e.postMsg(msg(opCtrl, ctrlDisconnect)); err != nil {
+			e.fail(err)
+		} else {
+			e.sentEnd = true
+		}
+	}
+	mutual := peerWaits && e.sentEnd
 	e.mu.Unlock()
-	if awaitPeer {
+	if mutual {
+		if e.wait(dirClose, condPeerClosed) == nil {
+			e.mu.Unlock()
+		}
+	} else if awaitPeer {
 		// The peer ended the connection with a message and this side
 		// sent none. The device completes a receive before it sends the
 		// acknowledgement (rxe does), so disconnecting now could lose
@@ -658,6 +686,7 @@ func (e *endpoint) watch(ctx context.Context) {
 			continue
 		}
 		e.mu.Lock()
+		e.cmReportedGone = true
 		if err := ev.Err(); err != nil {
 			// The errno alone, as package net reports a connection's
 			// failure ("read tcp a->b: connection timed out" when TCP's

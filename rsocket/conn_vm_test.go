@@ -143,3 +143,40 @@ func TestDevicePeerClose(t *testing.T) {
 		t.Logf("write after peer's close: %v", err)
 	}
 }
+
+// Both ends shut their sending down, read to EOF and close, as rdmago
+// rstream does: neither Close may wait out the 2 s linger for the other
+// to disconnect first (each SHUTDOWN crossed the other, so each side's
+// Close once waited for the peer's rdma_cm disconnect).
+func TestDeviceMutualCloseWrite(t *testing.T) {
+	c, s := pair(t)
+	errc := make(chan error, 2)
+	took := make(chan time.Duration, 2)
+	for _, conn := range []*rsocket.Conn{c, s} {
+		go func() {
+			if err := conn.CloseWrite(); err != nil {
+				errc <- err
+				return
+			}
+			if _, err := io.ReadAll(conn); err != nil {
+				errc <- err
+				return
+			}
+			start := time.Now()
+			errc <- conn.Close()
+			took <- time.Since(start)
+		}()
+	}
+	for range 2 {
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 2 {
+		if d := <-took; d > time.Second {
+			t.Errorf("Close took %v: it waited for the peer (the linger is 2 s)", d)
+		} else {
+			t.Logf("Close took %v", d)
+		}
+	}
+}

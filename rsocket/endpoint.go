@@ -89,6 +89,10 @@ type endpoint struct {
 	cmGoneOnce sync.Once
 	// sentEnd records that this side sent its DISCONNECT (under mu).
 	sentEnd bool
+	// sentShutdown records that this side sent a SHUTDOWN (under mu).
+	sentShutdown bool
+	// cmReportedGone is cmGone's closing, under mu, for wait's tests.
+	cmReportedGone bool
 	// shutWrite records that this side shut its sending down.
 	shutWrite bool
 }
@@ -408,10 +412,11 @@ func (e *endpoint) progress() {
 
 // Conditions a wait waits for.
 const (
-	condRead      = iota // data, or no more to come
-	condWrite            // room to send, or no more sending
-	condCtrl             // a control slot, or the connection gone
-	condSendsDone        // nothing outstanding
+	condRead       = iota // data, or no more to come
+	condWrite             // room to send, or no more sending
+	condCtrl              // a control slot, or the connection gone
+	condSendsDone         // nothing outstanding
+	condPeerClosed        // the peer's DISCONNECT and nothing outstanding, or rdma_cm's word that it is gone
 )
 
 func (e *endpoint) test(cond int) bool {
@@ -423,6 +428,8 @@ func (e *endpoint) test(cond int) bool {
 		return s.canSend() || s.state&stWritable == 0
 	case condCtrl:
 		return s.ctrlAvail() || s.state&stConnected == 0
+	case condPeerClosed:
+		return e.cmReportedGone || s.peerDisconnect && s.allSendsDone()
 	default:
 		return s.allSendsDone()
 	}

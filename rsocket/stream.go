@@ -20,8 +20,9 @@ type stream struct {
 	state uint32
 	err   error // why the connection failed, once it has
 	// peerEnded records that the peer's message (DISCONNECT, or a
-	// SHUTDOWN after ours) ended the connection.
-	peerEnded bool
+	// SHUTDOWN after ours) ended the connection; peerDisconnect that the
+	// peer sent a DISCONNECT.
+	peerEnded, peerDisconnect bool
 
 	sqSize, rqSize uint32
 	rbufSize       uint32
@@ -170,7 +171,7 @@ func (s *stream) recvMsg(m uint32) error {
 		switch msgData(m) {
 		case ctrlDisconnect:
 			s.state = 0
-			s.peerEnded = true
+			s.peerEnded, s.peerDisconnect = true, true
 		case ctrlShutdown:
 			if s.state&stWritable != 0 {
 				s.state &^= stReadable
