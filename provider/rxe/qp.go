@@ -126,10 +126,10 @@ type QP struct {
 // lock, then knows that no doorbell with this QP's handle is still to come
 // (provider.Kernel.Doorbell).
 //
-// One request of the common kinds (fastOps: no inline data, at most one
+// One request of the common kinds (plain: no inline data, at most one
 // SGE) is posted here with no loop and no call but the WQE's writer and the
 // doorbell; in Go's register ABI every call spills the values a loop keeps
-// in registers. Anything else, and every request this test turns away, goes
+// in registers. Anything else, and every request plain turns away, goes
 // through postList, which gives the errors.
 func (p *QP) PostSend(wrs []wr.SendWR) (int, error) {
 	if len(wrs) != 1 {
@@ -205,7 +205,7 @@ func (p *QP) writePlain(wqe *abi.RxeSendWqe, w *wr.SendWR) {
 }
 
 // fastOps marks, per opcode, the QP types (bit 1<<type) whose requests of
-// that opcode plainLen may accept; fastAtomic adds the atomics' length and
+// that opcode plain may accept; fastAtomic adds the atomics' length and
 // alignment. A QP keeps its own row (QP.plainOps), empty if it has no send
 // SGE, which plain then need not check.
 var fastOps = [...]uint8{
@@ -220,8 +220,9 @@ var fastOps = [...]uint8{
 
 const fastAtomic = 1 << 7
 
-// postList is PostSend of any list: each request validated, written at the
-// next producer index, all published together, one doorbell.
+// postList is PostSend of any list: each request checked (plain, or
+// validateSend) and written at the next producer index, all published
+// together, one doorbell.
 func (p *QP) postList(wrs []wr.SendWR) (int, error) {
 	p.sqMu.Lock()
 	if p.stopped {
