@@ -44,6 +44,11 @@ func TestQuietRuntime(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
+		// As the loop stays on its thread (it makes no blocking call),
+		// this goroutine is locked to its own, so that its thread is
+		// the one quietRuntime saw.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
 		before := policies()
 		restore := quietRuntime()
 		self := unix.Gettid()
