@@ -588,8 +588,6 @@ func (e *endpoint) shutdownLocked(how, dir int) error {
 		}
 		if ctrl == ctrlDisconnect {
 			e.sentEnd = true
-		} else if ctrl == ctrlShutdown {
-			e.sentShutdown = true
 		}
 	}
 	e.mu.Unlock()
@@ -621,8 +619,9 @@ func (e *endpoint) close() error {
 	// first. It then disconnects once the peer's DISCONNECT has come and
 	// its own has completed (condPeerClosed), or rdma_cm reports the
 	// peer gone: an rdmago peer sends that DISCONNECT only from Close,
-	// which it reaches once its SHUTDOWN is acknowledged, and waits for
-	// rdma_cm after it, not for its acknowledgement. Where the peer's
+	// which it reaches once its SHUTDOWN is acknowledged, and after it
+	// waits for the acknowledgement only until rdma_cm reports this side
+	// gone. Where the peer's
 	// DISCONNECT ended the connection, this side's own is for a peer
 	// that waits for it as just said, and this side still waits for
 	// rdma_cm alone (below).

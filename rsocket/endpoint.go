@@ -89,8 +89,6 @@ type endpoint struct {
 	cmGoneOnce sync.Once
 	// sentEnd records that this side sent its DISCONNECT (under mu).
 	sentEnd bool
-	// sentShutdown records that this side sent a SHUTDOWN (under mu).
-	sentShutdown bool
 	// cmReportedGone is cmGone's closing, under mu, for wait's tests.
 	cmReportedGone bool
 	// shutWrite records that this side shut its sending down.
