@@ -118,8 +118,8 @@ func (f *devFile) doorbell(b []byte) error {
 }
 
 // shortWrite is the error of a write that did not take the whole command:
-// the kernel's errno, or EIO for a short count. Out of line, so that
-// doorbell stays within the inliner's budget.
+// the kernel's errno, or EIO for a short count. doorbell and
+// kernelPort.Doorbell share it, off their common path.
 func shortWrite(e unix.Errno) error {
 	if e != 0 {
 		return e
