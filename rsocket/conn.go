@@ -621,20 +621,18 @@ func (e *endpoint) close() error {
 	// peer gone: an rdmago peer sends that DISCONNECT only from Close,
 	// which it reaches once its SHUTDOWN is acknowledged, and after it
 	// waits for the acknowledgement only until rdma_cm reports this side
-	// gone. Where the peer's
-	// DISCONNECT ended the connection, this side's own is for a peer
-	// that waits for it as just said, and this side still waits for
-	// rdma_cm alone (below).
-	peerWaits := awaitPeer && !e.s.peerDisconnect
+	// gone. Where the peer's DISCONNECT ended the connection, this side's
+	// own is for a peer that waits for it as just said, and this side
+	// still waits for rdma_cm alone (below).
 	if awaitPeer && e.s.err == nil && e.s.ctrlAvail() {
 		e.s.ctrlSeq++
 		if err := e.postMsg(msg(opCtrl, ctrlDisconnect)); err != nil {
 			e.fail(err)
 		} else {
-			e.sentEnd = true
+			e.sentEnd = true // awaitPeer said none was sent before
 		}
 	}
-	mutual := peerWaits && e.sentEnd
+	mutual := awaitPeer && e.sentEnd && !e.s.peerDisconnect
 	e.mu.Unlock()
 	if mutual {
 		if e.wait(dirClose, condPeerClosed) == nil {
