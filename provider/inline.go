@@ -17,14 +17,19 @@ import (
 // otherwise send the sum modulo 2^32 and report success.
 func SGLength(sges []wr.SGE) (uint32, error) {
 	var n uint64
-	for i := range sges {
-		n += uint64(sges[i].Length)
+	for _, s := range sges {
+		n += uint64(s.Length)
 	}
 	if n > math.MaxUint32 {
-		return 0, fmt.Errorf("SGE lengths sum to %d, past 2^32: %w", n, unix.EINVAL)
+		return 0, errSGLength
 	}
 	return uint32(n), nil
 }
+
+// errSGLength is SGLength's error, made once: a call to build it would put
+// SGLength past the inliner's budget, and the posting loops call it for
+// every request.
+var errSGLength = fmt.Errorf("SGE lengths sum past 2^32: %w", unix.EINVAL)
 
 // ProbeInline makes sure the memory an inline send names can be read: the
 // provider copies it in user space, from addresses the caller gave as

@@ -618,7 +618,24 @@ func (cq *CQ) Poll(wc []wr.Completion) (int, error) {
 // the device again, so that fewer than len(wc) still means the CQ is
 // empty: a program that stops polling on a short count and waits for the
 // next event must not leave a completion behind a probe.
+//
+// The common case, a provider of this module's that notes failed QPs
+// itself, with no probe out, is one call to it: none of the loop's
+// bookkeeping, which callgrind counted at about 40 instructions a poll.
 func (cq *CQ) pollDevice(wc []wr.Completion) int {
+	if cq.probing.Load() == 0 && cq.notesFailed {
+		if cq.rxe != nil {
+			return cq.rxe.Poll(wc)
+		}
+		if cq.mlx5 != nil {
+			return cq.mlx5.Poll(wc)
+		}
+	}
+	return cq.pollLoop(wc)
+}
+
+// pollLoop is pollDevice for the other cases.
+func (cq *CQ) pollLoop(wc []wr.Completion) int {
 	n := uint(0) // unsigned: the compiler then proves wc[n:] in bounds
 	for n < uint(len(wc)) {
 		rest := wc[n:]

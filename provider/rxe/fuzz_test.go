@@ -31,11 +31,21 @@ func FuzzDecodeWC(f *testing.F) {
 	// invalidate.
 	f.Add(wcBytes(abi.IbUverbsWc{Wr_id: 2, Opcode: uint32(wr.WCRecv), Wc_flags: 1<<0 | 1<<2, Ex: [4]byte{1, 2, 3, 4}}))
 	f.Add(wcBytes(abi.IbUverbsWc{Wr_id: 3, Wc_flags: 0xffffffff}))
+	// Through the ring and Poll, which does the conversion in its loop,
+	// into a completion left dirty by an earlier one.
+	cq, _ := newTestCQ(f)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var w abi.IbUverbsWc
 		copy(bytesOf(&w), b)
-		var c wr.Completion
-		decodeWC(&c, &w)
+		produce(cq, w)
+		out := []wr.Completion{{ID: 1, Imm: 2, Flags: 0xff, Timestamp: 3}, {ID: 4}}
+		if n := cq.Poll(out); n != 1 {
+			t.Fatalf("Poll of one completion returned %d", n)
+		}
+		c := out[0]
+		if c.Timestamp != 0 || out[1].ID != 4 {
+			t.Fatalf("Poll left %+v after it", out)
+		}
 		imm := binary.NativeEndian.Uint32(w.Ex[:])
 		if c.Flags&wr.WCWithImm != 0 {
 			imm = binary.BigEndian.Uint32(w.Ex[:])
@@ -51,7 +61,7 @@ func FuzzDecodeWC(f *testing.F) {
 			c.VendorErr != w.Vendor_err || c.ByteLen != w.Byte_len || c.Imm != imm ||
 			c.QPNum != w.Qp_num || c.SrcQP != w.Src_qp || !flags ||
 			c.PKeyIndex != w.Pkey_index || c.SLID != w.Slid || c.SL != w.Sl || c.DLIDPathBits != w.Dlid_path_bits {
-			t.Fatalf("decodeWC(%+v) = %+v", w, c)
+			t.Fatalf("Poll of %+v = %+v", w, c)
 		}
 		_ = c.Err()
 	})

@@ -453,17 +453,23 @@ func (p *QP) PostRecv(wrs []wr.RecvWR) (int, error) {
 		return 0, unix.EINVAL // receives go to the SRQ
 	}
 	p.rqMu.Lock()
-	defer p.rqMu.Unlock()
 	if p.stopped {
+		p.rqMu.Unlock()
 		return 0, provider.ErrStopped
 	}
-	return postRecv(p.rq, p.caps.MaxRecvSGE, p.caps.MaxRecvWR, wrs)
+	n, err := postRecv(p.rq, p.caps.MaxRecvSGE, p.caps.MaxRecvWR, wrs)
+	p.rqMu.Unlock()
+	return n, err
 }
 
 // postRecv fills receive queue entries (struct rxe_recv_wqe) on a QP's
 // receive ring or an SRQ.
+//
+// The room is counted once, before the loop: the kernel only frees slots
+// meanwhile, so the count can be short, never long.
 func postRecv(q *queue, maxSGE, maxWR uint32, wrs []wr.RecvWR) (int, error) {
 	prod := q.producer()
+	room := q.room(prod, maxWR)
 	n := 0
 	var err error
 	for i := range wrs {
@@ -472,7 +478,7 @@ func postRecv(q *queue, maxSGE, maxWR uint32, wrs []wr.RecvWR) (int, error) {
 			err = unix.EINVAL
 			break
 		}
-		if q.full(prod, maxWR) {
+		if uint32(n) >= room {
 			err = unix.ENOMEM
 			break
 		}

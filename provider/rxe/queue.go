@@ -90,6 +90,17 @@ func (q *queue) full(prod, limit uint32) bool {
 	return cons == (prod+1)&q.mask || (prod-cons)&q.mask >= limit
 }
 
+// room returns how many elements may be produced after producer index
+// prod: full is true after that many.
+func (q *queue) room(prod, limit uint32) uint32 {
+	used := (prod - atomic.LoadUint32(q.cons)) & q.mask
+	capacity := min(q.mask, limit) // one slot stays empty: cons == prod means empty
+	if used >= capacity {
+		return 0
+	}
+	return capacity - used
+}
+
 func (q *queue) producer() uint32 { return atomic.LoadUint32(q.prod) }
 
 // publish makes every element up to (not including) prod visible.

@@ -121,54 +121,57 @@ type CQ struct {
 
 func init() { failnote.For(func(c *CQ) *func(uint32) { return &c.onError }) }
 
-// Poll copies up to len(wc) completions out of the ring.
+// Poll copies up to len(wc) completions out of the ring, converting the
+// kernel's struct ib_uverbs_wc, which rxe writes there, to wr.Completion.
+//
+// It reads the producer index once: what the kernel adds meanwhile is the
+// next call's, as it would be had it come a moment later. The conversion
+// is written out in the loop rather than called: Go's calling convention
+// keeps no register across a call, so a call per completion reloads the
+// ring's geometry and spills the loop's state each time.
 func (cq *CQ) Poll(wc []wr.Completion) int {
 	cq.mu.Lock()
 	q := cq.q
 	cons := q.consumer()
-	n := 0
-	for i := range wc { // a range loop: the compiler proves wc[i] in bounds
-		if q.empty(cons) {
-			break
+	mask, shift, base := q.mask, q.elemLog2&31, q.base // newQueue checked elemLog2 <= 20
+	n := min(int((q.producer()-cons)&mask), len(wc))
+	for i := range wc[:n] {
+		w := (*abi.IbUverbsWc)(unsafe.Add(base, abi.SizeofRxeQueueBuf+uintptr(cons&mask)<<shift))
+		cons++
+		flags := wcFlags(w.Wc_flags)
+		// Immediate data travels big endian; an invalidated rkey is in
+		// host order. One load: NativeEndian.Uint32 would share the
+		// branch's four byte loads.
+		imm := *(*uint32)(unsafe.Pointer(&w.Ex))
+		if flags&wr.WCWithImm != 0 {
+			imm = binary.BigEndian.Uint32(w.Ex[:])
 		}
+		// Field by field: a composite literal is built on the stack and
+		// then copied.
 		c := &wc[i]
-		decodeWC(c, (*abi.IbUverbsWc)(q.elem(cons)))
+		c.ID = w.Wr_id
+		c.Status = wr.Status(w.Status)
+		c.Opcode = wr.WCOpcode(w.Opcode)
+		c.VendorErr = w.Vendor_err
+		c.ByteLen = w.Byte_len
+		c.Imm = imm
+		c.QPNum = w.Qp_num
+		c.SrcQP = w.Src_qp
+		c.Flags = flags
+		c.PKeyIndex = w.Pkey_index
+		c.SLID = w.Slid
+		c.SL = w.Sl
+		c.DLIDPathBits = w.Dlid_path_bits
+		c.Timestamp = 0
 		if c.Status != wr.Success && cq.onError != nil {
 			cq.onError(c.QPNum)
 		}
-		cons = (cons + 1) & q.mask
-		n = i + 1
 	}
 	if n > 0 {
 		q.release(cons)
 	}
 	cq.mu.Unlock()
 	return n
-}
-
-// decodeWC converts the kernel's struct ib_uverbs_wc, which rxe writes into
-// the ring, to a completion. Immediate data travels big endian.
-func decodeWC(c *wr.Completion, w *abi.IbUverbsWc) {
-	flags := wcFlags(w.Wc_flags)
-	imm := binary.NativeEndian.Uint32(w.Ex[:]) // an invalidated rkey is host order
-	if flags&wr.WCWithImm != 0 {
-		imm = binary.BigEndian.Uint32(w.Ex[:])
-	}
-	*c = wr.Completion{
-		ID:           w.Wr_id,
-		Status:       wr.Status(w.Status),
-		Opcode:       wr.WCOpcode(w.Opcode),
-		VendorErr:    w.Vendor_err,
-		ByteLen:      w.Byte_len,
-		Imm:          imm,
-		QPNum:        w.Qp_num,
-		SrcQP:        w.Src_qp,
-		Flags:        flags,
-		PKeyIndex:    w.Pkey_index,
-		SLID:         w.Slid,
-		SL:           w.Sl,
-		DLIDPathBits: w.Dlid_path_bits,
-	}
 }
 
 // The kernel's enum ib_wc_flags (include/rdma/ib_verbs.h, not uapi), which

@@ -646,3 +646,36 @@ func TestNewQPCreateFlags(t *testing.T) {
 		t.Errorf("NewQP with a create flag: %v, want EOPNOTSUPP", err)
 	}
 }
+
+// TestPostRecvFull checks the receive ring's room, counted once a post:
+// the depth the kernel granted, slots the kernel consumed meanwhile, the
+// index wrapping, and a depth below the ring's size.
+func TestPostRecvFull(t *testing.T) {
+	q, _ := newTestQP(t, qp.RC)
+	recvs := func(n int) []wr.RecvWR {
+		w := make([]wr.RecvWR, n)
+		for i := range w {
+			w[i] = wr.RecvWR{ID: uint64(i), SGList: []wr.SGE{{Addr: 0x1000, Length: 64, LKey: 1}}}
+		}
+		return w
+	}
+	if n, err := q.PostRecv(recvs(9)); n != 7 || !errors.Is(err, unix.ENOMEM) {
+		t.Fatalf("posting 9 on a depth of 7: %d, %v; want 7, ENOMEM", n, err)
+	}
+	h := hdrOf(q.rq.mem)
+	h.Consumer_index = (h.Consumer_index + 2) & h.Index_mask // the kernel took two
+	if n, err := q.PostRecv(recvs(3)); n != 2 || !errors.Is(err, unix.ENOMEM) {
+		t.Fatalf("posting 3 with 2 free: %d, %v; want 2, ENOMEM", n, err)
+	}
+	if got := h.Producer_index; got != 1 {
+		t.Errorf("producer index %d after 9 posted on 8 slots, want 1 (wrapped)", got)
+	}
+	consumeAll(q.rq)
+	if n, err := q.PostRecv(recvs(7)); n != 7 || err != nil {
+		t.Fatalf("posting 7 on an empty ring across its end: %d, %v", n, err)
+	}
+	consumeAll(q.rq)
+	if n, err := postRecv(q.rq, 4, 5, recvs(6)); n != 5 || !errors.Is(err, unix.ENOMEM) {
+		t.Fatalf("posting 6 on a depth of 5 in 8 slots: %d, %v; want 5, ENOMEM", n, err)
+	}
+}
