@@ -61,7 +61,9 @@ type endpoint struct {
 	lendMu [2]sync.Mutex
 
 	// Preallocated work requests and completions, so that posting and
-	// polling allocate nothing (under mu).
+	// polling allocate nothing (under mu). swr[0] is always an RDMA write
+	// with immediate data: postWrite sets the fields that change and no
+	// other code touches it, so the rest stay zero.
 	swr   [1]wr.SendWR
 	sge   [2]wr.SGE
 	recvs []wr.RecvWR
@@ -226,7 +228,7 @@ func newEndpoint(id *cm.ID, cfg config) (_ *endpoint, err error) {
 	}
 	e.sbase, e.rbase = e.sbuf.Addr(), e.rbuf.Addr()
 	e.s.init(size, size, sbufSize, rbufSize, inline, e.target.Bytes()[:sglSize*sgeLen])
-	e.swr[0].SGList = e.sge[:0]
+	e.swr[0] = wr.SendWR{SGList: e.sge[:0], Opcode: wr.OpRDMAWriteWithImm}
 	e.recvs = make([]wr.RecvWR, rq)
 	for i := range e.recvs {
 		e.recvs[i].ID = recvFlag
@@ -290,10 +292,7 @@ func (e *endpoint) fail(err error) {
 // postMsg sends a message without data: a zero-length RDMA write with
 // immediate data (rs_post_msg).
 func (e *endpoint) postMsg(m uint32) error {
-	w := &e.swr[0]
-	*w = wr.SendWR{ID: uint64(m), SGList: e.sge[:0], Opcode: wr.OpRDMAWriteWithImm, Imm: m}
-	_, err := e.qp.PostSend(e.swr[:])
-	return err
+	return e.postWrite(0, m, false, 0, 0)
 }
 
 // writeData writes length bytes, staged in e.sge[:n], into the peer's
@@ -305,8 +304,11 @@ func (e *endpoint) writeData(n int, length uint32) error {
 
 // postWrite writes the SGEs in e.sge[:n] to the peer with message m.
 func (e *endpoint) postWrite(n int, m uint32, inline bool, addr uint64, rkey uint32) error {
+	// Field by field: a composite literal of the whole request is built
+	// and copied with its pointers' write barriers, on every message.
 	w := &e.swr[0]
-	*w = wr.SendWR{ID: uint64(m), SGList: e.sge[:n], Opcode: wr.OpRDMAWriteWithImm, Imm: m, Remote: wr.Remote{Addr: addr, RKey: rkey}}
+	w.ID, w.SGList, w.Imm, w.Remote = uint64(m), e.sge[:n], m, wr.Remote{Addr: addr, RKey: rkey}
+	w.Flags = 0
 	if inline {
 		w.Flags = wr.Inline
 	}
