@@ -59,6 +59,7 @@ var (
 	reps    = flag.Int("reps", 3, "repetitions of each pair")
 	ip      = flag.String("ip", "10.0.2.15", "address the client connects to")
 	timeout = flag.Duration("timeout", 10*time.Minute, "limit for one run")
+	rsTCP   = flag.Bool("tcp", true, "with rstream: measure both programs over TCP too")
 	rowRE   = regexp.MustCompile("")
 	rdmago  string
 )

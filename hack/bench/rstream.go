@@ -47,12 +47,16 @@ type rsTool struct {
 }
 
 func rsTools() []rsTool {
-	return []rsTool{
+	t := []rsTool{
 		{"rstream (C)", []string{"/usr/bin/rstream", "-T", "b"}, false},
 		{"rdmago rstream", []string{rdmago, "rstream", "-T", "b"}, false},
-		{"rstream -T s (C, TCP)", []string{"/usr/bin/rstream", "-T", "s", "-T", "b"}, true},
-		{"rdmago rstream -T s (TCP)", []string{rdmago, "rstream", "-T", "s", "-T", "b"}, true},
 	}
+	if *rsTCP {
+		t = append(t,
+			rsTool{"rstream -T s (C, TCP)", []string{"/usr/bin/rstream", "-T", "s", "-T", "b"}, true},
+			rsTool{"rdmago rstream -T s (TCP)", []string{rdmago, "rstream", "-T", "s", "-T", "b"}, true})
+	}
+	return t
 }
 
 // cpu is the CPU time both processes of a run took per transfer, in
