@@ -75,9 +75,11 @@ func newQueue(mem []byte) (*queue, error) {
 
 func (q *queue) elemSize() int { return 1 << q.elemLog2 }
 
-// elem returns the address of element i (masked).
+// elem returns the address of element i (masked). The shift's &31 changes
+// nothing (newQueue refuses elemLog2 past 20) but spares the compiler's
+// check for a shift of 64 or more.
 func (q *queue) elem(i uint32) unsafe.Pointer {
-	return unsafe.Add(q.base, abi.SizeofRxeQueueBuf+uintptr(i&q.mask)<<q.elemLog2)
+	return unsafe.Add(q.base, abi.SizeofRxeQueueBuf+uintptr(i&q.mask)<<(q.elemLog2&31))
 }
 
 // Producer side (send, receive and SRQ rings).
@@ -85,21 +87,25 @@ func (q *queue) elem(i uint32) unsafe.Pointer {
 // full reports whether the ring has no free slot after producer index
 // prod, or already holds limit outstanding elements: the kernel may round a
 // ring up, but the depth it granted (max_wr) is the contract.
-func (q *queue) full(prod, limit uint32) bool {
-	cons := atomic.LoadUint32(q.cons)
-	return cons == (prod+1)&q.mask || (prod-cons)&q.mask >= limit
-}
+func (q *queue) full(prod, limit uint32) bool { return q.used(prod) >= q.capacity(limit) }
 
 // room returns how many elements may be produced after producer index
 // prod: full is true after that many.
 func (q *queue) room(prod, limit uint32) uint32 {
-	used := (prod - atomic.LoadUint32(q.cons)) & q.mask
-	capacity := min(q.mask, limit) // one slot stays empty: cons == prod means empty
+	used, capacity := q.used(prod), q.capacity(limit)
 	if used >= capacity {
 		return 0
 	}
 	return capacity - used
 }
+
+// used returns how many elements lie between the consumer index and
+// producer index prod.
+func (q *queue) used(prod uint32) uint32 { return (prod - atomic.LoadUint32(q.cons)) & q.mask }
+
+// capacity is how many elements the ring holds at once: one slot stays
+// empty (cons == prod means empty), and never more than limit.
+func (q *queue) capacity(limit uint32) uint32 { return min(q.mask, limit) }
 
 func (q *queue) producer() uint32 { return atomic.LoadUint32(q.prod) }
 

@@ -127,16 +127,15 @@ func init() { failnote.For(func(c *CQ) *func(uint32) { return &c.onError }) }
 // It reads the producer index once: what the kernel adds meanwhile is the
 // next call's, as it would be had it come a moment later. The conversion
 // is written out in the loop rather than called: Go's calling convention
-// keeps no register across a call, so a call per completion reloads the
-// ring's geometry and spills the loop's state each time.
+// keeps no register across a call, so a call per completion would spill
+// the loop's state and reload it each time.
 func (cq *CQ) Poll(wc []wr.Completion) int {
 	cq.mu.Lock()
 	q := cq.q
 	cons := q.consumer()
-	mask, shift, base := q.mask, q.elemLog2&31, q.base // newQueue checked elemLog2 <= 20
-	n := min(int((q.producer()-cons)&mask), len(wc))
+	n := min(int((q.producer()-cons)&q.mask), len(wc))
 	for i := range wc[:n] {
-		w := (*abi.IbUverbsWc)(unsafe.Add(base, abi.SizeofRxeQueueBuf+uintptr(cons&mask)<<shift))
+		w := (*abi.IbUverbsWc)(q.elem(cons))
 		cons++
 		flags := wcFlags(w.Wc_flags)
 		// Immediate data travels big endian; an invalidated rkey is in
