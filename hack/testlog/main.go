@@ -280,17 +280,18 @@ func stacks(dump []string) []string {
 var logStart = regexp.MustCompile(`^[\w.-]+\.go:\d+: `)
 
 // brief is the end of k's output, each message cut to its first
-// maxCont continuation lines (a relayed program's output can be long;
-// the message that says what failed must not be pushed out by it). When
-// that is still more than s.lines, the messages that were cut (relayed
-// output) lose their continuation lines, oldest first, before any first
-// line is dropped: a test that relays several programs' output after
-// its failure must still show the failure.
+// maxHead and last maxTail continuation lines (a relayed program's output
+// can be long; the message that says what failed must not be pushed out
+// by it, and a program's last lines, its stderr's, are often the ones that
+// say why it failed). When that is still more than s.lines, the messages
+// that were cut (relayed output) keep only their first and last lines,
+// oldest first, before any first line is dropped: a test that relays
+// several programs' output after its failure must still show the failure.
 func (s *summary) brief(k key) []string {
-	const maxCont = 4
+	const maxHead, maxTail = 2, 3
 	type message struct {
-		lines []string // the first line, then the continuation lines kept
-		cut   bool     // continuation lines were left out
+		first string
+		cont  []string // continuation lines
 	}
 	var msgs []*message
 	for _, l := range s.output[k] {
@@ -299,35 +300,38 @@ func (s *summary) brief(k key) []string {
 		case l == "" || strings.HasPrefix(l, "--- "):
 			continue
 		case logStart.MatchString(l) || len(msgs) == 0:
-			msgs = append(msgs, &message{lines: []string{cut(l)}})
+			msgs = append(msgs, &message{first: cut(l)})
 		default:
 			m := msgs[len(msgs)-1]
-			if len(m.lines) > maxCont {
-				m.cut = true
-				continue
-			}
-			m.lines = append(m.lines, cut("  "+l))
+			m.cont = append(m.cont, cut("  "+l))
 		}
 	}
+	shown := make([][]string, len(msgs))
 	total := 0
-	for _, m := range msgs {
-		if m.cut {
-			m.lines = append(m.lines, "  …")
+	for i, m := range msgs {
+		lines := []string{m.first}
+		if len(m.cont) > maxHead+maxTail {
+			lines = append(lines, m.cont[:maxHead]...)
+			lines = append(lines, "  …")
+			lines = append(lines, m.cont[len(m.cont)-maxTail:]...)
+		} else {
+			lines = append(lines, m.cont...)
 		}
-		total += len(m.lines)
+		shown[i] = lines
+		total += len(lines)
 	}
-	for _, m := range msgs {
+	for i, m := range msgs {
 		if total <= s.lines {
 			break
 		}
-		if m.cut && len(m.lines) > 2 {
-			total -= len(m.lines) - 2
-			m.lines = []string{m.lines[0], "  …"}
+		if len(m.cont) > maxHead+maxTail {
+			total -= len(shown[i]) - 3
+			shown[i] = []string{m.first, "  …", m.cont[len(m.cont)-1]}
 		}
 	}
 	var out []string
-	for _, m := range msgs {
-		out = append(out, m.lines...)
+	for _, l := range shown {
+		out = append(out, l...)
 	}
 	if len(out) > s.lines {
 		out = out[len(out)-s.lines:]

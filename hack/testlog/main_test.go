@@ -40,9 +40,10 @@ func TestRun(t *testing.T) {
 		"    p_test.go:8: server output:",
 		"      row of perftest",
 		"      row of perftest",
-		"      row of perftest",
-		"      row of perftest",
 		"      …",
+		"      row of perftest",
+		"      row of perftest",
+		"      row of perftest",
 	})
 }
 
@@ -110,7 +111,7 @@ func TestLeavesPackage(t *testing.T) {
 // than the summary's budget still shows its message; the relays give up
 // their continuation lines first.
 func TestBriefKeepsFailure(t *testing.T) {
-	s := newSummary(13)
+	s := newSummary(16)
 	k := key{"p", "TestX"}
 	out := func(l string) { s.add(event{Action: "output", Package: "p", Test: "TestX", Output: l + "\n"}) }
 	out("x_test.go:10: the figures differ:")
@@ -118,8 +119,8 @@ func TestBriefKeepsFailure(t *testing.T) {
 	out("    +rdmago")
 	for _, who := range []string{"server", "client", "kernel"} {
 		out("x_test.go:20: " + who + " output:")
-		for range 9 {
-			out("    line of " + who)
+		for i := range 9 {
+			out(fmt.Sprintf("    line %d of %s", i, who))
 		}
 	}
 	s.add(event{Action: "fail", Package: "p", Test: "TestX"})
@@ -129,16 +130,20 @@ func TestBriefKeepsFailure(t *testing.T) {
 		"  +rdmago",
 		"x_test.go:20: server output:",
 		"  …",
+		"  line 8 of server",
 		"x_test.go:20: client output:",
 		"  …",
+		"  line 8 of client",
 		"x_test.go:20: kernel output:",
-		"  line of kernel",
-		"  line of kernel",
-		"  line of kernel",
-		"  line of kernel",
+		"  line 0 of kernel",
+		"  line 1 of kernel",
 		"  …",
+		"  line 6 of kernel",
+		"  line 7 of kernel",
+		"  line 8 of kernel",
 	}
-	// 21 lines before: collapsing the two oldest relays fits 13.
+	// 24 lines before: collapsing the two oldest relays to their first
+	// and last lines fits 16.
 	got := s.brief(k)
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("brief (-want +got):\n%s", diff)
