@@ -15,6 +15,7 @@ import (
 	"net"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -699,6 +700,43 @@ func TestPerfComputeBW(t *testing.T) {
 	in.duration = true
 	if r := perfComputeBW(in); r.Iters != 1000 {
 		t.Errorf("timed: %+v", r)
+	}
+}
+
+// TestPerfBWReportStampsOutOfOrder: a run whose last completion stamp is
+// not after its first post stamp (or was never taken) is timed by the
+// monotonic clock beside its loop, with no peak and a warning, instead of
+// printing a row of zeros.
+func TestPerfBWReportStampsOutOfOrder(t *testing.T) {
+	var stderr strings.Builder
+	r := &perfRun{stderr: &stderr, base: time.Now(), baseTicks: ticks()}
+	r.o.size, r.o.iters, r.o.numQPs, r.o.postList, r.o.cqMod = 64, 200, 1, 1, 100
+	r.tposted = make([]uint64, 200)
+	r.tcompleted = make([]uint64, 200)
+	for i := range r.tposted {
+		r.tposted[i] = tickOffset + 1000 + uint64(i)
+	}
+	r.tcompleted[99], r.tcompleted[199] = tickOffset+500, tickOffset+900 // before the first post
+	r.monoFirst, r.monoLast = time.Millisecond, 11*time.Millisecond      // 200 messages in 10 ms
+	rep := r.bwReport()
+	if rep.BWPeak != 0 || rep.Iters != 200 || math.Abs(rep.MsgRate-0.02) > 1e-12 ||
+		math.Abs(rep.BWAvg-64*200/0.010/(1<<20)) > 1e-9 {
+		t.Errorf("report %+v; want no peak, 0.02 Mpps", rep)
+	}
+	if !strings.HasPrefix(stderr.String(), perfStampsWarning) {
+		t.Errorf("stderr %q, want the warning", stderr.String())
+	}
+	// Never taken: the same.
+	stderr.Reset()
+	r.tcompleted[199] = 0
+	if rep := r.bwReport(); rep.BWPeak != 0 || math.Abs(rep.MsgRate-0.02) > 1e-12 || stderr.Len() == 0 {
+		t.Errorf("unset last stamp: report %+v, stderr %q", rep, stderr.String())
+	}
+	// In order: the ticks, the peak, no warning.
+	stderr.Reset()
+	r.tcompleted[99], r.tcompleted[199] = tickOffset+1200, tickOffset+1400
+	if rep := r.bwReport(); !(rep.BWPeak > 0 && rep.MsgRate > 0) || stderr.Len() != 0 {
+		t.Errorf("stamps in order: report %+v, stderr %q", rep, stderr.String())
 	}
 }
 

@@ -118,7 +118,11 @@ type perfRun struct {
 	baseTicks  uint64
 	tposted    []uint64
 	tcompleted []uint64
-	clock      *perfClock
+	// monoFirst and monoLast are the monotonic clock (since base) beside
+	// a run's first post or receive stamp and after its loop: the
+	// interval bwReport falls back on when the ticks are out of order.
+	monoFirst, monoLast time.Duration
+	clock               *perfClock
 	// measured counts the iterations sampled in a timed (-D) run.
 	measured uint64
 
@@ -1329,6 +1333,7 @@ func (r *perfRun) runBW(ctx context.Context) error {
 		perCycle = cycle / inc
 	}
 	spins := 0
+	r.monoFirst = time.Since(r.base)
 	for totscnt < totIters || totccnt < totIters || (duration && r.state() != perfEnd) {
 		for index := 0; index < nq; index++ {
 			q := r.qps[index]
@@ -1404,6 +1409,7 @@ func (r *perfRun) runBW(ctx context.Context) error {
 	if o.noPeak && !duration {
 		r.tcompleted[0] = r.now()
 	}
+	r.monoLast = time.Since(r.base)
 	return nil
 }
 
@@ -1464,6 +1470,7 @@ func (r *perfRun) runBWServer(ctx context.Context) error {
 				r.clock.begin()
 			} else {
 				r.tposted[0] = r.now()
+				r.monoFirst = time.Since(r.base)
 			}
 		}
 		if !duration && spins != 0 {
@@ -1495,6 +1502,7 @@ func (r *perfRun) runBWServer(ctx context.Context) error {
 	}
 	if !duration {
 		r.tcompleted[0] = r.now()
+		r.monoLast = time.Since(r.base)
 	}
 	return nil
 }
@@ -1502,18 +1510,45 @@ func (r *perfRun) runBWServer(ctx context.Context) error {
 // bwReport is print_report_bw's figures for the last run.
 func (r *perfRun) bwReport() perfBWReport {
 	o := &r.o
-	iters := o.iters
-	tposted, tcompleted := r.tposted, r.tcompleted
-	if o.durationOn {
-		iters = r.measured
-		tposted = []uint64{r.clock.start.Load()}
-		tcompleted = []uint64{r.clock.end.Load()}
-	}
-	return perfComputeBW(perfBWInput{
-		size: o.size, iters: iters, numQPs: o.numQPs, postList: o.postList,
+	in := perfBWInput{
+		size: o.size, iters: o.iters, numQPs: o.numQPs, postList: o.postList,
 		cqMod: o.cqMod, noPeak: o.noPeak, duration: o.durationOn, gbits: o.reportG,
-		tposted: r.nanos(tposted), tcompleted: r.nanos(tcompleted),
-	})
+	}
+	last := r.lastStamp()
+	switch {
+	case o.durationOn:
+		in.iters = r.measured
+		in.tposted = r.nanos([]uint64{r.clock.start.Load()})
+		in.tcompleted = r.nanos([]uint64{r.clock.end.Load()})
+	case r.tcompleted[last] <= r.tposted[0]:
+		// The stamps say the last completion came before the first
+		// post, or was never taken: the counter cannot time this run
+		// (perftest then prints a row of zeros; CI saw rdmago print one
+		// once, as the client of ib_read_bw -R with 200 messages). The
+		// monotonic clock beside the loop still can, with no
+		// per-message peak, as with -N.
+		fmt.Fprintf(r.stderr, "%s (first post %d, last completion %d ticks): figures from the monotonic clock, no peak\n",
+			perfStampsWarning, r.tposted[0], r.tcompleted[last])
+		in.noPeak = true
+		in.tposted = []uint64{uint64(r.monoFirst)}
+		in.tcompleted = []uint64{uint64(r.monoLast)}
+	default:
+		in.tposted, in.tcompleted = r.nanos(r.tposted), r.nanos(r.tcompleted)
+	}
+	return perfComputeBW(in)
+}
+
+// perfStampsWarning begins the line bwReport prints when a run's stamps
+// are out of order.
+const perfStampsWarning = " Warning: time stamps out of order"
+
+// lastStamp is the index of the completion stamp that ends a run in
+// perfComputeBW: o.iters messages on each QP, or with -N the one stamp.
+func (r *perfRun) lastStamp() int {
+	if r.o.noPeak {
+		return 0
+	}
+	return min(int(r.o.iters)*r.o.numQPs, len(r.tcompleted)) - 1
 }
 
 // printBW prints a bandwidth row (or adds it to the JSON report) and
