@@ -43,21 +43,33 @@ func requireXTools(t *testing.T) {
 func runXServerClient(t *testing.T, server, client rsSide, cType string) {
 	t.Helper()
 	requireXTools(t)
-	ctx, cancel := context.WithTimeout(context.Background(), tooltest.CMTimeout)
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	// A hang is recorded before the processes are killed: the C side's
+	// threads' kernel stacks, and (line-buffered) what it printed so far.
+	wd := tooltest.NewWatchdog(t, tooltest.CMTimeout, cancel)
+	defer wd.Stop()
+	argv := func(s rsSide, a ...string) []string {
+		if s.goSide {
+			return s.argv(a...)
+		}
+		return tooltest.LineBuffered(s.argv(a...))
+	}
 	n := tooltest.FreePort(t)
 	port := strconv.Itoa(n)
-	srv := tooltest.Start(t, ctx, "server", server.argv("-p", port, "-c", cType))
+	srv := tooltest.Start(t, ctx, "server", argv(server, "-p", port, "-c", cType))
+	wd.Watch(srv)
 	defer func() {
 		cancel()
 		srv.Wait()
 	}()
 	tooltest.WaitCMListening(t, srv, n)
-	cli := tooltest.Start(t, ctx, "client", client.argv("-s", tooltest.VMAddr, "-p", port, "-c", cType))
+	cli := tooltest.Start(t, ctx, "client", argv(client, "-s", tooltest.VMAddr, "-p", port, "-c", cType))
+	wd.Watch(cli)
 	cliStatus, srvStatus := cli.Wait(), srv.Wait()
-	if ctx.Err() != nil || srvStatus != 0 || cliStatus != 0 {
-		t.Fatalf("exit statuses: server %d, client %d; want 0 and 0 (timeout %v: %v)\nserver:\n%s%s\nclient:\n%s%s",
-			srvStatus, cliStatus, tooltest.CMTimeout, ctx.Err(), srv.Stdout.String(), srv.Stderr.String(), cli.Stdout.String(), cli.Stderr.String())
+	if hung := wd.Stop(); hung || srvStatus != 0 || cliStatus != 0 {
+		t.Fatalf("exit statuses: server %d, client %d; want 0 and 0 (timed out after %v: %v)\nserver:\n%s%s\nclient:\n%s%s",
+			srvStatus, cliStatus, tooltest.CMTimeout, hung, srv.Stdout.String(), srv.Stderr.String(), cli.Stdout.String(), cli.Stderr.String())
 	}
 	wantSrv := []string{xCServer + ": start", xCServer + ": end 0"}
 	if server.goSide {
