@@ -2,7 +2,6 @@ package uverbs
 
 import (
 	"runtime"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -88,12 +87,10 @@ func TestKeepAliveProbeCountedBeforePoll(t *testing.T) {
 	cq, produce := newRingCQ(t, c)
 	const qpn = 0x11
 	p := cq.probesOf(qpn)
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
+	stop, done := make(chan struct{}), make(chan struct{})
 	var probes atomic.Int64
-	wg.Add(1)
 	go func() { // the keepalive, and the kernel completing its probes
-		defer wg.Done()
+		defer close(done)
 		deadline := time.Now().Add(500 * time.Millisecond)
 		for time.Now().Before(deadline) {
 			p.sent.Add(1)
@@ -109,13 +106,12 @@ func TestKeepAliveProbeCountedBeforePoll(t *testing.T) {
 			}
 		}
 	}()
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
 	var wc [4]wr.Completion
 	for {
 		n, err := cq.Poll(wc[:])
 		if err != nil {
 			close(stop)
+			<-done
 			t.Fatal(err)
 		}
 		for _, w := range wc[:n] {
