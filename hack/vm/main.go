@@ -52,6 +52,10 @@ subcommands:
             vm rdmacore --release trixie|sid [-- CMD ARGS...]
   valkey    build valkey-server with RDMA and valkey's rdma-test from a Debian
             suite's source package into the cache, and print their folder
+  icprof    build the QEMU plugin that counts a guest's instructions per
+            function (vm run --icprof DIR), or report its counts:
+            vm icprof report DIR K
+  mark      in a guest run with --icprof: end one count and begin the next
 
 Run "vm <subcommand> -h" for the flags of each.
 
@@ -90,6 +94,10 @@ func main() {
 		code = cmdRDMACore(args)
 	case "valkey":
 		code = cmdValkey(args)
+	case "icprof":
+		code = cmdIcprof(args)
+	case "mark":
+		code = cmdMark(args)
 	case "-h", "-help", "--help", "help":
 		fmt.Print(usage)
 	default:

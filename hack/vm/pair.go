@@ -91,6 +91,10 @@ rdma_cm ID or a TCP socket in LISTEN), so the client needs no wait:
 		fmt.Fprintln(os.Stderr, "vm pair: --icount is not supported: the two guests' clocks would not agree")
 		return 2
 	}
+	if o.icprof != "" {
+		fmt.Fprintln(os.Stderr, "vm pair: --icprof is not supported: the counts are one guest's")
+		return 2
+	}
 	kernels := [2]string{o.kernel, o.kernel}
 	if *kernelB != "" {
 		kernels[1] = *kernelB

@@ -75,6 +75,7 @@ type qemuConfig struct {
 	vmlinux, initrd string
 	accel           string // kvm or tcg
 	icount          bool
+	plugin          string // a TCG plugin and its arguments (-plugin), or ""
 	smp             int
 	mem             string
 	ioDir           string
@@ -146,6 +147,9 @@ func (c qemuConfig) args() []string {
 		// -erms: with ERMS the guest copies with rep movsb, which TCG
 		// emulates slowly (64 KiB RDMA writes: 49 vs 75 MB/s).
 		a = append(a, "-accel", "tcg", "-cpu", "max,-erms", "-smp", fmt.Sprint(c.smp))
+	}
+	if c.plugin != "" && c.accel == "tcg" {
+		a = append(a, "-plugin", c.plugin)
 	}
 	return append(a, c.devices()...)
 }

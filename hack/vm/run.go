@@ -28,6 +28,7 @@ type runOptions struct {
 	mem         string
 	smp         int
 	icount      bool
+	icprof      string
 	noRDMA      bool
 	env         []string
 	rw          []string
@@ -51,6 +52,7 @@ func (o *runOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.mem, "mem", "2G", "guest memory (QEMU -m syntax)")
 	fs.IntVar(&o.smp, "smp", 2, "guest CPUs")
 	fs.BoolVar(&o.icount, "icount", false, "deterministic instruction-counting clock: TCG, one CPU, -icount shift=0,sleep=off")
+	fs.StringVar(&o.icprof, "icprof", "", "count the guest's instructions per translated block into `DIR` (a QEMU plugin, built by vm icprof; TCG): the guest's \"vm mark\" writes DIR/mark.N")
 	fs.BoolVar(&o.noRDMA, "no-rdma", false, "do not create rxe0 (the guest has the RDMA modules but no device)")
 	fs.Var((*listFlag)(&o.env), "env", "set NAME=VALUE in the command's environment (repeatable)")
 	fs.Var((*listFlag)(&o.rw), "rw", "share this host folder writable at the same path in the guest (repeatable)")
@@ -142,7 +144,7 @@ func runVM(o runOptions, argv []string, interactive bool) int {
 		logf("%v", err)
 		return exitVMError
 	}
-	accel, why, err := chooseAccel(o.accel, o.icount)
+	accel, why, err := chooseAccel(o.accel, o.icount || o.icprof != "")
 	if o.arch == "arm64" && err == nil {
 		// An arm64 guest on this x86 host is emulated whatever KVM can do.
 		accel, why = "tcg", ""
@@ -160,6 +162,14 @@ func runVM(o runOptions, argv []string, interactive bool) int {
 	}
 	defer os.RemoveAll(p.ioDir)
 	p.cfg.accel = accel
+	if o.icprof != "" {
+		so, err := prepareIcprof(context.Background(), c)
+		if err != nil {
+			logf("icprof: %v", err)
+			return exitVMError
+		}
+		p.cfg.plugin = so + ",out=" + p.icprofDir
+	}
 
 	// Take the signals before QEMU exists, so that none is lost between its
 	// start and our handling of it. SIGPIPE too: when our reader goes away
@@ -231,6 +241,8 @@ type vmPlan struct {
 	ioDir string // the caller removes it
 	cfg   qemuConfig
 	argv0 string // the command, for messages
+	// icprofDir is --icprof's folder, absolute, or "".
+	icprofDir string
 }
 
 // planVM prepares the kernel named by spec and its initramfs, and writes req
@@ -260,10 +272,33 @@ func planVM(c *vmCache, o runOptions, spec string, req guestRequest, extraEnv []
 	if req.dir, err = os.Getwd(); err != nil {
 		return nil, err
 	}
+	rw := o.rw
+	icprofDir := ""
+	if o.icprof != "" {
+		if k.arch() != "amd64" {
+			return nil, fmt.Errorf("--icprof: the marker is an x86 instruction; the guest is %s", k.arch())
+		}
+		if icprofDir, err = filepath.Abs(o.icprof); err != nil {
+			return nil, err
+		}
+		if err := os.MkdirAll(icprofDir, 0o755); err != nil {
+			return nil, err
+		}
+		// A previous run's counts and symbols would pass for this one's.
+		old, _ := filepath.Glob(filepath.Join(icprofDir, "mark.*"))
+		for _, f := range append(old, filepath.Join(icprofDir, "kallsyms")) {
+			if err := os.Remove(f); err != nil && !os.IsNotExist(err) {
+				return nil, err
+			}
+		}
+		// The guest's vm mark saves the kernel's symbols there.
+		rw = append(rw[:len(rw):len(rw)], icprofDir)
+		extraEnv = append(extraEnv[:len(extraEnv):len(extraEnv)], icprofEnv+"="+icprofDir)
+	}
 	if req.env, err = guestEnv(os.Environ(), append(append([]string(nil), o.env...), extraEnv...), k.Release); err != nil {
 		return nil, err
 	}
-	for i, d := range o.rw {
+	for i, d := range rw {
 		abs, err := filepath.Abs(d)
 		if err == nil && !isDir(abs) {
 			err = fmt.Errorf("not a folder")
@@ -284,7 +319,7 @@ func planVM(c *vmCache, o runOptions, spec string, req guestRequest, extraEnv []
 		return nil, err
 	}
 	smp := max(o.smp, 1)
-	return &vmPlan{k: k, ioDir: ioDir, argv0: req.argv[0], cfg: qemuConfig{
+	return &vmPlan{k: k, ioDir: ioDir, argv0: req.argv[0], icprofDir: icprofDir, cfg: qemuConfig{
 		arch: k.arch(), archRoot: archRootDir,
 		vmlinux: k.vmlinux(), initrd: initrd, icount: o.icount,
 		smp: smp, mem: o.mem, ioDir: ioDir, rw: req.rw, interactive: req.shell,
