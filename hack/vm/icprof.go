@@ -318,7 +318,8 @@ func elfFuncs(path string) (symtab, error) {
 	}
 	var t symtab
 	for _, s := range syms {
-		if elf.ST_TYPE(s.Info) == elf.STT_FUNC && s.Value != 0 {
+		// Size 0: a marker such as runtime.etext, not a function.
+		if elf.ST_TYPE(s.Info) == elf.STT_FUNC && s.Value != 0 && s.Size != 0 {
 			t = append(t, symbol{s.Value, s.Size, s.Name})
 		}
 	}
