@@ -281,6 +281,10 @@ func planVM(c *vmCache, o runOptions, spec string, req guestRequest, extraEnv []
 		if icprofDir, err = filepath.Abs(o.icprof); err != nil {
 			return nil, err
 		}
+		if strings.Contains(icprofDir, ",") {
+			// QEMU's -plugin option separates its arguments by commas.
+			return nil, fmt.Errorf("--icprof %s: a folder whose path has no comma, please", icprofDir)
+		}
 		if err := os.MkdirAll(icprofDir, 0o755); err != nil {
 			return nil, err
 		}
