@@ -288,3 +288,31 @@ func TestRequestsAllocateNothing(t *testing.T) {
 		}
 	}
 }
+
+// writeCommand writes the same RESP whether the header fits the writer's
+// free space (one append) or not (piece by piece).
+func TestWriteCommandBytes(t *testing.T) {
+	for _, tc := range []struct {
+		name, key string
+		value     []byte
+		want      string
+	}{
+		{"PING", "", nil, "*1\r\n$4\r\nPING\r\n"},
+		{"GET", "THREAD00-000123", nil, "*2\r\n$3\r\nGET\r\n$15\r\nTHREAD00-000123\r\n"},
+		{"SET", "k", []byte("value"), "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$5\r\nvalue\r\n"},
+		{"SET", "k", []byte{}, "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$0\r\n\r\n"},
+		{"BGSAVE", "", nil, "*1\r\n$6\r\nBGSAVE\r\n"},
+	} {
+		for _, size := range []int{4096, 16} { // 16: too little room for the one append
+			var out bytes.Buffer
+			c := &client{w: bufio.NewWriterSize(&out, size)}
+			c.writeCommand(tc.name, tc.key, tc.value)
+			if err := c.w.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			if got := out.String(); got != tc.want {
+				t.Errorf("writeCommand(%q, %q, %q) with a %d-byte buffer wrote %q, want %q", tc.name, tc.key, tc.value, size, got, tc.want)
+			}
+		}
+	}
+}
