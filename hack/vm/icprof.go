@@ -50,7 +50,7 @@ func cmdIcprof(args []string) int {
 		fmt.Fprint(os.Stderr, `usage: vm icprof
        vm icprof report [flags] DIR K
 
-The first form builds the QEMU plugin that "vm run --icprof DIR" loads
+The first form builds the QEMU plugin that "vm run --icount --icprof DIR" loads
 (from the host suite's qemu source package, into the cache) and prints its
 path. In the guest, "vm mark" writes DIR/mark.N: the instructions executed
 per translated block since the previous mark. "report" prints them per

@@ -53,8 +53,8 @@ subcommands:
   valkey    build valkey-server with RDMA and valkey's rdma-test from a Debian
             suite's source package into the cache, and print their folder
   icprof    build the QEMU plugin that counts a guest's instructions per
-            function (vm run --icprof DIR), or report its counts:
-            vm icprof report DIR K
+            function (vm run --icount --icprof DIR), or report its
+            counts: vm icprof report DIR K
   mark      in a guest run with --icprof: end one count and begin the next
 
 Run "vm <subcommand> -h" for the flags of each.

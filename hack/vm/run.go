@@ -52,7 +52,7 @@ func (o *runOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.mem, "mem", "2G", "guest memory (QEMU -m syntax)")
 	fs.IntVar(&o.smp, "smp", 2, "guest CPUs")
 	fs.BoolVar(&o.icount, "icount", false, "deterministic instruction-counting clock: TCG, one CPU, -icount shift=0,sleep=off")
-	fs.StringVar(&o.icprof, "icprof", "", "count the guest's instructions per translated block into `DIR` (a QEMU plugin, built by vm icprof; TCG): the guest's \"vm mark\" writes DIR/mark.N")
+	fs.StringVar(&o.icprof, "icprof", "", "with --icount: count the guest's instructions per translated block into `DIR` (a QEMU plugin, built by vm icprof): the guest's \"vm mark\" writes DIR/mark.N")
 	fs.BoolVar(&o.noRDMA, "no-rdma", false, "do not create rxe0 (the guest has the RDMA modules but no device)")
 	fs.Var((*listFlag)(&o.env), "env", "set NAME=VALUE in the command's environment (repeatable)")
 	fs.Var((*listFlag)(&o.rw), "rw", "share this host folder writable at the same path in the guest (repeatable)")
@@ -144,7 +144,7 @@ func runVM(o runOptions, argv []string, interactive bool) int {
 		logf("%v", err)
 		return exitVMError
 	}
-	accel, why, err := chooseAccel(o.accel, o.icount || o.icprof != "")
+	accel, why, err := chooseAccel(o.accel, o.icount)
 	if o.arch == "arm64" && err == nil {
 		// An arm64 guest on this x86 host is emulated whatever KVM can do.
 		accel, why = "tcg", ""
@@ -275,6 +275,11 @@ func planVM(c *vmCache, o runOptions, spec string, req guestRequest, extraEnv []
 	rw := o.rw
 	icprofDir := ""
 	if o.icprof != "" {
+		if !o.icount {
+			// The plugin's counters assume one vCPU, which only icount
+			// guarantees; and only under icount are the counts the time.
+			return nil, fmt.Errorf("--icprof needs --icount")
+		}
 		if k.arch() != "amd64" {
 			return nil, fmt.Errorf("--icprof: the marker is an x86 instruction; the guest is %s", k.arch())
 		}

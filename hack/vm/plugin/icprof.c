@@ -8,7 +8,7 @@
  *
  * and zeroed. Blocks are counted by an inline add, so the guest's clock
  * (icount) and its figures are untouched. Built by `vm icprof`; loaded by
- * `vm run --icprof OUT`, which passes out=OUT.
+ * `vm run --icount --icprof OUT`, which passes out=OUT.
  */
 #include <stdint.h>
 #include <stdio.h>
