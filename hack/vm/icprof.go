@@ -107,14 +107,24 @@ func prepareIcprof(ctx context.Context, c *vmCache) (string, error) {
 		return "", err
 	}
 	dir := filepath.Join(root, "icprof", ver)
-	so := filepath.Join(dir, "icprof.so")
-	if fileSame(filepath.Join(dir, "icprof.c"), icprofSource) && isFile(so) {
+	so, src := filepath.Join(dir, "icprof.so"), filepath.Join(dir, "icprof.c")
+	built := func() bool { return fileSame(src, icprofSource) && isFile(so) }
+	if built() {
 		return so, nil
 	}
 	if err := c.Lock(); err != nil {
 		return "", err
 	}
 	defer c.Unlock()
+	if built() { // another vm built it while this one waited
+		return so, nil
+	}
+	// No plugin until this source's is built: a failed build must not
+	// leave the new source beside the old plugin, which built would then
+	// take for current.
+	if err := os.Remove(so); err != nil && !os.IsNotExist(err) {
+		return "", err
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
@@ -124,7 +134,6 @@ func prepareIcprof(ctx context.Context, c *vmCache) (string, error) {
 			return "", err
 		}
 	}
-	src := filepath.Join(dir, "icprof.c")
 	if err := os.WriteFile(src, icprofSource, 0o644); err != nil {
 		return "", err
 	}
@@ -135,8 +144,8 @@ func prepareIcprof(ctx context.Context, c *vmCache) (string, error) {
 	return so, os.Rename(tmp, so)
 }
 
-// hostQEMUVersion is the upstream version of the installed
-// qemu-system-x86_64, as "7.2.22" from "QEMU emulator version 7.2.22 (...)".
+// hostQEMUVersion is the major and minor version of the installed
+// qemu-system-x86_64, as "7.2" from "QEMU emulator version 7.2.22 (...)".
 func hostQEMUVersion() (string, error) {
 	out, err := exec.Command("qemu-system-x86_64", "--version").Output()
 	if err != nil {
