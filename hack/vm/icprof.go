@@ -370,9 +370,10 @@ func cmdIcprofReport(args []string) int {
 	fs.Usage = func() {
 		fmt.Fprint(os.Stderr, `usage: vm icprof report [flags] DIR K
 
-Prints the instructions of mark K (those executed between the guest's K-th
-and K+1-th "vm mark", counted from 0) per function, kernel and user space,
-optionally less those of mark K0 and divided by N.
+Prints the instructions of mark K per function, kernel and user space,
+optionally less those of mark K0 and divided by N. Mark K holds those
+executed before the guest's K-th "vm mark" (counted from 0) since the one
+before it; mark 0 runs from boot.
 `)
 		fs.PrintDefaults()
 	}
@@ -447,8 +448,8 @@ func icprofReport(w io.Writer, dir string, k, base int, per float64, top int, us
 }
 
 // writeReport prints the totals, then the functions by the size of their
-// figure (positive or negative), each divided by per. User-space
-// functions are marked with a leading "u ".
+// figure (positive or negative), each divided by per, after "k" for the
+// kernel's or "u" for user space's.
 func writeReport(w io.Writer, m map[function]int64, per float64, top int) {
 	var kern, usr int64
 	fns := make([]function, 0, len(m))
