@@ -33,11 +33,13 @@ import (
 type CompChannel struct {
 	ctx  *Context
 	file *os.File // non-blocking, registered with the runtime poller
-	// conn reaches the descriptor for GetEventDirect; directFn is its
-	// wait, made once so that a wait allocates nothing; directN and
-	// directErr carry its results (under mu).
+	// conn is the descriptor for SyscallConn. raw is its number, which
+	// GetEventDirect's wait passes to the kernel under useMu (shared), as
+	// commands do: Close takes useMu before it closes the file, so the
+	// number stays the channel's for the wait. directN and directErr
+	// carry the wait's results (under mu).
 	conn      syscall.RawConn
-	directFn  func(fd uintptr)
+	raw       uintptr
 	directN   int
 	directErr error
 	directFor time.Duration // the next sleep's bound (under mu)
@@ -70,6 +72,9 @@ type CompChannel struct {
 	dlMu     sync.Mutex
 	deadline time.Time
 	moved    bool
+	// hasDeadline is !deadline.IsZero(), for GetEventDirect's wait to
+	// skip dlMu when there is none (the common case).
+	hasDeadline atomic.Bool
 	// CQ.Wait's reader (cqwait.go). waitMode: a CQ has waited, so the
 	// events belong to Wait. Under waitMu: waitCQs, the open CQs that
 	// have waited; reading, the reader runs; stopping, it has been asked
@@ -101,7 +106,7 @@ func (c *Context) NewCompChannel() (*CompChannel, error) {
 		f.Close()
 		return nil, &Error{Op: "create completion channel", Err: err}
 	}
-	ch.directFn = ch.directRead
+	ch.raw = uintptr(resp.Fd)
 	return ch, nil
 }
 
@@ -152,8 +157,10 @@ func (ch *CompChannel) GetEvent(ctx context.Context) (*CQ, error) {
 // getEvent returns the next event, reading more when none is pending:
 // through the runtime poller, or with direct on the calling thread.
 func (ch *CompChannel) getEvent(ctx context.Context, direct bool) (*CQ, error) {
+	// No defer: the unlock is written on each return, which keeps a
+	// direct wait's path short (it is on every sleep of a blocking
+	// rsocket call); nothing between Lock and Unlock can panic.
 	ch.mu.Lock()
-	defer ch.mu.Unlock()
 	for len(ch.pending) == 0 {
 		var err error
 		if direct {
@@ -162,6 +169,7 @@ func (ch *CompChannel) getEvent(ctx context.Context, direct bool) (*CQ, error) {
 			err = ch.read(ctx)
 		}
 		if err != nil {
+			ch.mu.Unlock()
 			return nil, err
 		}
 	}
@@ -175,6 +183,7 @@ func (ch *CompChannel) getEvent(ctx context.Context, direct bool) (*CQ, error) {
 	}
 	if cq == nil {
 		if cq = ch.ctx.cqByID(h); cq == nil {
+			ch.mu.Unlock()
 			return nil, fmt.Errorf("%w (handle %d)", errUnknownCQ, h)
 		}
 		ch.lastID, ch.last = h, weak.Make(cq)
@@ -185,6 +194,7 @@ func (ch *CompChannel) getEvent(ctx context.Context, direct bool) (*CQ, error) {
 	if cq.eventer != nil {
 		cq.eventer.CQEvent()
 	}
+	ch.mu.Unlock()
 	return cq, nil
 }
 
@@ -248,6 +258,7 @@ func (ch *CompChannel) SetReadDeadline(t time.Time) error {
 		return nil
 	}
 	ch.deadline, ch.moved = t, false
+	ch.hasDeadline.Store(!t.IsZero())
 	if err := ch.file.SetReadDeadline(t); err != nil {
 		if errors.Is(err, os.ErrClosed) {
 			return ErrClosed
@@ -312,32 +323,38 @@ func (ch *CompChannel) GetEventDirect(ctx context.Context) (*CQ, error) {
 // outlasts it.
 func (ch *CompChannel) readDirect(ctx context.Context) error {
 	for {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
 		ch.directFor = directSlice
 		if ctx.Done() == nil {
-			ch.dlMu.Lock()
-			dl := ch.deadline
-			ch.dlMu.Unlock()
-			if !dl.IsZero() {
-				left := time.Until(dl)
-				if left <= 0 {
-					return &Error{Op: "get CQ event", Err: os.ErrDeadlineExceeded}
+			// context.Background and the like: nothing to ask them, and
+			// the deadline's lock only when one is set.
+			if ch.hasDeadline.Load() {
+				ch.dlMu.Lock()
+				dl := ch.deadline
+				ch.dlMu.Unlock()
+				if !dl.IsZero() {
+					left := time.Until(dl)
+					if left <= 0 {
+						return &Error{Op: "get CQ event", Err: os.ErrDeadlineExceeded}
+					}
+					ch.directFor = min(ch.directFor, left)
 				}
-				ch.directFor = min(ch.directFor, left)
 			}
+		} else if err := ctx.Err(); err != nil {
+			return err
+		}
+		// The descriptor is held as a command holds it (use), not with
+		// RawConn.Control, which costs about a hundred instructions a
+		// wait in its reference counting. Close waits for the slice
+		// under way, a millisecond at most.
+		ch.useMu.RLock()
+		if ch.closed.Load() {
+			ch.useMu.RUnlock()
+			return ErrClosed
 		}
 		ch.directN, ch.directErr = 0, nil
-		err := ch.conn.Control(ch.directFn)
-		if err == nil {
-			err = ch.directErr
-		}
-		switch {
-		case ch.closed.Load():
-			// Control's error for a closed file is internal/poll's
-			// ErrFileClosing, not os.ErrClosed.
-			return ErrClosed
+		ch.directRead(ch.raw)
+		ch.useMu.RUnlock()
+		switch err := ch.directErr; {
 		case err == unix.EINTR || (err == nil && ch.directN == 0):
 			// Interrupted, or a slice went by: let the scheduler run what
 			// asked for the thread, then look at ctx again.
@@ -384,6 +401,8 @@ func (ch *CompChannel) use() error {
 func (ch *CompChannel) done() { ch.useMu.RUnlock() }
 
 // Close destroys the channel. CQs using it must be closed first (EBUSY).
+// A GetEventDirect under way ends with ErrClosed; Close waits for its
+// sleep in the kernel to end first, a millisecond at most.
 // A channel dropped without Close is closed once it is unreachable and no
 // CQ uses it.
 func (ch *CompChannel) Close() error {

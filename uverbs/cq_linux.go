@@ -8,7 +8,7 @@ import (
 
 // directRead reads events from fd, sleeping in poll(2) for at most
 // directFor while there are none; after a quiet slice it returns with
-// directN 0. It runs under RawConn.Control, which keeps fd open meanwhile
+// directN 0. It runs under useMu (shared), which keeps fd open meanwhile
 // (Close waits for it).
 //
 // Whether it reads before it sleeps depends on what earlier waits found.
