@@ -55,7 +55,9 @@ type Kernel interface {
 	// that is not stopped, under the send queue's lock (or from the one
 	// goroutine a single-threaded QP allows), and the core stops every QP
 	// (QP.Stop, QP.Close) before it closes the file. The guard would be a
-	// second lock on every post.
+	// second lock on every post. A CQ's arming may use it too: the core
+	// calls CQ.ReqNotify only while it holds the CQ open, and it releases
+	// every CQ before it closes the file.
 	Doorbell(b []byte) error
 	// Invoke calls one driver-specific method of the ioctl interface
 	// (RDMA_VERBS_IOCTL): object and method are ids in the driver's

@@ -740,11 +740,26 @@ func (cq *CQ) ReqNotify(solicitedOnly bool) error {
 	if err := cq.use(); err != nil {
 		return err
 	}
-	defer cq.done()
 	if cq.channel == nil {
+		cq.done()
 		return &Error{Op: "req notify CQ", Err: fmt.Errorf("CQ has no completion channel: %w", unix.EINVAL)}
 	}
-	return wrapErr("req notify CQ", cq.prov.ReqNotify(solicitedOnly))
+	// As PostSend: rxe's arm called by its type, and no defer; a blocking
+	// call arms before each sleep. use is what lets rxe write the command
+	// without its own guard on the file (provider.Kernel.Doorbell): the
+	// context's Close releases the CQ, which waits for done, before it
+	// closes the file.
+	var err error
+	if cq.rxe != nil {
+		err = cq.rxe.ReqNotify(solicitedOnly)
+	} else {
+		err = cq.prov.ReqNotify(solicitedOnly)
+	}
+	cq.done()
+	if err != nil {
+		return wrapErr("req notify CQ", err)
+	}
+	return nil
 }
 
 // AckEvents acknowledges n events returned by CompChannel.GetEvent for this

@@ -97,9 +97,13 @@ func (b *cqBuilder) Finish(c provider.Created) (provider.CQ, error) {
 		return nil, fmt.Errorf("rxe: CQ element of %d bytes is smaller than a completion: %w", q.elemSize(), unix.EINVAL)
 	}
 	cq := &CQ{k: b.k, q: q}
-	cq.notify.hdr.Command = abi.IB_USER_VERBS_CMD_REQ_NOTIFY_CQ
-	cq.notify.hdr.In_words = uint16(unsafe.Sizeof(cq.notify) / 4)
-	cq.notify.cmd.Cq_handle = c.Handle
+	for i := range cq.notify {
+		n := &cq.notify[i]
+		n.hdr.Command = abi.IB_USER_VERBS_CMD_REQ_NOTIFY_CQ
+		n.hdr.In_words = uint16(unsafe.Sizeof(*n) / 4)
+		n.cmd.Cq_handle = c.Handle
+		n.cmd.Solicited_only = uint32(i)
+	}
 	return cq, nil
 }
 
@@ -108,8 +112,10 @@ type CQ struct {
 	k  provider.Kernel
 	mu queueLock
 	q  *queue
-	// notify is the prebuilt IB_USER_VERBS_CMD_REQ_NOTIFY_CQ command.
-	notify struct {
+	// notify holds the prebuilt IB_USER_VERBS_CMD_REQ_NOTIFY_CQ commands,
+	// for every completion and for solicited ones (index 1). Never
+	// written after Finish, so arming takes no lock.
+	notify [2]struct {
 		hdr abi.IbUverbsCmdHdr
 		cmd abi.IbUverbsReqNotifyCq
 	}
@@ -200,15 +206,16 @@ func wcFlags(k uint32) wr.WCFlags {
 }
 
 // ReqNotify arms the CQ with IB_USER_VERBS_CMD_REQ_NOTIFY_CQ: rxe has no
-// user-space arming.
+// user-space arming. The command is written as a doorbell is
+// (provider.Kernel.Doorbell), without Write's guard on the file: the core
+// calls ReqNotify only while it holds the CQ open (uverbs' CQ.ReqNotify),
+// and it releases every CQ before it closes the file.
 func (cq *CQ) ReqNotify(solicitedOnly bool) error {
-	cq.mu.Lock()
-	defer cq.mu.Unlock()
-	cq.notify.cmd.Solicited_only = 0
+	n := &cq.notify[0]
 	if solicitedOnly {
-		cq.notify.cmd.Solicited_only = 1
+		n = &cq.notify[1]
 	}
-	return cq.k.Write(bytesOf(&cq.notify))
+	return cq.k.Doorbell(bytesOf(n))
 }
 
 // Close unmaps the ring.

@@ -278,12 +278,18 @@ func TestPollCQ(t *testing.T) {
 
 func TestReqNotify(t *testing.T) {
 	cq, k := newTestCQ(t)
-	if err := cq.ReqNotify(true); err != nil {
-		t.Fatal(err)
-	}
 	ne := binary.NativeEndian
-	if ne.Uint32(k.lastWrite) != abi.IB_USER_VERBS_CMD_REQ_NOTIFY_CQ || ne.Uint32(k.lastWrite[8:]) != 3 || ne.Uint32(k.lastWrite[12:]) != 1 {
-		t.Errorf("req notify command % x", k.lastWrite)
+	for _, solicited := range []bool{true, false, true} {
+		if err := cq.ReqNotify(solicited); err != nil {
+			t.Fatal(err)
+		}
+		want := uint32(0)
+		if solicited {
+			want = 1
+		}
+		if len(k.lastWrite) != 16 || ne.Uint32(k.lastWrite) != abi.IB_USER_VERBS_CMD_REQ_NOTIFY_CQ || ne.Uint32(k.lastWrite[8:]) != 3 || ne.Uint32(k.lastWrite[12:]) != want {
+			t.Errorf("req notify command, solicited %v: % x", solicited, k.lastWrite)
+		}
 	}
 }
 
