@@ -31,9 +31,14 @@ import (
 // own: a kick ends a channel wait under way with a read deadline in the
 // past, and a wait with no deadline reads no clock.
 type Waiter struct {
-	ch       *uverbs.CompChannel // nil where another goroutine reads the channel
-	direct   bool                // wait on the thread (GetEventDirect)
-	kicks    atomic.Uint64
+	ch     *uverbs.CompChannel // nil where another goroutine reads the channel
+	direct bool                // wait on the thread (GetEventDirect)
+	kicks  atomic.Uint64
+	// kicked: a kick set the channel's read deadline in the past, after
+	// the count; WaitEvent clears it before it looks at the count. With
+	// no kick since the last clear, a wait leaves the deadline alone:
+	// setting it costs a lock and a comparison on every sleep.
+	kicked   atomic.Bool
 	reaps    atomic.Uint64 // polls that reaped completions (Reaped)
 	holding  atomic.Bool
 	sleepers atomic.Int32 // callers in Hold that found the channel held
@@ -77,6 +82,7 @@ func (w *Waiter) Kick() {
 	w.kicks.Add(1)
 	if w.ch != nil {
 		w.ch.SetReadDeadline(pollctx.Past)
+		w.kicked.Store(true)
 	}
 	w.WakeAll()
 }
@@ -131,9 +137,13 @@ func (w *Waiter) Release() {
 // Without one, the wait was cut short (a kick, Close) and the caller
 // looks again.
 func (w *Waiter) WaitEvent(g uint64) bool {
-	w.ch.SetReadDeadline(time.Time{})
+	if w.kicked.Swap(false) {
+		w.ch.SetReadDeadline(time.Time{})
+	}
 	if w.kicks.Load() != g {
 		// A kick came before the deadline was cleared, which undid it.
+		// (One whose deadline is set after the swap leaves kicked set:
+		// the read below ends at once, and the next wait clears it.)
 		return false
 	}
 	var cq *uverbs.CQ
