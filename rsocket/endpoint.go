@@ -192,7 +192,12 @@ func newEndpoint(id *cm.ID, cfg config) (_ *endpoint, err error) {
 	if e.ch, err = vctx.NewCompChannel(); err != nil {
 		return nil, err
 	}
-	if e.cq, err = vctx.CreateCQ(uverbs.CQAttr{CQE: int(sq + rq), Channel: e.ch}); err != nil {
+	// Every post and poll is made under mu, so the CQ and the QP take no
+	// locks of their own (SingleThreaded), but with a keepalive: its
+	// check posts its probe from a goroutine of its own, and polls the
+	// CQ when the probe is overdue (uverbs.QP.SetKeepAlive).
+	single := cfg.keepAlive <= 0
+	if e.cq, err = vctx.CreateCQ(uverbs.CQAttr{CQE: int(sq + rq), Channel: e.ch, SingleThreaded: single}); err != nil {
 		return nil, err
 	}
 	e.w.Init(e.ch, cfg.waitInKernel, 3)
@@ -207,7 +212,8 @@ func newEndpoint(id *cm.ID, cfg config) (_ *endpoint, err error) {
 			MaxRecvSGE:    1,
 			MaxInlineData: uint32(cfg.inline),
 		},
-		SignalAll: true,
+		SignalAll:      true,
+		SingleThreaded: single,
 	})
 	if err != nil {
 		return nil, err
