@@ -127,14 +127,13 @@ func (e *endpoint) usable(dir int) error {
 func (e *endpoint) awaitData() error {
 	e.mu.Lock()
 	if !e.s.haveData() {
-		// Completions not yet reaped may hold data, even when the
-		// connection has ended since.
-		e.progress()
-		if !e.test(condRead) {
-			e.mu.Unlock()
-			if err := e.wait(dirRead, condRead); err != nil {
-				return err
-			}
+		// wait polls first, and returns at once if that finds data or
+		// the end (completions not yet reaped may hold data, even when
+		// the connection has ended since). A poll here as well would be
+		// a second one with nothing between, on every wait.
+		e.mu.Unlock()
+		if err := e.wait(dirRead, condRead); err != nil {
+			return err
 		}
 	}
 	if !e.s.haveData() {
