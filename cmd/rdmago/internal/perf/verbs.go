@@ -824,10 +824,7 @@ func (r *perfRun) handshake(i int) error {
 // side is still collecting when the other starts sending.
 func (r *perfRun) sync() int {
 	debug.FreeOSMemory()
-	if err := r.handshake(0); err != nil {
-		return r.stepFailf(err, " Failed to exchange data between server and clients")
-	}
-	return 0
+	return r.syncEnd()
 }
 
 // syncEnd is sync for a side that measures nothing next while its peer
