@@ -8,6 +8,8 @@ import (
 	"math"
 	"os"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -75,6 +77,16 @@ type CompChannel struct {
 	// hasDeadline is !deadline.IsZero(), for GetEventDirect's wait to
 	// skip dlMu when there is none (the common case).
 	hasDeadline atomic.Bool
+	// sleeper names GetEventDirect's sleep under way that may outlast a
+	// slice: the sleeping thread's ID in the low 32 bits, the sleep's
+	// number (sleeps, under mu) in the high; 0 when there is none. Close
+	// and SetReadDeadline end that sleep with a signal to the thread
+	// (kick). dlGen counts SetReadDeadline's changes; directGen is the
+	// count the sleep's bound was taken at (under mu).
+	sleeper   atomic.Uint64
+	sleeps    uint32
+	dlGen     atomic.Uint32
+	directGen uint32
 	// CQ.Wait's reader (cqwait.go). waitMode: a CQ has waited, so the
 	// events belong to Wait. Under waitMu: waitCQs, the open CQs that
 	// have waited; reading, the reader runs; stopping, it has been asked
@@ -242,24 +254,30 @@ func (ch *CompChannel) readUntil() error {
 // in the past, ends with an error matching os.ErrDeadlineExceeded; the zero
 // time means no deadline. It works as os.File's does and, unlike a context
 // with a deadline, allocates nothing, for programs that wait with deadlines
-// that move on every call (net.Conn's). GetEventDirect honours it too,
-// between its sleeps of a millisecond at most: a deadline moved into the
-// past ends its wait within one. Waits with a context that can be done
-// take their bound from the context instead.
+// that move on every call (net.Conn's). GetEventDirect honours it too: it
+// sleeps until the deadline at most, and a deadline set or moved while it
+// sleeps ends that sleep (a signal to its thread). Waits with a
+// context that can be done take their bound from the context instead.
 func (ch *CompChannel) SetReadDeadline(t time.Time) error {
 	if ch == nil {
 		return errNil
 	}
 	ch.dlMu.Lock()
-	defer ch.dlMu.Unlock()
 	if t == ch.deadline && !ch.moved && !ch.closed.Load() {
 		// Unchanged: a loop that sets its deadline before every wait
 		// pays for the runtime's timer only when it moves.
+		ch.dlMu.Unlock()
 		return nil
 	}
 	ch.deadline, ch.moved = t, false
 	ch.hasDeadline.Store(!t.IsZero())
-	if err := ch.file.SetReadDeadline(t); err != nil {
+	ch.dlGen.Add(1)
+	err := ch.file.SetReadDeadline(t)
+	ch.dlMu.Unlock()
+	// After dlGen: a direct sleep bounded by the old deadline, or by none,
+	// is ended; one that begins after takes the new one.
+	ch.kick()
+	if err != nil {
 		if errors.Is(err, os.ErrClosed) {
 			return ErrClosed
 		}
@@ -284,10 +302,10 @@ func parseCompEvents(b []byte, out *[16]uint64) []uint64 {
 	return hs
 }
 
-// directSlice bounds each of GetEventDirect's sleeps in the kernel, so
-// that a cancelled context, a closed channel and a scheduler that wants the
-// thread back (GC's stop-the-world with GODEBUG=asyncpreemptoff=1, which
-// sends no signal) are seen within it.
+// directSlice bounds each of GetEventDirect's sleeps in the kernel whose
+// end nothing else brings: a context that can be done is looked at
+// between them, and with GODEBUG=asyncpreemptoff=1 the scheduler sends no
+// signal when it wants the thread back (GC's stop-the-world).
 const directSlice = time.Millisecond
 
 // GetEventDirect is GetEvent that waits in the kernel on the calling
@@ -299,13 +317,21 @@ const directSlice = time.Millisecond
 // trip through the scheduler, no other thread woken and no poller. That
 // halves the system calls and context switches of an event-driven latency
 // loop (docs/performance.md). The scheduler still takes the thread back:
-// the preemption signal interrupts the wait, and each sleep lasts at most
-// a millisecond, after which ctx and a closed channel are checked (and,
-// with a context that is never done, the deadline SetReadDeadline set,
-// which also bounds the sleep). Use it
-// from a goroutine dedicated to a latency-critical channel, with
-// GOMAXPROCS above the number of such goroutines; use GetEvent anywhere
-// else.
+// its preemption signal (SIGURG) interrupts the sleep, as it does when a
+// goroutine has run for 10 ms or the GC stops the world.
+//
+// With a context that is never done (context.Background) and no deadline,
+// the sleep has no bound, as libibverbs' is, and a kernel timer costs
+// nothing; a deadline bounds it with the kernel's timer. Close and
+// SetReadDeadline end such a sleep with the same signal, sent to the
+// sleeping thread. A context that can be done is looked at
+// between sleeps of a millisecond at most, as is everything with
+// GODEBUG=asyncpreemptoff=1 (the runtime then sends no signal). A program
+// must not ignore SIGURG (signal.Ignore), which the runtime needs too.
+//
+// Use it from a goroutine dedicated to a latency-critical channel, with
+// GOMAXPROCS above the number of such goroutines: other goroutines of its
+// P wait until the runtime preempts the sleep. Use GetEvent anywhere else.
 func (ch *CompChannel) GetEventDirect(ctx context.Context) (*CQ, error) {
 	if ch == nil {
 		return nil, errNil
@@ -317,17 +343,24 @@ func (ch *CompChannel) GetEventDirect(ctx context.Context) (*CQ, error) {
 }
 
 // readDirect is read for GetEventDirect (under mu): it reads at least one
-// event description, waiting on this thread a slice at a time. A context
-// that is never done leaves the bound to SetReadDeadline's deadline, as
-// for GetEvent; it is looked at before each slice, and a slice never
-// outlasts it.
+// event description, waiting on this thread. A context that is never done
+// leaves the bound to SetReadDeadline's deadline, as for GetEvent: with
+// none the sleep has no bound (directFor < 0), else it ends at the
+// deadline (in slices with GODEBUG=asyncpreemptoff=1). A context that can
+// be done is looked at between slices.
 func (ch *CompChannel) readDirect(ctx context.Context) error {
 	for {
 		ch.directFor = directSlice
 		if ctx.Done() == nil {
 			// context.Background and the like: nothing to ask them, and
-			// the deadline's lock only when one is set.
-			if ch.hasDeadline.Load() {
+			// the deadline's lock only when one is set. dlGen first: a
+			// deadline set after it ends the sleep (kick).
+			ch.directGen = ch.dlGen.Load()
+			if !ch.hasDeadline.Load() {
+				if directUnbounded {
+					ch.directFor = -1
+				}
+			} else {
 				ch.dlMu.Lock()
 				dl := ch.deadline
 				ch.dlMu.Unlock()
@@ -336,7 +369,9 @@ func (ch *CompChannel) readDirect(ctx context.Context) error {
 					if left <= 0 {
 						return &Error{Op: "get CQ event", Err: os.ErrDeadlineExceeded}
 					}
-					ch.directFor = min(ch.directFor, left)
+					if directUnbounded || left < ch.directFor {
+						ch.directFor = left
+					}
 				}
 			}
 		} else if err := ctx.Err(); err != nil {
@@ -344,8 +379,8 @@ func (ch *CompChannel) readDirect(ctx context.Context) error {
 		}
 		// The descriptor is held as a command holds it (use), not with
 		// RawConn.Control, which costs about a hundred instructions a
-		// wait in its reference counting. Close waits for the slice
-		// under way, a millisecond at most.
+		// wait in its reference counting. Close ends the sleep under
+		// way (kick) and waits for it.
 		ch.useMu.RLock()
 		if ch.closed.Load() {
 			ch.useMu.RUnlock()
@@ -357,7 +392,8 @@ func (ch *CompChannel) readDirect(ctx context.Context) error {
 		switch err := ch.directErr; {
 		case err == unix.EINTR || (err == nil && ch.directN == 0):
 			// Interrupted, or a slice went by: let the scheduler run what
-			// asked for the thread, then look at ctx again.
+			// asked for the thread, then look at ctx, the deadline and
+			// Close again.
 			runtime.Gosched()
 		case err != nil:
 			return &Error{Op: "get CQ event", Err: err}
@@ -401,16 +437,20 @@ func (ch *CompChannel) use() error {
 func (ch *CompChannel) done() { ch.useMu.RUnlock() }
 
 // Close destroys the channel. CQs using it must be closed first (EBUSY).
-// A GetEventDirect under way ends with ErrClosed; Close waits for its
-// sleep in the kernel to end first, a millisecond at most.
+// A GetEventDirect under way ends with ErrClosed; Close ends its sleep in
+// the kernel (a signal to its thread) and waits for it first.
 // A channel dropped without Close is closed once it is unreachable and no
 // CQ uses it.
 func (ch *CompChannel) Close() error {
 	if ch == nil {
 		return errNil
 	}
-	ch.useMu.Lock()
+	// closed first, then the kick, then useMu: a direct sleep holds
+	// useMu (shared) and sees closed once woken, or before it sleeps.
 	ch.closed.Store(true)
+	ch.kick()
+	ch.useMu.Lock()
+	//lint:ignore SA2001 taking the lock waits for the holders of useMu to let go
 	ch.useMu.Unlock()
 	err := ch.file.Close()
 	if errors.Is(err, os.ErrClosed) {
@@ -773,4 +813,18 @@ func (cq *CQ) Close() error {
 		return errNil
 	}
 	return cq.close()
+}
+
+// asyncPreemptOff reads GODEBUG as the runtime does: comma-separated
+// name=value settings, the last one of a name winning.
+func asyncPreemptOff(godebug string) bool {
+	off := false
+	for _, kv := range strings.Split(godebug, ",") {
+		if v, ok := strings.CutPrefix(kv, "asyncpreemptoff="); ok {
+			if n, err := strconv.Atoi(v); err == nil {
+				off = n != 0
+			}
+		}
+	}
+	return off
 }

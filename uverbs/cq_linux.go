@@ -1,15 +1,18 @@
 package uverbs
 
 import (
+	"os"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
 
 // directRead reads events from fd, sleeping in poll(2) for at most
-// directFor while there are none; after a quiet slice it returns with
-// directN 0. It runs under useMu (shared), which keeps fd open meanwhile
-// (Close waits for it).
+// directFor while there are none (with no bound when it is negative);
+// after a quiet slice it returns with directN 0. It runs under useMu
+// (shared), which keeps fd open meanwhile: Close waits for a slice, and
+// ends a longer sleep (kick) first.
 //
 // Whether it reads before it sleeps depends on what earlier waits found.
 // A caller that waits on a busy stream of small messages mostly finds an
@@ -52,8 +55,34 @@ func (ch *CompChannel) directRead(fd uintptr) {
 			}
 		}
 		pfd := unix.PollFd{Fd: int32(fd), Events: unix.POLLIN}
-		ts := unix.NsecToTimespec(int64(ch.directFor))
-		r, _, e := unix.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&pfd)), 1, uintptr(unsafe.Pointer(&ts)), 0, 0, 0)
+		var r uintptr
+		var e unix.Errno
+		if ch.directFor >= 0 && ch.directFor <= directSlice {
+			// A slice: Close waits for it, a context is looked at after.
+			ts := unix.NsecToTimespec(int64(ch.directFor))
+			r, _, e = unix.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&pfd)), 1, uintptr(unsafe.Pointer(&ts)), 0, 0, 0)
+		} else {
+			// Until a deadline, or with no timeout at all: no kernel
+			// timer to start and cancel, about 550 instructions a sleep
+			// (docs/performance.md). The sleep is named first, then
+			// closed and the deadline's count are looked at again: kick
+			// stores them before it looks at sleeper, so either it sees
+			// this sleep or this look sees them.
+			tid, _ := unix.RawSyscallNoError(unix.SYS_GETTID, 0, 0, 0)
+			ch.sleeps++
+			ch.sleeper.Store(uint64(ch.sleeps)<<32 | uint64(uint32(tid)))
+			if ch.closed.Load() || ch.dlGen.Load() != ch.directGen {
+				ch.sleeper.Store(0)
+				return // as a quiet slice: the caller looks again
+			}
+			if ch.directFor < 0 {
+				r, _, e = unix.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&pfd)), 1, 0, 0, 0, 0)
+			} else {
+				ts := unix.NsecToTimespec(int64(ch.directFor))
+				r, _, e = unix.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&pfd)), 1, uintptr(unsafe.Pointer(&ts)), 0, 0, 0)
+			}
+			ch.sleeper.Store(0)
+		}
 		switch {
 		case e != 0:
 			ch.directErr = e
@@ -67,3 +96,27 @@ func (ch *CompChannel) directRead(fd uintptr) {
 // directProbeEvery is how often a channel that sleeps before it reads
 // reads first once, to see whether events are queued by then again.
 const directProbeEvery = 8
+
+// kick ends GetEventDirect's sleep under way that may outlast a slice, if
+// any, after the caller changed what the sleeper looks at (closed, the
+// deadline): a signal to the sleeping thread ends poll(2) with EINTR.
+// SIGURG is the runtime's preemption signal, which every Go thread takes
+// already and which a goroutine not asked to yield ignores. A signal that
+// lands just before the sleep begins is lost, so kick sends it again
+// until that sleep (its number, not just its thread) has ended.
+func (ch *CompChannel) kick() {
+	s := ch.sleeper.Load()
+	if s == 0 {
+		return
+	}
+	pid := unix.Getpid()
+	for d := 20 * time.Microsecond; ch.sleeper.Load() == s; d = min(2*d, time.Millisecond) {
+		unix.Tgkill(pid, int(uint32(s)), unix.SIGURG)
+		time.Sleep(d)
+	}
+}
+
+// directUnbounded says that GetEventDirect may sleep with no bound: not
+// with GODEBUG=asyncpreemptoff=1, where the runtime sends no signal when
+// it needs the thread back (GC's stop-the-world).
+var directUnbounded = !asyncPreemptOff(os.Getenv("GODEBUG"))

@@ -201,8 +201,8 @@ func threads(t *testing.T) int {
 // TestDeviceGetEventDirect waits for completion events in the kernel on
 // the calling thread: events arrive as with GetEvent, without allocating;
 // a context ends the wait; closing the channel ends a wait in progress; a
-// GC meanwhile is not held up (the wait gives the thread back each
-// millisecond even without preemption signals).
+// GC meanwhile is not held up (a context's wait gives the thread back each
+// millisecond, a sleep with no bound when the runtime's signal asks).
 func TestDeviceGetEventDirect(t *testing.T) {
 	r := rdmatest.NewPair(t, qp.RC, qp.Caps{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1})
 	ch, cq, rq, sq := newEventPair(t, r)
@@ -294,15 +294,54 @@ func TestDeviceGetEventDirect(t *testing.T) {
 		_, err := ch.GetEventDirect(context.Background())
 		derr <- err
 	}()
-	time.Sleep(50 * time.Millisecond)
+	// With neither a deadline nor a context that can be done, the sleep
+	// has no bound (no kernel timer); a GC meanwhile completes (the
+	// runtime's preemption signal ends the sleep), and the sleep goes on.
+	waitSleeping(t, ch)
+	start = time.Now()
+	runtime.GC()
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("a GC during a sleep with no bound took %v", d)
+	}
+	waitSleeping(t, ch)
+	select {
+	case err := <-derr:
+		t.Fatalf("the wait ended without an event, a deadline or Close: %v", err)
+	default:
+	}
+	start = time.Now()
 	ch.SetReadDeadline(time.Unix(1, 0))
 	select {
 	case err := <-derr:
 		if !errors.Is(err, os.ErrDeadlineExceeded) {
 			t.Errorf("wait whose deadline moved into the past: %v", err)
 		}
+		if d := time.Since(start); d > time.Second {
+			t.Errorf("the wait ended %v after its deadline moved into the past", d)
+		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("a deadline moved into the past did not end the wait")
+	}
+	// A deadline set in the future while a wait sleeps with no bound ends
+	// it then.
+	ch.SetReadDeadline(time.Time{})
+	go func() {
+		_, err := ch.GetEventDirect(context.Background())
+		derr <- err
+	}()
+	waitSleeping(t, ch)
+	start = time.Now()
+	ch.SetReadDeadline(start.Add(100 * time.Millisecond))
+	select {
+	case err := <-derr:
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Errorf("wait given a deadline while it slept: %v", err)
+		}
+		if d := time.Since(start); d < 100*time.Millisecond || d > 2*time.Second {
+			t.Errorf("the wait ended %v after it was given a deadline 100ms away", d)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a deadline given while the wait slept with no bound did not end it")
 	}
 	ch.SetReadDeadline(time.Time{})
 
@@ -332,9 +371,13 @@ func TestDeviceGetEventDirect(t *testing.T) {
 		_, err := c2.GetEventDirect(context.Background())
 		errc <- err
 	}()
-	time.Sleep(50 * time.Millisecond)
+	waitSleeping(t, c2)
+	start = time.Now()
 	if err := c2.Close(); err != nil {
 		t.Fatal(err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("Close took %v with a wait sleeping", d)
 	}
 	select {
 	case err := <-errc:
@@ -344,8 +387,58 @@ func TestDeviceGetEventDirect(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("closing the channel did not end the wait")
 	}
+	if err := c2.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+
+	// So does closing a channel whose wait sleeps until a deadline an
+	// hour away.
+	c3, err := r.Ctx.NewCompChannel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c3.SetReadDeadline(time.Now().Add(time.Hour))
+	go func() {
+		_, err := c3.GetEventDirect(context.Background())
+		errc <- err
+	}()
+	waitSleeping(t, c3)
+	start = time.Now()
+	if err := c3.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("Close took %v with a wait sleeping until its deadline", d)
+	}
+	select {
+	case err := <-errc:
+		if !errors.Is(err, uverbs.ErrClosed) {
+			t.Errorf("wait with a deadline on a closed channel: %v, want ErrClosed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("closing the channel did not end a wait with a distant deadline")
+	}
 	if _, err := c2.SyscallConn(); !errors.Is(err, uverbs.ErrClosed) {
 		t.Errorf("closed channel's SyscallConn: %v, want ErrClosed", err)
+	}
+}
+
+// waitSleeping waits until a GetEventDirect on ch sleeps longer than a
+// slice (with no bound, or until a deadline); with
+// GODEBUG=asyncpreemptoff=1, where it sleeps in slices, a while.
+func waitSleeping(t *testing.T, ch *uverbs.CompChannel) {
+	t.Helper()
+	if !uverbs.DirectUnbounded {
+		time.Sleep(50 * time.Millisecond)
+		if uverbs.DirectSleeping(ch) {
+			t.Fatal("a direct sleep outlasts a slice with GODEBUG=asyncpreemptoff=1")
+		}
+		return
+	}
+	for start := time.Now(); !uverbs.DirectSleeping(ch); time.Sleep(time.Millisecond) {
+		if time.Since(start) > 5*time.Second {
+			t.Fatal("GetEventDirect with context.Background did not sleep longer than a slice")
+		}
 	}
 }
 

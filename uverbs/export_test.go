@@ -19,3 +19,12 @@ func DirectMiss(ch *CompChannel) uint8 {
 	defer ch.mu.Unlock()
 	return ch.directMiss
 }
+
+// DirectSleeping reports whether a GetEventDirect sleeps with no bound.
+func DirectSleeping(ch *CompChannel) bool { return ch.sleeper.Load() != 0 }
+
+// DirectUnbounded says whether direct sleeps may have no bound here.
+var DirectUnbounded = directUnbounded
+
+// AsyncPreemptOff is the GODEBUG reading that keeps direct sleeps bounded.
+var AsyncPreemptOff = asyncPreemptOff

@@ -22,3 +22,8 @@ func netlinkDevices() ([]Device, error) { return nil, supported("list devices") 
 
 // directRead is never reached: no channel opens here.
 func (ch *CompChannel) directRead(uintptr) { ch.directErr = unix.ENOSYS }
+
+// kick has no sleep to end here.
+func (ch *CompChannel) kick() {}
+
+const directUnbounded = false
