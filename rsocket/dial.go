@@ -47,10 +47,12 @@ type Dialer struct {
 	// runtime's poller: a wake-up is then one return from ppoll(2), with
 	// no other thread woken, which lowers latency and CPU per message.
 	// The price is that the goroutine keeps its thread and P while it
-	// waits; other goroutines get the P only between sleeps of at most a
-	// millisecond. Set it for a goroutine per connection with GOMAXPROCS
-	// above the number of connections waiting at once; leave it off for
-	// servers of many connections.
+	// waits: other goroutines get that P when the runtime preempts the
+	// sleep (after 10 ms, as it preempts any goroutine), or between
+	// sleeps of a millisecond while a deadline is pending. Deadlines and
+	// Close end a sleep at once. Set it for a goroutine per connection
+	// with GOMAXPROCS above the number of connections waiting at once;
+	// leave it off for servers of many connections.
 	WaitInKernel bool
 }
 

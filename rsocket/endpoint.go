@@ -537,7 +537,7 @@ func (e *endpoint) wait(dir, cond int) error {
 // since g: a deadline's timer raises the flag wait reads and then kicks
 // (g was read before the flag was).
 func (e *endpoint) waitEvent(g uint64) {
-	if !e.w.WaitEvent(g) {
+	if !e.w.WaitEvent(g, e.deadlines.Pending()) {
 		return // a kick or Close: the caller looks again
 	}
 	e.mu.Lock()

@@ -665,7 +665,7 @@ func (c *conn) waitEvent(g uint64) {
 		return
 	}
 	c.mu.Unlock()
-	if !c.w.WaitEvent(g) {
+	if !c.w.WaitEvent(g, c.deadlines.Pending()) {
 		return // a kick or Close: the caller looks again
 	}
 	c.mu.Lock()

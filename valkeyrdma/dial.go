@@ -39,12 +39,15 @@ type Dialer struct {
 	// (uverbs.CompChannel.GetEventDirect), instead of parking while a
 	// goroutine of the connection waits in the runtime's poller: a reply
 	// then wakes one thread, not two and the runtime's monitor. One
-	// client's 1 KiB GETs ran 19% faster so (docs/valkey.md). The price is that the waiting goroutine keeps its
-	// thread and P; other goroutines get the P only between sleeps of at
-	// most a millisecond, and deadlines, Close and the peer's disconnect
-	// are seen within one. Set it for a client with a goroutine per
-	// connection and GOMAXPROCS above the number of connections waiting
-	// at once; leave it off for servers of many connections.
+	// client's 1 KiB GETs ran 19% faster so (docs/valkey.md). The price
+	// is that the waiting goroutine keeps its thread and P: other
+	// goroutines get that P when the runtime preempts the sleep (after
+	// 10 ms, as it preempts any goroutine), or between sleeps of a
+	// millisecond while a deadline is pending. Deadlines, Close and the
+	// peer's disconnect end a sleep at once. Set it for a client with a
+	// goroutine per connection and GOMAXPROCS above the number of
+	// connections waiting at once; leave it off for servers of many
+	// connections.
 	WaitInKernel bool
 }
 

@@ -214,8 +214,11 @@ func (l *Listener) Close() error {
 // look.
 type Deadlines struct {
 	passed [3]atomic.Bool
-	mu     sync.Mutex // guards what follows
-	timer  [3]*time.Timer
+	// pending has bit dir set while direction dir has a deadline that
+	// has not passed (set under mu).
+	pending atomic.Uint32
+	mu      sync.Mutex // guards what follows
+	timer   [3]*time.Timer
 	// due is when the deadline passes, on the monotonic clock; the zero
 	// time for none.
 	due  [3]time.Time
@@ -235,6 +238,11 @@ func (d *Deadlines) Set(dir int, t time.Time, wake func()) {
 		d.due[dir] = now.Add(left)
 	}
 	d.passed[dir].Store(!t.IsZero() && left <= 0)
+	if !t.IsZero() && left > 0 {
+		d.pending.Or(1 << dir)
+	} else {
+		d.pending.And(^uint32(1 << dir))
+	}
 	switch {
 	case t.IsZero() || left <= 0:
 		if d.timer[dir] != nil {
@@ -260,6 +268,7 @@ func (d *Deadlines) fire(dir int) func() {
 		passed := !due.IsZero() && !time.Now().Before(due)
 		if passed {
 			d.passed[dir].Store(true)
+			d.pending.And(^uint32(1 << dir))
 		}
 		wake := d.wake[dir]
 		d.mu.Unlock()
@@ -271,6 +280,12 @@ func (d *Deadlines) fire(dir int) func() {
 
 // Passed reports whether direction dir has a deadline and it has passed.
 func (d *Deadlines) Passed(dir int) bool { return d.passed[dir].Load() }
+
+// Pending reports whether a direction has a deadline yet to pass, whose
+// timer must be able to run: a wait on the thread (Waiter.WaitEvent)
+// then sleeps in bounded slices, since with GOMAXPROCS 1 the timer runs
+// only once the sleep gives the P back.
+func (d *Deadlines) Pending() bool { return d.pending.Load() != 0 }
 
 // Stop stops the timers, for a connection that closes.
 func (d *Deadlines) Stop() {

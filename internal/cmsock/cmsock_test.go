@@ -82,10 +82,16 @@ func TestDeadlines(t *testing.T) {
 	var d Deadlines
 	woken := make(chan struct{}, 10)
 	wake := func() { woken <- struct{}{} }
+	if d.Pending() {
+		t.Fatal("Pending with no deadline set")
+	}
 	d.Set(0, time.Now().Add(20*time.Millisecond), wake)
 	<-woken // Set wakes at once
 	if d.Passed(0) || d.Passed(1) {
 		t.Fatal("a deadline passed too soon")
+	}
+	if !d.Pending() {
+		t.Error("a deadline yet to pass is not pending")
 	}
 	select {
 	case <-woken:
@@ -94,6 +100,9 @@ func TestDeadlines(t *testing.T) {
 	}
 	if !d.Passed(0) {
 		t.Error("the deadline has not passed after its timer fired")
+	}
+	if d.Pending() {
+		t.Error("a deadline that passed is still pending")
 	}
 	d.Set(0, time.Time{}, wake)
 	<-woken
@@ -104,6 +113,23 @@ func TestDeadlines(t *testing.T) {
 	<-woken
 	if !d.Passed(1) {
 		t.Error("a deadline in the past has not passed")
+	}
+	if d.Pending() {
+		t.Error("a deadline in the past is pending")
+	}
+	d.Set(2, time.Now().Add(time.Hour), wake)
+	<-woken
+	d.Set(0, time.Now().Add(time.Hour), wake)
+	<-woken
+	d.Set(2, time.Time{}, wake)
+	<-woken
+	if !d.Pending() {
+		t.Error("direction 0's deadline is not pending after direction 2's was cleared")
+	}
+	d.Set(0, time.Time{}, wake)
+	<-woken
+	if d.Pending() {
+		t.Error("Pending after every deadline was cleared")
 	}
 	// Moved later while its timer is due: the old time must not count.
 	d.Set(1, time.Now().Add(5*time.Millisecond), wake)

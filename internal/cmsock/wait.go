@@ -2,6 +2,7 @@ package cmsock
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"time"
 
@@ -29,7 +30,9 @@ import (
 // WaitEvent, which does not wait if a kick came since: a change the look
 // missed is never slept through. The channel gets no deadline of its
 // own: a kick ends a channel wait under way with a read deadline in the
-// past, and a wait with no deadline reads no clock.
+// past (which ends a direct sleep with no bound at once), or, for a
+// direct wait in slices, through the wait's context; a wait with no
+// deadline reads no clock.
 type Waiter struct {
 	ch     *uverbs.CompChannel // nil where another goroutine reads the channel
 	direct bool                // wait on the thread (GetEventDirect)
@@ -43,6 +46,7 @@ type Waiter struct {
 	holding  atomic.Bool
 	sleepers atomic.Int32 // callers in Hold that found the channel held
 	wake     []chan struct{}
+	sliced   sliced // the holder's context for a wait in slices
 }
 
 // Init readies w for dirs directions, whose callers wait on ch: on the
@@ -135,8 +139,10 @@ func (w *Waiter) Release() {
 // WaitEvent waits, holding the channel, for one event, unless kicked
 // since Kicks was g, and acknowledges it; it reports whether one came.
 // Without one, the wait was cut short (a kick, Close) and the caller
-// looks again.
-func (w *Waiter) WaitEvent(g uint64) bool {
+// looks again. A wait on the thread sleeps in slices if inSlices (a
+// deadline's timer must run: Deadlines.Pending), else with no bound
+// until an event or a kick.
+func (w *Waiter) WaitEvent(g uint64, inSlices bool) bool {
 	if w.kicked.Swap(false) {
 		w.ch.SetReadDeadline(time.Time{})
 	}
@@ -149,7 +155,12 @@ func (w *Waiter) WaitEvent(g uint64) bool {
 	var cq *uverbs.CQ
 	var err error
 	if w.direct {
-		cq, err = w.ch.GetEventDirect(context.Background())
+		var ctx context.Context = context.Background()
+		if inSlices {
+			w.sliced.w, w.sliced.g = w, g
+			ctx = &w.sliced
+		}
+		cq, err = w.ch.GetEventDirect(ctx)
 	} else {
 		cq, err = w.ch.GetEvent(context.Background())
 	}
@@ -158,4 +169,29 @@ func (w *Waiter) WaitEvent(g uint64) bool {
 	}
 	cq.AckEvents(1)
 	return true
+}
+
+// sliced is the context of a direct wait in slices (WaitEvent's sliced):
+// never done, but with a Done channel, so that GetEventDirect sleeps a
+// millisecond at a time and asks Err between sleeps, and Err reports a
+// kick since g. Kept in the Waiter, it allocates nothing. A sleep with
+// no bound is ended by the channel's read deadline, which a kick moves
+// into the past; a sliced one takes its bound from the context only.
+type sliced struct {
+	w *Waiter
+	g uint64
+}
+
+var errKicked = errors.New("cmsock: kicked")
+
+var neverClosed = make(chan struct{})
+
+func (c *sliced) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (c *sliced) Done() <-chan struct{}       { return neverClosed }
+func (c *sliced) Value(any) any               { return nil }
+func (c *sliced) Err() error {
+	if c.w.kicks.Load() != c.g {
+		return errKicked
+	}
+	return nil
 }

@@ -86,7 +86,7 @@ func TestWaiterKick(t *testing.T) {
 		}
 	}
 	// WaitEvent after a kick since g returns at once, without an event.
-	if w.WaitEvent(g) {
+	if w.WaitEvent(g, false) {
 		t.Error("WaitEvent reported an event after a kick")
 	}
 	// A sleeper wakes on a kick that comes while it sleeps.
