@@ -361,66 +361,50 @@ func TestDeviceGetEventDirect(t *testing.T) {
 		t.Errorf("after round trips whose events were queued the miss count is %d, want 0 (read first)", m)
 	}
 
-	// Closing the channel ends a wait in progress.
-	c2, err := r.Ctx.NewCompChannel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	errc := make(chan error, 1)
-	go func() {
-		_, err := c2.GetEventDirect(context.Background())
-		errc <- err
-	}()
-	waitSleeping(t, c2)
-	start = time.Now()
-	if err := c2.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if d := time.Since(start); d > time.Second {
-		t.Errorf("Close took %v with a wait sleeping", d)
-	}
-	select {
-	case err := <-errc:
-		if !errors.Is(err, uverbs.ErrClosed) {
-			t.Errorf("wait on a closed channel: %v, want ErrClosed", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("closing the channel did not end the wait")
-	}
+	// Closing the channel ends a wait in progress, one with no bound and
+	// one that sleeps until a deadline an hour away.
+	c2 := closeEndsWait(t, r.Ctx, time.Time{})
+	closeEndsWait(t, r.Ctx, time.Now().Add(time.Hour))
 	if err := c2.Close(); err != nil {
 		t.Errorf("second Close: %v", err)
-	}
-
-	// So does closing a channel whose wait sleeps until a deadline an
-	// hour away.
-	c3, err := r.Ctx.NewCompChannel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c3.SetReadDeadline(time.Now().Add(time.Hour))
-	go func() {
-		_, err := c3.GetEventDirect(context.Background())
-		errc <- err
-	}()
-	waitSleeping(t, c3)
-	start = time.Now()
-	if err := c3.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if d := time.Since(start); d > time.Second {
-		t.Errorf("Close took %v with a wait sleeping until its deadline", d)
-	}
-	select {
-	case err := <-errc:
-		if !errors.Is(err, uverbs.ErrClosed) {
-			t.Errorf("wait with a deadline on a closed channel: %v, want ErrClosed", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("closing the channel did not end a wait with a distant deadline")
 	}
 	if _, err := c2.SyscallConn(); !errors.Is(err, uverbs.ErrClosed) {
 		t.Errorf("closed channel's SyscallConn: %v, want ErrClosed", err)
 	}
+}
+
+// closeEndsWait opens a channel with read deadline dl, closes it while a
+// GetEventDirect sleeps on it, and checks that the wait ends at once with
+// ErrClosed. It returns the closed channel.
+func closeEndsWait(t *testing.T, ctx *uverbs.Context, dl time.Time) *uverbs.CompChannel {
+	t.Helper()
+	ch, err := ctx.NewCompChannel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch.SetReadDeadline(dl)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := ch.GetEventDirect(context.Background())
+		errc <- err
+	}()
+	waitSleeping(t, ch)
+	start := time.Now()
+	if err := ch.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("Close took %v with a wait sleeping (deadline %v)", d, dl)
+	}
+	select {
+	case err := <-errc:
+		if !errors.Is(err, uverbs.ErrClosed) {
+			t.Errorf("wait on a closed channel (deadline %v): %v, want ErrClosed", dl, err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("closing the channel did not end the wait (deadline %v)", dl)
+	}
+	return ch
 }
 
 // waitSleeping waits until a GetEventDirect on ch sleeps longer than a
