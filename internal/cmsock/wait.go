@@ -171,7 +171,7 @@ func (w *Waiter) WaitEvent(g uint64, inSlices bool) bool {
 	return true
 }
 
-// sliced is the context of a direct wait in slices (WaitEvent's sliced):
+// sliced is the context of a direct wait in slices (WaitEvent's inSlices):
 // never done, but with a Done channel, so that GetEventDirect sleeps a
 // millisecond at a time and asks Err between sleeps, and Err reports a
 // kick since g. Kept in the Waiter, it allocates nothing. A sleep with
