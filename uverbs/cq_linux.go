@@ -55,19 +55,14 @@ func (ch *CompChannel) directRead(fd uintptr) {
 			}
 		}
 		pfd := unix.PollFd{Fd: int32(fd), Events: unix.POLLIN}
-		var r uintptr
-		var e unix.Errno
-		if ch.directFor >= 0 && ch.directFor <= directSlice {
-			// A slice: Close waits for it, a context is looked at after.
-			ts := unix.NsecToTimespec(int64(ch.directFor))
-			r, _, e = unix.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&pfd)), 1, uintptr(unsafe.Pointer(&ts)), 0, 0, 0)
-		} else {
-			// Until a deadline, or with no timeout at all: no kernel
-			// timer to start and cancel, about 550 instructions a sleep
-			// (docs/performance.md). The sleep is named first, then
-			// closed and the deadline's count are looked at again: kick
-			// stores them before it looks at sleeper, so either it sees
-			// this sleep or this look sees them.
+		// A sleep that may outlast a slice (until a deadline, or with no
+		// timeout at all: no kernel timer to start and cancel, about 550
+		// instructions a sleep, docs/performance.md) is named first, then
+		// closed and the deadline's count are looked at again: kick
+		// stores them before it looks at sleeper, so either it sees this
+		// sleep or this look sees them. Close waits for a slice.
+		named := ch.directFor < 0 || ch.directFor > directSlice
+		if named {
 			tid, _ := unix.RawSyscallNoError(unix.SYS_GETTID, 0, 0, 0)
 			ch.sleeps++
 			ch.sleeper.Store(uint64(ch.sleeps)<<32 | uint64(uint32(tid)))
@@ -75,12 +70,9 @@ func (ch *CompChannel) directRead(fd uintptr) {
 				ch.sleeper.Store(0)
 				return // as a quiet slice: the caller looks again
 			}
-			if ch.directFor < 0 {
-				r, _, e = unix.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&pfd)), 1, 0, 0, 0, 0)
-			} else {
-				ts := unix.NsecToTimespec(int64(ch.directFor))
-				r, _, e = unix.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&pfd)), 1, uintptr(unsafe.Pointer(&ts)), 0, 0, 0)
-			}
+		}
+		r, e := ppoll(&pfd, ch.directFor)
+		if named {
 			ch.sleeper.Store(0)
 		}
 		switch {
@@ -91,6 +83,17 @@ func (ch *CompChannel) directRead(fd uintptr) {
 			return // a quiet slice: directN stays 0
 		}
 	}
+}
+
+// ppoll waits for pfd for at most d, with no bound when d is negative.
+func ppoll(pfd *unix.PollFd, d time.Duration) (uintptr, unix.Errno) {
+	if d < 0 {
+		r, _, e := unix.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(pfd)), 1, 0, 0, 0, 0)
+		return r, e
+	}
+	ts := unix.NsecToTimespec(int64(d))
+	r, _, e := unix.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(pfd)), 1, uintptr(unsafe.Pointer(&ts)), 0, 0, 0)
+	return r, e
 }
 
 // directProbeEvery is how often a channel that sleeps before it reads
