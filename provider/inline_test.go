@@ -27,27 +27,45 @@ func TestProbeInline(t *testing.T) {
 	if err := ProbeInline([]wr.SGE{{Addr: addr, Length: uint32(len(buf))}, {Addr: addr + 5, Length: 0}}); err != nil {
 		t.Fatalf("readable memory: %v", err)
 	}
+	for name, sges := range unreadable(t, addr) {
+		if err := ProbeInline(sges); !errors.Is(err, unix.EFAULT) {
+			t.Errorf("%s: %v, want EFAULT", name, err)
+		}
+	}
+}
+
+func TestCopyInline(t *testing.T) {
+	src := []byte("0123456789abcdefghij")
+	addr := uint64(uintptr(unsafe.Pointer(&src[0])))
+	dst := make([]byte, 32)
+	n, err := CopyInline(unsafe.Pointer(&dst[0]), []wr.SGE{{Addr: addr + 10, Length: 6}, {Addr: addr, Length: 0}, {Addr: addr + 2, Length: 3}})
+	if n != 9 || err != nil || string(dst[:n]) != "abcdef234" || dst[n] != 0 {
+		t.Fatalf("CopyInline = %d, %v; dst %q", n, err, dst)
+	}
+	for name, sges := range unreadable(t, addr) {
+		if n, err := CopyInline(unsafe.Pointer(&dst[0]), sges); n != 0 || !errors.Is(err, unix.EFAULT) {
+			t.Errorf("%s: %d, %v; want 0, EFAULT", name, n, err)
+		}
+	}
+}
+
+// unreadable returns inline SGE lists that name memory a read faults on (or
+// that wraps), each after a readable SGE at addr where it has two.
+func unreadable(t *testing.T, addr uint64) map[string][]wr.SGE {
 	gone := testenv.UnmappedAddr(t)
 	// A page mapped without read access.
 	none, err := unix.Mmap(-1, 0, 4096, unix.PROT_NONE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer unix.Munmap(none)
+	t.Cleanup(func() { unix.Munmap(none) })
 	noRead := uint64(uintptr(unsafe.Pointer(&none[0])))
-	for _, tc := range []struct {
-		name string
-		sges []wr.SGE
-	}{
-		{"nil address", []wr.SGE{{Addr: 0, Length: 8}}},
-		{"low address", []wr.SGE{{Addr: 0x10, Length: 8}}},
-		{"unmapped", []wr.SGE{{Addr: addr, Length: 8}, {Addr: gone, Length: 8}}},
-		{"tail unmapped", []wr.SGE{{Addr: gone - 4, Length: 8}}},
-		{"no read access", []wr.SGE{{Addr: noRead, Length: 1}}},
-		{"wraps", []wr.SGE{{Addr: ^uint64(0) - 2, Length: 8}}},
-	} {
-		if err := ProbeInline(tc.sges); !errors.Is(err, unix.EFAULT) {
-			t.Errorf("%s: %v, want EFAULT", tc.name, err)
-		}
+	return map[string][]wr.SGE{
+		"nil address":    {{Addr: 0, Length: 8}},
+		"low address":    {{Addr: 0x10, Length: 8}},
+		"unmapped":       {{Addr: addr, Length: 8}, {Addr: gone, Length: 8}},
+		"tail unmapped":  {{Addr: gone - 4, Length: 8}},
+		"no read access": {{Addr: noRead, Length: 1}},
+		"wraps":          {{Addr: ^uint64(0) - 2, Length: 8}},
 	}
 }

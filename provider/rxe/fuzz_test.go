@@ -4,15 +4,20 @@ package rxe
 // library reads: completions (struct ib_uverbs_wc) and the header of a
 // mapped ring. The kernel is trusted, but a corrupt ring or a kernel
 // that lays it out differently must not make Poll read or write outside
-// the mapping.
+// the mapping. And for what a caller posts: a lone request's own paths
+// must do what the general path does.
 
 import (
+	"bytes"
 	"encoding/binary"
 	"testing"
 	"unsafe"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/rdmago/rdma/internal/abi"
 	"github.com/rdmago/rdma/provider"
+	"github.com/rdmago/rdma/qp"
 	"github.com/rdmago/rdma/wr"
 )
 
@@ -119,6 +124,79 @@ func FuzzCQRing(f *testing.F) {
 		}
 		if err := cq.Close(); err != nil {
 			t.Fatal(err)
+		}
+	})
+}
+
+// FuzzPostSendOne draws one send request, well formed or not, and posts it
+// alone (the plain and inline paths) and through the general path
+// (validateSend and writeSendWQE): the count, the errno, the producer
+// index, the sequence number and a published WQE must agree. Inline SGEs
+// point into readable memory, across its end into a page nothing may
+// read, or at a low address.
+func FuzzPostSendOne(f *testing.F) {
+	f.Add(uint8(wr.OpRDMAWriteWithImm), uint8(wr.Inline|wr.Signaled), uint8(1), uint64(0x1a2b), []byte{16, 0})
+	f.Add(uint8(wr.OpSend), uint8(wr.Inline), uint8(2), uint64(7), []byte{5, 3, 60, 0})
+	f.Add(uint8(wr.OpAtomicFetchAdd), uint8(wr.Inline), uint8(1), uint64(8), []byte{8, 0})
+	f.Add(uint8(wr.OpRDMAWrite), uint8(0), uint8(1), uint64(0x1000), []byte{64, 1})
+	// Mapped memory, outside the Go heap: a page of data and, after it,
+	// a page nothing may read that stays reserved, so that no later
+	// mapping (a ring, the heap) lands where a request says there is
+	// none.
+	m, err := unix.Mmap(-1, 0, 2*4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { unix.Munmap(m) })
+	if err := unix.Mprotect(m[4096:], unix.PROT_NONE); err != nil {
+		f.Fatal(err)
+	}
+	for i := range 4096 {
+		m[i] = byte(i * 7)
+	}
+	base := uint64(uintptr(unsafe.Pointer(&m[0])))
+	gone := base + 4096
+	f.Fuzz(func(t *testing.T, op, flags, typ uint8, remote uint64, sgs []byte) {
+		if len(sgs) > 2*8 {
+			sgs = sgs[:2*8]
+		}
+		var sg []wr.SGE
+		for i := 0; i+1 < len(sgs); i += 2 {
+			n, where := uint32(sgs[i]), sgs[i+1]
+			var a uint64
+			switch where % 4 {
+			case 0, 1: // in the data page
+				a = base + uint64(where)%128
+			case 2: // across the end of the data page, or past it
+				a = gone - uint64(where)%8
+			default:
+				a = uint64(where) // a low address
+			}
+			sg = append(sg, wr.SGE{Addr: a, Length: n, LKey: uint32(where)})
+		}
+		w := wr.SendWR{ID: remote ^ 0x55, Opcode: wr.Opcode(op % 16), Flags: wr.SendFlags(flags & 0x1f),
+			Imm: uint32(remote), Remote: wr.Remote{Addr: remote, RKey: uint32(remote >> 32)},
+			CompareAdd: remote + 1, Swap: remote + 2, SGList: sg}
+		qt := []qp.Type{qp.RC, qp.UC}[typ%2]
+		one, k1 := newTestQP(t, qt)
+		list, k2 := newTestQP(t, qt)
+		list.plainOps = [len(fastOps)]uint8{}
+		n1, err1 := one.PostSend([]wr.SendWR{w})
+		n2, err2 := list.PostSend([]wr.SendWR{w})
+		if n1 != n2 || !sameErr(err1, err2) || k1.doorbells != k2.doorbells {
+			t.Fatalf("%+v: lone path %d, %v; general %d, %v", w, n1, err1, n2, err2)
+		}
+		if one.sq.producer() != list.sq.producer() || one.ssn != list.ssn {
+			t.Fatalf("%+v: producer %d/%d, ssn %d/%d", w, one.sq.producer(), list.sq.producer(), one.ssn, list.ssn)
+		}
+		size := abi.SizeofRxeSendWqe
+		if n1 == 1 {
+			size = one.sq.elemSize()
+		}
+		a := unsafe.Slice((*byte)(one.sq.elem(0)), size)
+		b := unsafe.Slice((*byte)(list.sq.elem(0)), size)
+		if !bytes.Equal(a, b) {
+			t.Fatalf("%+v: WQE differs:\nlone    %x\ngeneral %x", w, a, b)
 		}
 	})
 }

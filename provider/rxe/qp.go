@@ -137,6 +137,9 @@ func (p *QP) PostSend(wrs []wr.SendWR) (int, error) {
 	}
 	w := &wrs[0]
 	if !p.plain(w) {
+		if p.plainInline(w) {
+			return p.postInline(w)
+		}
 		return p.postList(wrs)
 	}
 	p.sqMu.Lock()
@@ -150,7 +153,7 @@ func (p *QP) PostSend(wrs []wr.SendWR) (int, error) {
 		p.sqMu.Unlock()
 		return 0, unix.ENOMEM
 	}
-	p.writePlain((*abi.RxeSendWqe)(q.elem(prod)), w)
+	p.writePlain((*abi.RxeSendWqe)(q.elem(prod)), w, w.SGList)
 	q.publish(prod + 1)
 	err := p.k.Doorbell(bytesOf(&p.db))
 	p.sqMu.Unlock()
@@ -172,9 +175,70 @@ func (p *QP) plain(w *wr.SendWR) bool {
 	return k != 0 && (k&fastAtomic == 0 || len(sg) == 1 && sg[0].Length >= 8 && w.Remote.Addr&7 == 0)
 }
 
-// writePlain is writeSendWQE for a request plain accepted.
-func (p *QP) writePlain(wqe *abi.RxeSendWqe, w *wr.SendWR) {
-	op, sg := w.Opcode, w.SGList
+// plainInline reports whether w is an inline request of the common kinds:
+// an opcode plain accepts on this QP, not an atomic (which cannot be
+// inline), with no more SGEs than the QP allows. postInline checks the
+// length, with the same errors as validateSend.
+func (p *QP) plainInline(w *wr.SendWR) bool {
+	op := w.Opcode
+	if w.Flags&wr.Inline == 0 || uint(op) >= uint(len(p.plainOps)) {
+		return false
+	}
+	k := p.plainOps[op]
+	return k != 0 && k&fastAtomic == 0 && uint(len(w.SGList)) <= uint(p.caps.MaxSendSGE)
+}
+
+// postInline is PostSend of one request plainInline accepted (rsocket's
+// small messages): no loop over a list, and the data copied into the WQE
+// in the same pass that makes sure it can be read (provider.CopyInline).
+// A request whose data is too long or cannot be read is refused with
+// nothing published, as postList refuses it.
+func (p *QP) postInline(w *wr.SendWR) (int, error) {
+	p.sqMu.Lock()
+	if p.stopped {
+		p.sqMu.Unlock()
+		return 0, provider.ErrStopped
+	}
+	length, err := provider.SGLength(w.SGList)
+	if err == nil && length > p.caps.MaxInlineData {
+		err = unix.EINVAL
+	}
+	if err != nil {
+		p.sqMu.Unlock()
+		return 0, err
+	}
+	q := p.sq
+	prod := q.producer()
+	if q.full(prod, p.caps.MaxSendWR) {
+		p.sqMu.Unlock()
+		return 0, unix.ENOMEM
+	}
+	wqe := (*abi.RxeSendWqe)(q.elem(prod))
+	// The data first, then the header: a fault leaves the header as it
+	// was and nothing published.
+	if _, err := provider.CopyInline(unsafe.Add(unsafe.Pointer(wqe), sendSGEOffset), w.SGList); err != nil {
+		p.sqMu.Unlock()
+		return 0, err
+	}
+	p.writePlain(wqe, w, nil) // no SGE over the data
+	wqe.Dma.Length, wqe.Dma.Resid, wqe.Dma.Num_sge = length, length, uint32(len(w.SGList))
+	q.publish(prod + 1)
+	err = p.k.Doorbell(bytesOf(&p.db))
+	p.sqMu.Unlock()
+	if err != nil {
+		return 1, err
+	}
+	return 1, nil
+}
+
+// writePlain is writeSendWQE for a request plain accepted, whose SGEs are
+// sg (w.SGList).
+//
+// postInline calls it for an inline request too, with no SGEs, and then
+// sets the data's length: one writer of the header for both, and the plain
+// path keeps its one call.
+func (p *QP) writePlain(wqe *abi.RxeSendWqe, w *wr.SendWR, sg []wr.SGE) {
+	op := w.Opcode
 	var length uint32
 	*wqe = abi.RxeSendWqe{}
 	wqe.Wr.Wr_id, wqe.Wr.Opcode, wqe.Wr.Send_flags = w.ID, uint32(op), uint32(w.Flags)
@@ -247,7 +311,7 @@ func (p *QP) postList(wrs []wr.SendWR) (int, error) {
 			break
 		}
 		if plain {
-			p.writePlain((*abi.RxeSendWqe)(q.elem(prod)), w)
+			p.writePlain((*abi.RxeSendWqe)(q.elem(prod)), w, w.SGList)
 		} else {
 			p.writeSendWQE((*abi.RxeSendWqe)(q.elem(prod)), w, length)
 		}
