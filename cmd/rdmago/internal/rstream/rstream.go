@@ -442,8 +442,18 @@ func (o *options) xfer(c net.Conn, buf []byte, size int, send bool) error {
 		}
 		return nil
 	}
-	if _, err := io.ReadFull(c, b); err != nil {
-		return fmt.Errorf("rrecv: %w", err)
+	// recv_xfer's loop of rrecv calls, on c itself: io.ReadFull would
+	// convert c to an io.Reader on every message, an itab lookup the C
+	// tool does not pay.
+	for off := 0; off < len(b); {
+		n, err := c.Read(b[off:])
+		off += n
+		if err != nil && off < len(b) {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return fmt.Errorf("rrecv: %w", err)
+		}
 	}
 	if o.verify {
 		for i := range b {
