@@ -361,8 +361,9 @@ func (e *endpoint) updateCredits() {
 	}
 }
 
-// poll reaps completions and reposts receives (rs_poll_cq). Under mu.
-func (e *endpoint) poll() {
+// poll reaps completions and reposts receives (rs_poll_cq), and reports
+// whether it reaped any. Under mu.
+func (e *endpoint) poll() bool {
 	s := &e.s
 	reaped := false
 	for {
@@ -407,13 +408,21 @@ func (e *endpoint) poll() {
 		// What it reaped may be what another direction waits for.
 		e.w.Reaped()
 	}
+	return reaped
 }
 
 // progress is one round of rs_process_cq: credits, completions, credits.
+//
+// The poll is skipped while the CQ has nothing (uverbs.CQ.Pending), and
+// the second look at the credits when the poll reaped nothing: neither
+// could change what the first look found. Of the rounds a wait makes
+// after its spin (the last look before it arms the CQ, the one after, the
+// one after it wakes), mostly only the last finds anything.
 func (e *endpoint) progress() {
 	e.updateCredits()
-	e.poll()
-	e.updateCredits()
+	if e.cq.Pending() && e.poll() {
+		e.updateCredits()
+	}
 }
 
 // Conditions a wait waits for.

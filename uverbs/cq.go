@@ -672,6 +672,26 @@ func (cq *CQ) Poll(wc []wr.Completion) (int, error) {
 	return n, nil
 }
 
+// Pending reports whether Poll may find something now: a completion, or
+// an error to report (the CQ closed or overrun). It takes nothing and never
+// blocks. On rxe it reads the ring's two indices, a fraction of the cost of
+// a Poll that finds the ring empty, so that a loop that polls until a
+// condition holds (rsocket's wait) can skip the Poll while it says false;
+// with other providers it is always true.
+func (cq *CQ) Pending() bool {
+	if cq == nil || cq.rxe == nil || cq.softN.Load() > 0 || cq.aheadN.Load() > 0 || cq.overrun.Load() {
+		return true
+	}
+	if cq.single {
+		return cq.dead.Load() || cq.rxe.Pending()
+	}
+	// As Poll: Close waits for the look before the ring is unmapped.
+	cq.rw.RLock()
+	p := cq.dead.Load() || cq.rxe.Pending()
+	cq.rw.RUnlock()
+	return p
+}
+
 // pollDevice moves the provider's completions into wc, noting failed QPs
 // and taking the keepalive's probes out. Room a probe leaves is filled from
 // the device again, so that fewer than len(wc) still means the CQ is

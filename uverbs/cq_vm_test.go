@@ -569,3 +569,61 @@ func waitReadable(t *testing.T, ch *uverbs.CompChannel) {
 		t.Fatalf("waiting for the channel to be readable: %v, %v, %d ready", cerr, err, n)
 	}
 }
+
+// Pending says whether Poll may find something, for a single-threaded CQ
+// and a shared one: false while the ring is empty, true once a completion
+// is there and until it is polled, true after an overrun (Poll's error)
+// and after Close (ErrClosed).
+func TestDeviceCQPending(t *testing.T) {
+	r := newOverrunRig(t, false)
+	if r.small.Pending() || r.big.Pending() {
+		t.Fatal("new CQs are Pending")
+	}
+	w := wr.SendWR{ID: 7, Opcode: wr.OpRDMAWrite, Flags: wr.Signaled, SGList: []wr.SGE{r.buf.SGE(0, 8)}, Remote: wr.Remote{Addr: r.buf.Addr(), RKey: r.buf.RKey()}}
+	if _, err := r.a.PostSend([]wr.SendWR{w}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); !r.small.Pending(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the write's completion never made its CQ Pending")
+		}
+	}
+	one := make([]wr.Completion, 1)
+	if n, err := r.small.Poll(one); n != 1 || err != nil || one[0].ID != 7 {
+		t.Fatalf("Poll of a Pending CQ: %d, %v, %+v", n, err, one[0])
+	}
+	if r.small.Pending() {
+		t.Error("Pending after its one completion was polled")
+	}
+	// Overrun: more completions than the CQ holds, then Pending until
+	// Poll has reported it.
+	wrs := make([]wr.SendWR, r.small.CQE()+8)
+	for i := range wrs {
+		wrs[i] = w
+	}
+	if _, err := r.a.PostSend(wrs); err != nil {
+		t.Fatal(err)
+	}
+	pollUntilOverrun(t, r.small)
+	if !r.small.Pending() {
+		t.Error("an overrun CQ is not Pending: Poll has ErrCQOverrun to say")
+	}
+	for _, single := range []bool{true, false} {
+		cq, err := r.ctx.CreateCQ(uverbs.CQAttr{CQE: 4, SingleThreaded: single})
+		rdmatest.Must(t, err)
+		if cq.Pending() {
+			t.Errorf("new CQ (single-threaded %v) is Pending", single)
+		}
+		cq.Close()
+		if !cq.Pending() {
+			t.Errorf("closed CQ (single-threaded %v) is not Pending: Poll has ErrClosed to say", single)
+		}
+		if _, err := cq.Poll(one); !errors.Is(err, uverbs.ErrClosed) {
+			t.Errorf("Poll of a closed CQ: %v, want ErrClosed", err)
+		}
+	}
+	var nilCQ *uverbs.CQ
+	if !nilCQ.Pending() {
+		t.Error("a nil CQ is not Pending: Poll has its error to say")
+	}
+}

@@ -158,6 +158,37 @@ func ExampleCQ_Wait() {
 	}
 }
 
+// Spin until a completion comes, polling only when the CQ has one: on rxe
+// Pending reads the ring's two indices, less work than a Poll that finds
+// it empty.
+func ExampleCQ_Pending() {
+	ctx, err := uverbs.Open("rxe0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer ctx.Close()
+	cq, err := ctx.CreateCQ(uverbs.CQAttr{CQE: 16, SingleThreaded: true})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer cq.Close()
+
+	// ... create QPs on cq and post to them ...
+	wc := make([]wr.Completion, 16)
+	for deadline := time.Now().Add(10 * time.Millisecond); time.Now().Before(deadline); {
+		if !cq.Pending() {
+			continue
+		}
+		n, err := cq.Poll(wc)
+		if err != nil {
+			log.Fatal(err)
+		}
+		for _, c := range wc[:n] {
+			fmt.Println(c.ID, c.Err())
+		}
+	}
+}
+
 // Wait for completions without spinning, by hand: arm the CQ and park the
 // goroutine on its completion channel (CQ.Wait does this).
 func ExampleCompChannel_GetEvent() {

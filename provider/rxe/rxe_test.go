@@ -237,11 +237,17 @@ func produce(cq *CQ, wcs ...abi.IbUverbsWc) {
 
 func TestPollCQ(t *testing.T) {
 	cq, _ := newTestCQ(t)
+	if cq.Pending() {
+		t.Error("a new CQ is Pending")
+	}
 	var withImm abi.IbUverbsWc
 	withImm.Wr_id, withImm.Opcode, withImm.Byte_len, withImm.Qp_num, withImm.Src_qp = 9, uint32(wr.WCRecv), 100, 17, 18
 	withImm.Wc_flags = uint32(wr.WCWithImm | wr.WCGRH)
 	binary.BigEndian.PutUint32(withImm.Ex[:], 0xcafe0001)
 	produce(cq, abi.IbUverbsWc{Wr_id: 1, Status: uint32(wr.RemAccessErr), Vendor_err: 0x77, Qp_num: 21}, withImm)
+	if !cq.Pending() {
+		t.Error("a CQ with two completions is not Pending")
+	}
 	// uverbs' note of failed QPs (internal/failnote): the error's QP only.
 	var noted []uint32
 	if !failnote.Install(cq, func(qpn uint32) { noted = append(noted, qpn) }) {
@@ -265,6 +271,9 @@ func TestPollCQ(t *testing.T) {
 	}
 	if n := cq.Poll(out); n != 0 {
 		t.Errorf("empty CQ polled %d", n)
+	}
+	if cq.Pending() {
+		t.Error("a CQ polled empty is Pending")
 	}
 	// A batch smaller than what is ready takes only what fits.
 	produce(cq, abi.IbUverbsWc{Wr_id: 3}, abi.IbUverbsWc{Wr_id: 4}, abi.IbUverbsWc{Wr_id: 5})
