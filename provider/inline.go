@@ -44,14 +44,8 @@ func ProbeInline(sges []wr.SGE) (err error) {
 	}
 	old := debug.SetPanicOnFault(true)
 	defer func() {
-		debug.SetPanicOnFault(old)
-		if r := recover(); r != nil {
-			// A fault at a low address is the runtime's ordinary nil
-			// dereference panic; any other carries the address.
-			if _, ok := r.(runtime.Error); !ok {
-				panic(r)
-			}
-			err = fmt.Errorf("inline data is not readable memory: %w", unix.EFAULT)
+		if e := endRead(old, recover()); e != nil {
+			err = e
 		}
 	}()
 	var sink byte
@@ -84,12 +78,8 @@ func ProbeInline(sges []wr.SGE) (err error) {
 func CopyInline(dst unsafe.Pointer, sges []wr.SGE) (n int, err error) {
 	old := debug.SetPanicOnFault(true)
 	defer func() {
-		debug.SetPanicOnFault(old)
-		if r := recover(); r != nil {
-			if _, ok := r.(runtime.Error); !ok {
-				panic(r)
-			}
-			n, err = 0, fmt.Errorf("inline data is not readable memory: %w", unix.EFAULT)
+		if e := endRead(old, recover()); e != nil {
+			n, err = 0, e
 		}
 	}()
 	for i := range sges {
@@ -110,6 +100,24 @@ func CopyInline(dst unsafe.Pointer, sges []wr.SGE) (n int, err error) {
 	}
 	return n, nil
 }
+
+// endRead ends a read of caller-named memory under SetPanicOnFault: it
+// restores the setting the read began with (old) and turns the fault's
+// panic, r from the deferred function's recover, into EFAULT. A fault at
+// a low address is the runtime's ordinary nil dereference panic; any other
+// carries the address. A panic that is no fault goes on.
+func endRead(old bool, r any) error {
+	debug.SetPanicOnFault(old)
+	if r == nil {
+		return nil
+	}
+	if _, ok := r.(runtime.Error); !ok {
+		panic(r)
+	}
+	return errNotReadable
+}
+
+var errNotReadable = fmt.Errorf("inline data is not readable memory: %w", unix.EFAULT)
 
 // readByte reads the byte at a caller-given address. The address is not
 // converted from a uintptr, which vet and checkptr would flag: it is memory
