@@ -127,25 +127,40 @@ type QP struct {
 // (provider.Kernel.Doorbell).
 //
 // One request of the common kinds (plain: no inline data, at most one
-// SGE) is posted here with no loop and no call but the WQE's writer and the
-// doorbell; in Go's register ABI every call spills the values a loop keeps
-// in registers. Anything else, and every request plain turns away, goes
-// through postList, which gives the errors.
+// SGE), or an inline one of the same opcodes (plainInline), is posted here
+// with no loop and no call but the WQE's writers and the doorbell; in Go's
+// register ABI every call spills the values a loop keeps in registers.
+// Anything else, and every request those turn away, goes through postList,
+// which gives the errors.
 func (p *QP) PostSend(wrs []wr.SendWR) (int, error) {
 	if len(wrs) != 1 {
 		return p.postList(wrs)
 	}
 	w := &wrs[0]
+	inline := false
 	if !p.plain(w) {
-		if p.plainInline(w) {
-			return p.postInline(w)
+		if !p.plainInline(w) {
+			return p.postList(wrs)
 		}
-		return p.postList(wrs)
+		inline = true
 	}
 	p.sqMu.Lock()
 	if p.stopped {
 		p.sqMu.Unlock()
 		return 0, provider.ErrStopped
+	}
+	var length uint32
+	if inline {
+		// validateSend's checks for such a request: the length.
+		var err error
+		length, err = provider.SGLength(w.SGList)
+		if err == nil && length > p.caps.MaxInlineData {
+			err = unix.EINVAL
+		}
+		if err != nil {
+			p.sqMu.Unlock()
+			return 0, err
+		}
 	}
 	q := p.sq
 	prod := q.producer()
@@ -153,7 +168,13 @@ func (p *QP) PostSend(wrs []wr.SendWR) (int, error) {
 		p.sqMu.Unlock()
 		return 0, unix.ENOMEM
 	}
-	p.writePlain((*abi.RxeSendWqe)(q.elem(prod)), w, w.SGList)
+	wqe := (*abi.RxeSendWqe)(q.elem(prod))
+	if !inline {
+		p.writePlain(wqe, w, w.SGList)
+	} else if err := p.writeInline(wqe, w, length); err != nil {
+		p.sqMu.Unlock()
+		return 0, err
+	}
 	q.publish(prod + 1)
 	err := p.k.Doorbell(bytesOf(&p.db))
 	p.sqMu.Unlock()
@@ -177,7 +198,7 @@ func (p *QP) plain(w *wr.SendWR) bool {
 
 // plainInline reports whether w is an inline request of the common kinds:
 // an opcode plain accepts on this QP, not an atomic (which cannot be
-// inline), with no more SGEs than the QP allows. postInline checks the
+// inline), with no more SGEs than the QP allows. PostSend checks the
 // length, with the same errors as validateSend.
 func (p *QP) plainInline(w *wr.SendWR) bool {
 	op := w.Opcode
@@ -188,55 +209,24 @@ func (p *QP) plainInline(w *wr.SendWR) bool {
 	return k != 0 && k&fastAtomic == 0 && uint(len(w.SGList)) <= uint(p.caps.MaxSendSGE)
 }
 
-// postInline is PostSend of one request plainInline accepted (rsocket's
-// small messages): no loop over a list, and the data copied into the WQE
-// in the same pass that makes sure it can be read (provider.CopyInline).
-// A request whose data is too long or cannot be read is refused with
-// nothing published, as postList refuses it.
-func (p *QP) postInline(w *wr.SendWR) (int, error) {
-	p.sqMu.Lock()
-	if p.stopped {
-		p.sqMu.Unlock()
-		return 0, provider.ErrStopped
-	}
-	length, err := provider.SGLength(w.SGList)
-	if err == nil && length > p.caps.MaxInlineData {
-		err = unix.EINVAL
-	}
-	if err != nil {
-		p.sqMu.Unlock()
-		return 0, err
-	}
-	q := p.sq
-	prod := q.producer()
-	if q.full(prod, p.caps.MaxSendWR) {
-		p.sqMu.Unlock()
-		return 0, unix.ENOMEM
-	}
-	wqe := (*abi.RxeSendWqe)(q.elem(prod))
-	// The data first, then the header: a fault leaves the header as it
-	// was and nothing published.
+// writeInline is writePlain for a request plainInline accepted, of length
+// bytes: the data is copied in the same pass that makes sure it can be
+// read (provider.CopyInline), first, so that a fault leaves the header as
+// it was and the caller publishes nothing.
+func (p *QP) writeInline(wqe *abi.RxeSendWqe, w *wr.SendWR, length uint32) error {
 	if _, err := provider.CopyInline(unsafe.Add(unsafe.Pointer(wqe), sendSGEOffset), w.SGList); err != nil {
-		p.sqMu.Unlock()
-		return 0, err
+		return err
 	}
 	p.writePlain(wqe, w, nil) // no SGE over the data
 	wqe.Dma.Length, wqe.Dma.Resid, wqe.Dma.Num_sge = length, length, uint32(len(w.SGList))
-	q.publish(prod + 1)
-	err = p.k.Doorbell(bytesOf(&p.db))
-	p.sqMu.Unlock()
-	if err != nil {
-		return 1, err
-	}
-	return 1, nil
+	return nil
 }
 
 // writePlain is writeSendWQE for a request plain accepted, whose SGEs are
 // sg (w.SGList).
 //
-// postInline calls it for an inline request too, with no SGEs, and then
-// sets the data's length: one writer of the header for both, and the plain
-// path keeps its one call.
+// writeInline calls it for an inline request too, with no SGEs, and then
+// sets the data's length: one writer of the header for both.
 func (p *QP) writePlain(wqe *abi.RxeSendWqe, w *wr.SendWR, sg []wr.SGE) {
 	op := w.Opcode
 	var length uint32
