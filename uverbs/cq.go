@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"runtime"
@@ -68,6 +69,11 @@ type CompChannel struct {
 	lastID uint64
 	last   weak.Pointer[CQ]
 	buf    [16 * 8]byte
+	// readOp is tryRead, made once; readN and readErr are its results
+	// (under mu).
+	readOp  func(fd uintptr) bool
+	readN   int
+	readErr unix.Errno
 	// dlMu orders SetReadDeadline against a read that restores deadline
 	// (the one SetReadDeadline set) before it waits. moved: a context's
 	// wait has moved the file's deadline since it was last set to deadline.
@@ -120,27 +126,6 @@ func (c *Context) NewCompChannel() (*CompChannel, error) {
 	}
 	ch.raw = uintptr(resp.Fd)
 	return ch, nil
-}
-
-// readContext reads from a pollable file, parking the goroutine in the
-// runtime poller, until data arrives, ctx is done, or the file is closed.
-func readContext(ctx context.Context, f *os.File, buf []byte, op string) (int, error) {
-	if err := ctx.Err(); err != nil {
-		return 0, err
-	}
-	stop := pollctx.CancelRead(ctx, f)
-	n, err := f.Read(buf)
-	stop()
-	if err == nil {
-		return n, nil
-	}
-	if cerr := pollctx.ReadErr(ctx, err); cerr != nil {
-		return 0, cerr
-	}
-	if errors.Is(err, os.ErrClosed) {
-		return 0, ErrClosed
-	}
-	return 0, &Error{Op: op, Err: err}
 }
 
 // pollableFile makes fd non-blocking and hands it to the runtime poller,
@@ -215,7 +200,21 @@ func (ch *CompChannel) read(ctx context.Context) error {
 	if ctx.Done() == nil {
 		return ch.readUntil()
 	}
-	n, err := readContext(ctx, ch.file, ch.buf[:], "get CQ event")
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	stop := pollctx.CancelRead(ctx, ch.file)
+	n, err := ch.readPolled()
+	stop()
+	if err != nil {
+		if cerr := pollctx.ReadErr(ctx, err); cerr != nil {
+			err = cerr
+		} else if errors.Is(err, os.ErrClosed) {
+			err = ErrClosed
+		} else {
+			err = &Error{Op: "get CQ event", Err: err}
+		}
+	}
 	ch.dlMu.Lock()
 	ch.moved = true // after the read: its cancellation is over by then
 	ch.dlMu.Unlock()
@@ -224,6 +223,58 @@ func (ch *CompChannel) read(ctx context.Context) error {
 	}
 	ch.setPending(n)
 	return nil
+}
+
+// readPolled reads event descriptions into buf, waiting in the runtime
+// poller while there are none, with the file's read deadline: File.Read,
+// with the same errors, but with a raw read(2). File.Read's system call
+// goes through the runtime's entersyscall, which wakes the runtime's
+// monitor (sysmon) whenever it sleeps, and it sleeps whenever the
+// process's goroutines all wait, as a blocked rsocket call's does: every
+// wake-up then cost a second thread's switch in and out, about 8,000
+// instructions of a 64-byte rsocket round trip (docs/performance.md).
+// A read of a completion channel never blocks (the file is
+// non-blocking), so the raw call holds the thread no longer than the copy.
+// Under mu.
+func (ch *CompChannel) readPolled() (int, error) {
+	if ch.readOp == nil {
+		ch.readOp = ch.tryRead
+	}
+	ch.readN, ch.readErr = 0, 0
+	if err := ch.conn.Read(ch.readOp); err != nil {
+		if ch.closed.Load() {
+			// The poller's "use of closed file", which File.Read
+			// turns into os.ErrClosed.
+			err = os.ErrClosed
+		}
+		return 0, &os.PathError{Op: "read", Path: ch.file.Name(), Err: err}
+	}
+	switch {
+	case ch.readErr != 0:
+		return 0, &os.PathError{Op: "read", Path: ch.file.Name(), Err: ch.readErr}
+	case ch.readN == 0:
+		return 0, io.EOF
+	}
+	return ch.readN, nil
+}
+
+// tryRead is readPolled's one non-blocking read, false while there is
+// nothing to read.
+func (ch *CompChannel) tryRead(fd uintptr) bool {
+	for {
+		n, _, e := unix.RawSyscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(&ch.buf[0])), uintptr(len(ch.buf)))
+		switch e {
+		case 0:
+			ch.readN = int(n)
+			return true
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return false
+		}
+		ch.readErr = e
+		return true
+	}
 }
 
 // readUntil is read for a context that is never done: the wait ends at
@@ -237,7 +288,7 @@ func (ch *CompChannel) readUntil() error {
 		ch.moved = false
 	}
 	ch.dlMu.Unlock()
-	n, err := ch.file.Read(ch.buf[:])
+	n, err := ch.readPolled()
 	switch {
 	case err == nil:
 		ch.setPending(n)

@@ -373,6 +373,122 @@ func TestDeviceGetEventDirect(t *testing.T) {
 	}
 }
 
+// TestDeviceGetEventPoller waits for completion events through the
+// runtime poller (GetEvent), whose read of the channel is a raw read(2)
+// in the file's SyscallConn: events arrive, queued or not when the wait
+// begins, without allocating; the read deadline bounds a wait with a
+// context that is never done, and moving it into the past ends one under
+// way; Close ends one under way with ErrClosed.
+func TestDeviceGetEventPoller(t *testing.T) {
+	r := rdmatest.NewPair(t, qp.RC, qp.Caps{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1})
+	ch, cq, rq, sq := newEventPair(t, r)
+
+	recv := []wr.RecvWR{{ID: 1}}
+	send := []wr.SendWR{{ID: 1, Opcode: wr.OpSend, Flags: wr.Signaled}}
+	wc := make([]wr.Completion, 1)
+	// A deadline instead of a context, so that the round trip allocates
+	// nothing; a lost event fails the test rather than hanging it.
+	ch.SetReadDeadline(time.Now().Add(30 * time.Second))
+	queued := false
+	roundTrip := func() {
+		if _, err := rq.PostRecv(recv); err != nil {
+			t.Fatal(err)
+		}
+		if err := cq.ReqNotify(false); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := sq.PostSend(send); err != nil {
+			t.Fatal(err)
+		}
+		if queued {
+			waitReadable(t, ch)
+		}
+		got, err := ch.GetEvent(context.Background())
+		if err != nil || got != cq {
+			t.Fatalf("GetEvent: %v, %v", got, err)
+		}
+		got.AckEvents(1)
+		for n := 0; n == 0; {
+			if n, err = cq.Poll(wc); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if wc[0].Status != wr.Success || wc[0].Opcode != wr.WCRecv {
+			t.Fatalf("completion %+v", wc[0])
+		}
+		for n := 0; n == 0; {
+			if n, err = r.B.CQ.Poll(wc); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	roundTrip()
+	if a := testing.AllocsPerRun(20, roundTrip); a != 0 {
+		t.Errorf("a round trip with GetEvent allocates %v times", a)
+	}
+	queued = true
+	for range 8 {
+		roundTrip()
+	}
+
+	start := time.Now()
+	ch.SetReadDeadline(start.Add(100 * time.Millisecond))
+	_, err := ch.GetEvent(context.Background())
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("quiet channel with a read deadline: %v, want os.ErrDeadlineExceeded", err)
+	}
+	if want := "uverbs: get CQ event: read comp_channel: i/o timeout"; err.Error() != want {
+		t.Errorf("quiet channel with a read deadline: %q, want %q (File.Read's words)", err, want)
+	}
+	if d := time.Since(start); d < 100*time.Millisecond || d > 2*time.Second {
+		t.Errorf("the wait ended %v after it began; the deadline was 100ms", d)
+	}
+	ch.SetReadDeadline(time.Time{})
+	errc := make(chan error, 1)
+	go func() {
+		_, err := ch.GetEvent(context.Background())
+		errc <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	start = time.Now()
+	ch.SetReadDeadline(time.Unix(1, 0))
+	select {
+	case err := <-errc:
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Errorf("wait whose deadline moved into the past: %v", err)
+		}
+		if d := time.Since(start); d > time.Second {
+			t.Errorf("the wait ended %v after its deadline moved into the past", d)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a deadline moved into the past did not end the wait")
+	}
+
+	c2, err := r.Ctx.NewCompChannel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		_, err := c2.GetEvent(context.Background())
+		errc <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	if err := c2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-errc:
+		if !errors.Is(err, uverbs.ErrClosed) {
+			t.Errorf("wait on a closed channel: %v, want ErrClosed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("closing the channel did not end the wait")
+	}
+	if _, err := c2.GetEvent(context.Background()); !errors.Is(err, uverbs.ErrClosed) {
+		t.Errorf("GetEvent on a closed channel: %v, want ErrClosed", err)
+	}
+}
+
 // closeEndsWait opens a channel with read deadline dl, closes it while a
 // GetEventDirect sleeps on it, and checks that the wait ends at once with
 // ErrClosed. It returns the closed channel.
