@@ -198,26 +198,18 @@ func threads(t *testing.T) int {
 	return 0
 }
 
-// TestDeviceGetEventDirect waits for completion events in the kernel on
-// the calling thread: events arrive as with GetEvent, without allocating;
-// a context ends the wait; closing the channel ends a wait in progress; a
-// GC meanwhile is not held up (a context's wait gives the thread back each
-// millisecond, a sleep with no bound when the runtime's signal asks).
-func TestDeviceGetEventDirect(t *testing.T) {
-	r := rdmatest.NewPair(t, qp.RC, qp.Caps{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1})
-	ch, cq, rq, sq := newEventPair(t, r)
-
+// eventRoundTrip returns a round trip of one message from sq to rq,
+// whose receive completes on cq (on channel ch): arm, send, wait, poll.
+// With *queued set, the wait begins only once the event is queued (the
+// channel's descriptor is readable): rxe completes a send in the
+// doorbell's system call on some kernels and in a worker on others.
+func eventRoundTrip(t *testing.T, r *rdmatest.Pair, ch *uverbs.CompChannel, cq *uverbs.CQ, rq, sq *uverbs.QP,
+	queued *bool, wait func() (*uverbs.CQ, error)) func() {
 	recv := []wr.RecvWR{{ID: 1}}
 	send := []wr.SendWR{{ID: 1, Opcode: wr.OpSend, Flags: wr.Signaled}}
 	wc := make([]wr.Completion, 1)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	// One message: arm, send, wait in the kernel, poll. With queued set,
-	// the wait begins only once the event is queued (the channel's
-	// descriptor is readable): rxe completes a send in the doorbell's
-	// system call on some kernels and in a worker on others.
-	queued := false
-	roundTrip := func() {
+	return func() {
+		t.Helper()
 		if _, err := rq.PostRecv(recv); err != nil {
 			t.Fatal(err)
 		}
@@ -227,12 +219,12 @@ func TestDeviceGetEventDirect(t *testing.T) {
 		if _, err := sq.PostSend(send); err != nil {
 			t.Fatal(err)
 		}
-		if queued {
+		if *queued {
 			waitReadable(t, ch)
 		}
-		got, err := ch.GetEventDirect(ctx)
+		got, err := wait()
 		if err != nil || got != cq {
-			t.Fatalf("GetEventDirect: %v, %v", got, err)
+			t.Fatalf("wait for the event: %v, %v", got, err)
 		}
 		got.AckEvents(1)
 		for n := 0; n == 0; {
@@ -249,6 +241,21 @@ func TestDeviceGetEventDirect(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestDeviceGetEventDirect waits for completion events in the kernel on
+// the calling thread: events arrive as with GetEvent, without allocating;
+// a context ends the wait; closing the channel ends a wait in progress; a
+// GC meanwhile is not held up (a context's wait gives the thread back each
+// millisecond, a sleep with no bound when the runtime's signal asks).
+func TestDeviceGetEventDirect(t *testing.T) {
+	r := rdmatest.NewPair(t, qp.RC, qp.Caps{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1})
+	ch, cq, rq, sq := newEventPair(t, r)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	queued := false
+	roundTrip := eventRoundTrip(t, r, ch, cq, rq, sq, &queued, func() (*uverbs.CQ, error) { return ch.GetEventDirect(ctx) })
 	roundTrip()
 	if a := testing.AllocsPerRun(20, roundTrip); a != 0 {
 		t.Errorf("a round trip with GetEventDirect allocates %v times", a)
@@ -383,45 +390,11 @@ func TestDeviceGetEventPoller(t *testing.T) {
 	r := rdmatest.NewPair(t, qp.RC, qp.Caps{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1})
 	ch, cq, rq, sq := newEventPair(t, r)
 
-	recv := []wr.RecvWR{{ID: 1}}
-	send := []wr.SendWR{{ID: 1, Opcode: wr.OpSend, Flags: wr.Signaled}}
-	wc := make([]wr.Completion, 1)
 	// A deadline instead of a context, so that the round trip allocates
 	// nothing; a lost event fails the test rather than hanging it.
 	ch.SetReadDeadline(time.Now().Add(30 * time.Second))
 	queued := false
-	roundTrip := func() {
-		if _, err := rq.PostRecv(recv); err != nil {
-			t.Fatal(err)
-		}
-		if err := cq.ReqNotify(false); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := sq.PostSend(send); err != nil {
-			t.Fatal(err)
-		}
-		if queued {
-			waitReadable(t, ch)
-		}
-		got, err := ch.GetEvent(context.Background())
-		if err != nil || got != cq {
-			t.Fatalf("GetEvent: %v, %v", got, err)
-		}
-		got.AckEvents(1)
-		for n := 0; n == 0; {
-			if n, err = cq.Poll(wc); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if wc[0].Status != wr.Success || wc[0].Opcode != wr.WCRecv {
-			t.Fatalf("completion %+v", wc[0])
-		}
-		for n := 0; n == 0; {
-			if n, err = r.B.CQ.Poll(wc); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	roundTrip := eventRoundTrip(t, r, ch, cq, rq, sq, &queued, func() (*uverbs.CQ, error) { return ch.GetEvent(context.Background()) })
 	roundTrip()
 	if a := testing.AllocsPerRun(20, roundTrip); a != 0 {
 		t.Errorf("a round trip with GetEvent allocates %v times", a)
