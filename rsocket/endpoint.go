@@ -506,6 +506,19 @@ func (e *endpoint) wait(dir, cond int) error {
 			}
 			if now-spinStart < int64(e.pollTime) {
 				e.mu.Unlock()
+				if !e.cq.Pending() {
+					// Nothing to poll yet: give the CPU to whatever
+					// else is runnable on it. On a software device
+					// (rxe, where only rxe's CQ says false) the
+					// completion being waited for is made by CPU
+					// work, the peer's or the kernel's, and on a CPU
+					// shared with them a spin that does not yield
+					// holds off that very work until the spin ends
+					// (docs/performance.md, "Yielding in the spin").
+					// With nothing else runnable the yield returns
+					// at once.
+					yield()
+				}
 				continue
 			}
 			spinning = false
