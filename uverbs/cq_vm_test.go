@@ -316,19 +316,7 @@ func TestDeviceGetEventDirect(t *testing.T) {
 		t.Fatalf("the wait ended without an event, a deadline or Close: %v", err)
 	default:
 	}
-	start = time.Now()
-	ch.SetReadDeadline(time.Unix(1, 0))
-	select {
-	case err := <-derr:
-		if !errors.Is(err, os.ErrDeadlineExceeded) {
-			t.Errorf("wait whose deadline moved into the past: %v", err)
-		}
-		if d := time.Since(start); d > time.Second {
-			t.Errorf("the wait ended %v after its deadline moved into the past", d)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("a deadline moved into the past did not end the wait")
-	}
+	pastDeadlineEndsWait(t, ch, derr)
 	// A deadline set in the future while a wait sleeps with no bound ends
 	// it then.
 	ch.SetReadDeadline(time.Time{})
@@ -423,19 +411,7 @@ func TestDeviceGetEventPoller(t *testing.T) {
 		errc <- err
 	}()
 	time.Sleep(50 * time.Millisecond)
-	start = time.Now()
-	ch.SetReadDeadline(time.Unix(1, 0))
-	select {
-	case err := <-errc:
-		if !errors.Is(err, os.ErrDeadlineExceeded) {
-			t.Errorf("wait whose deadline moved into the past: %v", err)
-		}
-		if d := time.Since(start); d > time.Second {
-			t.Errorf("the wait ended %v after its deadline moved into the past", d)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("a deadline moved into the past did not end the wait")
-	}
+	pastDeadlineEndsWait(t, ch, errc)
 
 	c2, err := r.Ctx.NewCompChannel()
 	if err != nil {
@@ -459,6 +435,26 @@ func TestDeviceGetEventPoller(t *testing.T) {
 	}
 	if _, err := c2.GetEvent(context.Background()); !errors.Is(err, uverbs.ErrClosed) {
 		t.Errorf("GetEvent on a closed channel: %v, want ErrClosed", err)
+	}
+}
+
+// pastDeadlineEndsWait moves ch's read deadline into the past while a
+// wait is under way, and checks that the wait, whose error comes on errc,
+// ends at once with os.ErrDeadlineExceeded.
+func pastDeadlineEndsWait(t *testing.T, ch *uverbs.CompChannel, errc <-chan error) {
+	t.Helper()
+	start := time.Now()
+	ch.SetReadDeadline(time.Unix(1, 0))
+	select {
+	case err := <-errc:
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Errorf("wait whose deadline moved into the past: %v", err)
+		}
+		if d := time.Since(start); d > time.Second {
+			t.Errorf("the wait ended %v after its deadline moved into the past", d)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a deadline moved into the past did not end the wait")
 	}
 }
 
