@@ -471,7 +471,7 @@ var (
 // cmsock.Waiter).
 func (e *endpoint) wait(dir, cond int) error {
 	var spinStart int64
-	spinning := true
+	spinning, yielded := true, false
 	holding := false
 	release := func() {
 		if holding {
@@ -506,17 +506,19 @@ func (e *endpoint) wait(dir, cond int) error {
 			}
 			if now-spinStart < int64(e.pollTime) {
 				e.mu.Unlock()
-				if !e.cq.Pending() {
-					// Nothing to poll yet: give the CPU to whatever
-					// else is runnable on it. On a software device
-					// (rxe, where only rxe's CQ says false) the
-					// completion being waited for is made by CPU
-					// work, the peer's or the kernel's, and on a CPU
-					// shared with them a spin that does not yield
-					// holds off that very work until the spin ends
-					// (docs/performance.md, "Yielding in the spin").
-					// With nothing else runnable the yield returns
-					// at once.
+				if !yielded && !e.cq.Pending() {
+					// Nothing to poll yet: give the CPU, once a wait,
+					// to whatever else is runnable on it. On a
+					// software device (rxe, where only rxe's CQ says
+					// false) the completion being waited for is made
+					// by CPU work, the peer's or the kernel's, and on
+					// a CPU shared with them a spin that does not
+					// yield holds off that very work until the spin
+					// ends. Once: if the CQ is still empty after the
+					// others had their turn, more yields are system
+					// calls for nothing (docs/performance.md,
+					// "Yielding in the spin").
+					yielded = true
 					yield()
 				}
 				continue
