@@ -69,8 +69,8 @@ type CompChannel struct {
 	lastID uint64
 	last   weak.Pointer[CQ]
 	buf    [16 * 8]byte
-	// readOp is tryRead, made once; readN and readErr are its results
-	// (under mu).
+	// readOp is tryRead, made with the channel; readN and readErr are
+	// its results (under mu).
 	readOp  func(fd uintptr) bool
 	readN   int
 	readErr unix.Errno
@@ -120,6 +120,7 @@ func (c *Context) NewCompChannel() (*CompChannel, error) {
 		return nil, &Error{Op: "create completion channel", Err: err}
 	}
 	ch := &CompChannel{ctx: c, file: f, waitFailed: make(chan struct{})}
+	ch.readOp = ch.tryRead
 	if ch.conn, err = f.SyscallConn(); err != nil {
 		f.Close()
 		return nil, &Error{Op: "create completion channel", Err: err}
@@ -209,10 +210,6 @@ func (ch *CompChannel) read(ctx context.Context) error {
 	if err != nil {
 		if cerr := pollctx.ReadErr(ctx, err); cerr != nil {
 			err = cerr
-		} else if errors.Is(err, os.ErrClosed) {
-			err = ErrClosed
-		} else {
-			err = &Error{Op: "get CQ event", Err: err}
 		}
 	}
 	ch.dlMu.Lock()
@@ -226,36 +223,35 @@ func (ch *CompChannel) read(ctx context.Context) error {
 }
 
 // readPolled reads event descriptions into buf, waiting in the runtime
-// poller while there are none, with the file's read deadline: File.Read,
-// with the same errors, but with a raw read(2). File.Read's system call
+// poller while there are none, with the file's read deadline, and returns
+// ErrClosed once the channel is closed, File.Read's error in an Error
+// otherwise. It is File.Read with a raw read(2): File.Read's system call
 // goes through the runtime's entersyscall, which wakes the runtime's
 // monitor (sysmon) whenever it sleeps, and it sleeps whenever the
 // process's goroutines all wait, as a blocked rsocket call's does: every
-// wake-up then cost a second thread's switch in and out, about 8,000
+// wake-up then cost a second thread's switch in and out, about 14,000
 // instructions of a 64-byte rsocket round trip (docs/performance.md).
 // A read of a completion channel never blocks (the file is
 // non-blocking), so the raw call holds the thread no longer than the copy.
 // Under mu.
 func (ch *CompChannel) readPolled() (int, error) {
-	if ch.readOp == nil {
-		ch.readOp = ch.tryRead
-	}
 	ch.readN, ch.readErr = 0, 0
-	if err := ch.conn.Read(ch.readOp); err != nil {
-		if ch.closed.Load() {
-			// The poller's "use of closed file", which File.Read
-			// turns into os.ErrClosed.
-			err = os.ErrClosed
-		}
-		return 0, &os.PathError{Op: "read", Path: ch.file.Name(), Err: err}
-	}
-	switch {
+	var err error
+	switch perr := ch.conn.Read(ch.readOp); {
+	case perr != nil && ch.closed.Load():
+		// The poller's "use of closed file", which File.Read turns
+		// into os.ErrClosed.
+		return 0, ErrClosed
+	case perr != nil:
+		err = &os.PathError{Op: "read", Path: ch.file.Name(), Err: perr}
 	case ch.readErr != 0:
-		return 0, &os.PathError{Op: "read", Path: ch.file.Name(), Err: ch.readErr}
+		err = &os.PathError{Op: "read", Path: ch.file.Name(), Err: ch.readErr}
 	case ch.readN == 0:
-		return 0, io.EOF
+		err = io.EOF
+	default:
+		return ch.readN, nil
 	}
-	return ch.readN, nil
+	return 0, &Error{Op: "get CQ event", Err: err}
 }
 
 // tryRead is readPolled's one non-blocking read, false while there is
@@ -289,15 +285,11 @@ func (ch *CompChannel) readUntil() error {
 	}
 	ch.dlMu.Unlock()
 	n, err := ch.readPolled()
-	switch {
-	case err == nil:
-		ch.setPending(n)
-		return nil
-	case errors.Is(err, os.ErrClosed):
-		return ErrClosed
-	default:
-		return &Error{Op: "get CQ event", Err: err}
+	if err != nil {
+		return err
 	}
+	ch.setPending(n)
+	return nil
 }
 
 // SetReadDeadline bounds GetEvent's waits whose context is never done
